@@ -1,0 +1,10 @@
+DROP TABLE filters;
+DROP TABLE account_data;
+DROP SEQUENCE account_data_stream_seq;
+DROP TABLE uia_sessions;
+DROP TABLE registration_tokens;
+DROP TABLE access_tokens;
+DROP TABLE refresh_tokens;
+DROP TABLE devices;
+DROP TABLE profile_fields;
+DROP TABLE users;

@@ -1,0 +1,52 @@
+//! `whoami`, password change and deactivation.
+
+use actix_web::web::Data;
+use ruma::api::client::account::{
+    change_password::v3 as change_password, deactivate::v3 as deactivate, whoami::v3 as whoami,
+    ThirdPartyIdRemovalStatus,
+};
+
+use crate::{
+    api::ruma::{Ruma, RumaResponse},
+    error::Result,
+    service::{uia::Purpose, Services},
+};
+
+/// `GET /_matrix/client/v3/account/whoami`
+pub async fn whoami_route(body: Ruma<whoami::Request>) -> Result<RumaResponse<whoami::Response>> {
+    let caller = body.caller()?;
+    let mut response = whoami::Response::new(caller.user_id.clone(), false);
+    response.device_id = Some(caller.device_id.clone());
+    Ok(response.into())
+}
+
+/// `POST /_matrix/client/v3/account/password`
+pub async fn change_password_route(
+    services: Data<Services>,
+    body: Ruma<change_password::Request>,
+) -> Result<RumaResponse<change_password::Response>> {
+    let caller = body.caller()?;
+    let completed = services.uia.check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id)).await?;
+    services
+        .users
+        .change_password(
+            &caller.user_id,
+            body.body.new_password.clone(),
+            body.body.logout_devices,
+            Some(caller.device_id.as_str()),
+            (&services.uia, &completed),
+        )
+        .await?;
+    Ok(change_password::Response::new().into())
+}
+
+/// `POST /_matrix/client/v3/account/deactivate`
+pub async fn deactivate_route(
+    services: Data<Services>,
+    body: Ruma<deactivate::Request>,
+) -> Result<RumaResponse<deactivate::Response>> {
+    let caller = body.caller()?;
+    let completed = services.uia.check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id)).await?;
+    services.users.deactivate(&caller.user_id, Some((&services.uia, &completed))).await?;
+    Ok(deactivate::Response::new(ThirdPartyIdRemovalStatus::NoSupport).into())
+}

@@ -1,0 +1,24 @@
+//! Client-Server API handlers, one file per area.
+
+pub mod account;
+pub mod account_data;
+pub mod devices;
+pub mod discovery;
+pub mod filters;
+pub mod profile;
+pub mod push_rules;
+pub mod register;
+pub mod session;
+
+use ruma::UserId;
+
+use crate::error::{Error, Result};
+
+/// Refuses acting on another user's data.
+pub(crate) fn ensure_self(caller: &UserId, target: &UserId, what: &str) -> Result<()> {
+    if caller == target {
+        Ok(())
+    } else {
+        Err(Error::forbidden(format!("Cannot {what} for other users")))
+    }
+}

@@ -1,0 +1,75 @@
+//! Profiles: the whole profile and single fields (`displayname`, `avatar_url`, custom keys).
+
+use actix_web::web::Data;
+use ruma::{
+    api::client::profile::{
+        delete_profile_field::v3 as delete_field, get_profile::v3 as get_profile, get_profile_field::v3 as get_field,
+        set_profile_field::v3 as set_field,
+    },
+    profile::ProfileFieldValue,
+};
+
+use super::ensure_self;
+use crate::{
+    api::ruma::{Ruma, RumaResponse},
+    error::{Error, Result},
+    service::Services,
+};
+
+/// Longest allowed profile field name, in bytes (spec).
+const MAX_FIELD_NAME_BYTES: usize = 255;
+/// Largest allowed serialized field value, in bytes (the spec's 64 KiB profile limit).
+const MAX_FIELD_VALUE_BYTES: usize = 64 * 1024;
+
+/// `GET /_matrix/client/v3/profile/{userId}`
+pub async fn get_profile_route(
+    services: Data<Services>,
+    body: Ruma<get_profile::Request>,
+) -> Result<RumaResponse<get_profile::Response>> {
+    let mut response = get_profile::Response::new();
+    for (field, value) in services.users.get_profile(&body.body.user_id).await? {
+        response.data.set(field, value);
+    }
+    Ok(response.into())
+}
+
+/// `GET /_matrix/client/v3/profile/{userId}/{keyName}`
+pub async fn get_profile_field_route(
+    services: Data<Services>,
+    body: Ruma<get_field::Request>,
+) -> Result<RumaResponse<get_field::Response>> {
+    let field = body.body.field.as_str();
+    let value = services.users.get_profile_field(&body.body.user_id, field).await?;
+    let value = ProfileFieldValue::new(field, value).map_err(Error::internal)?;
+    Ok(get_field::Response::new(value).into())
+}
+
+/// `PUT /_matrix/client/v3/profile/{userId}/{keyName}`
+pub async fn set_profile_field_route(
+    services: Data<Services>,
+    body: Ruma<set_field::Request>,
+) -> Result<RumaResponse<set_field::Response>> {
+    let caller = body.caller()?;
+    ensure_self(&caller.user_id, &body.body.user_id, "set the profile")?;
+    let field = body.body.value.field_name();
+    let value = body.body.value.value().into_owned();
+    if field.as_str().len() > MAX_FIELD_NAME_BYTES {
+        return Err(Error::matrix(actix_web::http::StatusCode::BAD_REQUEST, "M_KEY_TOO_LARGE", "Field name too long"));
+    }
+    if serde_json::to_vec(&value).map_or(0, |v| v.len()) > MAX_FIELD_VALUE_BYTES {
+        return Err(Error::too_large("Profile field value is too large"));
+    }
+    services.users.set_profile_field(&caller.user_id, field.as_str(), Some(&value)).await?;
+    Ok(set_field::Response::new().into())
+}
+
+/// `DELETE /_matrix/client/v3/profile/{userId}/{keyName}`
+pub async fn delete_profile_field_route(
+    services: Data<Services>,
+    body: Ruma<delete_field::Request>,
+) -> Result<RumaResponse<delete_field::Response>> {
+    let caller = body.caller()?;
+    ensure_self(&caller.user_id, &body.body.user_id, "change the profile")?;
+    services.users.set_profile_field(&caller.user_id, body.body.field.as_str(), None).await?;
+    Ok(delete_field::Response::new().into())
+}

@@ -1,0 +1,92 @@
+//! Account registration.
+
+use std::time::Duration;
+
+use actix_web::{web::Data, HttpRequest};
+use ruma::api::client::account::{
+    check_registration_token_validity::v1 as token_validity, get_username_availability::v3 as availability,
+    register::{v3 as register, RegistrationKind},
+};
+
+use crate::{
+    api::ruma::{Ruma, RumaResponse},
+    config::RegistrationMode,
+    error::{Error, Result},
+    service::{rate_limit::Action, uia::Purpose, users::DeviceRequest, Services},
+};
+
+fn client_ip(req: &HttpRequest) -> String {
+    req.connection_info().realip_remote_addr().unwrap_or("unknown").to_owned()
+}
+
+/// `POST /_matrix/client/v3/register`
+pub async fn register_route(
+    services: Data<Services>,
+    req: HttpRequest,
+    body: Ruma<register::Request>,
+) -> Result<RumaResponse<register::Response>> {
+    let request = body.body;
+    if request.kind == RegistrationKind::Guest {
+        return Err(Error::forbidden("Guest access is disabled"));
+    }
+    if services.config.registration == RegistrationMode::Closed {
+        return Err(Error::forbidden("Registration has been disabled"));
+    }
+    services.rate_limit.check(Action::Registration, &client_ip(&req))?;
+    // Refuse a taken or invalid name before any UIA stage is spent on it.
+    let user_id = match &request.username {
+        Some(name) => Some(services.users.check_available(&name.to_lowercase()).await?),
+        None => None,
+    };
+    let completed = services.uia.check(request.auth.as_ref(), Purpose::Register).await?;
+    let user_id = match user_id {
+        Some(user_id) => user_id,
+        None => services.users.user_id_for(&services.users.generate_localpart().await?)?,
+    };
+    let device = if request.inhibit_login {
+        None
+    } else {
+        Some(DeviceRequest {
+            device_id: request.device_id,
+            display_name: request.initial_device_display_name,
+            refresh_token: request.refresh_token,
+        })
+    };
+    let session = services
+        .users
+        .register(&user_id, request.password, false, Some((&services.uia, &completed)), device)
+        .await?;
+    let mut response = register::Response::new(user_id);
+    if let Some(session) = session {
+        response.access_token = Some(session.tokens.access_token);
+        response.device_id = Some(session.device_id);
+        response.refresh_token = session.tokens.refresh_token;
+        response.expires_in = session.tokens.expires_in_ms.map(Duration::from_millis);
+    }
+    Ok(response.into())
+}
+
+/// `GET /_matrix/client/v3/register/available`
+pub async fn username_available_route(
+    services: Data<Services>,
+    req: HttpRequest,
+    body: Ruma<availability::Request>,
+) -> Result<RumaResponse<availability::Response>> {
+    services.rate_limit.check(Action::Registration, &client_ip(&req))?;
+    services.users.check_available(&body.body.username.to_lowercase()).await?;
+    Ok(availability::Response::new(true).into())
+}
+
+/// `GET /_matrix/client/v1/register/m.login.registration_token/validity`
+pub async fn token_validity_route(
+    services: Data<Services>,
+    req: HttpRequest,
+    body: Ruma<token_validity::Request>,
+) -> Result<RumaResponse<token_validity::Response>> {
+    if services.config.registration != RegistrationMode::Token {
+        return Err(Error::forbidden("Registration tokens are not enabled on this server"));
+    }
+    services.rate_limit.check(Action::Registration, &client_ip(&req))?;
+    let valid = services.registration_tokens.is_valid(&body.body.token).await?;
+    Ok(token_validity::Response::new(valid).into())
+}

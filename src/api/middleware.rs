@@ -1,0 +1,65 @@
+//! Request middleware: CORS on every response and one tracing span per request.
+
+use std::time::Instant;
+
+use actix_web::{
+    body::{BoxBody, MessageBody},
+    dev::{ServiceRequest, ServiceResponse},
+    http::{
+        header::{HeaderName, HeaderValue},
+        Method, StatusCode,
+    },
+    middleware::Next,
+    HttpMessage, HttpResponse,
+};
+use tracing::Instrument;
+
+use crate::service::sessions::Caller;
+
+const CORS_HEADERS: [(&str, &str); 3] = [
+    ("access-control-allow-origin", "*"),
+    ("access-control-allow-methods", "GET, POST, PUT, DELETE, OPTIONS"),
+    ("access-control-allow-headers", "X-Requested-With, Content-Type, Authorization"),
+];
+
+fn add_cors(headers: &mut actix_web::http::header::HeaderMap) {
+    for (name, value) in CORS_HEADERS {
+        headers.insert(HeaderName::from_static(name), HeaderValue::from_static(value));
+    }
+}
+
+/// Answers CORS preflights and adds the spec's CORS headers to every response.
+pub async fn cors(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    if req.method() == Method::OPTIONS {
+        let mut response = HttpResponse::new(StatusCode::NO_CONTENT);
+        add_cors(response.headers_mut());
+        return Ok(req.into_response(response));
+    }
+    let mut response = next.call(req).await?.map_into_boxed_body();
+    add_cors(response.headers_mut());
+    Ok(response)
+}
+
+/// Runs the request in a span and logs method, route template, status, latency and user.
+pub async fn trace(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let method = req.method().to_string();
+    let span = tracing::info_span!("request", %method, path = tracing::field::Empty, user = tracing::field::Empty);
+    let response = next.call(req).instrument(span.clone()).await?;
+    let path = response.request().match_pattern().unwrap_or_else(|| "<unmatched>".to_owned());
+    let user = response.request().extensions().get::<Caller>().map(|c| c.user_id.to_string());
+    span.record("path", path.as_str());
+    if let Some(user) = &user {
+        span.record("user", user.as_str());
+    }
+    let status = response.status().as_u16();
+    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    span.in_scope(|| tracing::info!(status, latency_ms = format!("{latency_ms:.2}"), "served"));
+    Ok(response)
+}

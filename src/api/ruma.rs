@@ -1,0 +1,252 @@
+//! The seam between actix-web (http 0.2) and ruma (http 1): the [`Ruma`] extractor parses a
+//! request with ruma's own types and authenticates it once, by the endpoint's auth scheme;
+//! [`RumaResponse`] turns a ruma response back into an actix response.
+
+use std::{any::TypeId, future::Future, pin::Pin};
+
+use actix_web::{
+    dev::Payload, http::StatusCode, web, FromRequest, HttpMessage, HttpRequest, HttpResponse, Responder,
+};
+use futures_util::StreamExt;
+use ruma::api::{
+    auth_scheme::{AccessToken, AccessTokenOptional, AppserviceToken, AppserviceTokenOptional},
+    error::{DeserializationError, FromHttpRequestError},
+    IncomingRequest, IncomingRequestExt, OutgoingResponse, OutgoingResponseExt,
+};
+use serde::de::DeserializeOwned;
+
+use crate::{
+    error::{Error, Result},
+    service::{sessions::Caller, Services},
+};
+
+/// A parsed and authenticated ruma request.
+pub struct Ruma<T> {
+    /// The request, as ruma parsed it.
+    pub body: T,
+    /// The authenticated caller, for endpoints that take an access token.
+    pub caller: Option<Caller>,
+}
+
+impl<T> Ruma<T> {
+    /// The caller of an endpoint that requires authentication.
+    pub fn caller(&self) -> Result<&Caller> {
+        self.caller.as_ref().ok_or_else(Error::missing_token)
+    }
+}
+
+/// A ruma response, sent as JSON.
+pub struct RumaResponse<T>(pub T);
+
+impl<T> From<T> for RumaResponse<T> {
+    fn from(response: T) -> Self {
+        RumaResponse(response)
+    }
+}
+
+impl<T: OutgoingResponse> Responder for RumaResponse<T> {
+    type Body = actix_web::body::BoxBody;
+
+    fn respond_to(self, _req: &HttpRequest) -> HttpResponse {
+        match self.0.try_into_http_response::<Vec<u8>>() {
+            Ok(response) => {
+                let (parts, body) = response.into_parts();
+                let status = StatusCode::from_u16(parts.status.as_u16()).unwrap_or(StatusCode::OK);
+                let mut builder = HttpResponse::build(status);
+                for (name, value) in &parts.headers {
+                    builder.append_header((name.as_str(), value.as_bytes()));
+                }
+                builder.body(body)
+            }
+            Err(err) => actix_web::ResponseError::error_response(&Error::internal(format!("response: {err}"))),
+        }
+    }
+}
+
+/// The shared services, from the app data.
+pub fn services(req: &HttpRequest) -> Result<web::Data<Services>> {
+    req.app_data::<web::Data<Services>>().cloned().ok_or_else(|| Error::internal("services missing"))
+}
+
+/// Reads the whole body, refusing more than the configured limit with `M_TOO_LARGE`.
+pub async fn read_body(req: &HttpRequest, payload: &mut Payload, limit: usize) -> Result<Vec<u8>> {
+    if let Some(length) = req.headers().get("content-length").and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+    {
+        if length > limit {
+            return Err(Error::too_large(format!("Request body is larger than {limit} bytes")));
+        }
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| Error::bad_json(format!("Could not read request body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(Error::too_large(format!("Request body is larger than {limit} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The access token of a request: `Authorization: Bearer` or the deprecated query parameter.
+fn access_token(req: &HttpRequest) -> Result<Option<String>> {
+    if let Some(header) = req.headers().get("authorization") {
+        let value = header.to_str().map_err(|_| Error::unknown_token(false))?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or_else(|| Error::unknown_token(false))?;
+        return Ok(Some(token.trim().to_owned()));
+    }
+    let query = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    Ok(query.get("access_token").cloned())
+}
+
+/// Authenticates a request by access token; `required` decides whether a missing token is an error.
+pub async fn authenticate(req: &HttpRequest, services: &Services, required: bool) -> Result<Option<Caller>> {
+    let Some(token) = access_token(req)? else {
+        return if required { Err(Error::missing_token()) } else { Ok(None) };
+    };
+    let ip = req.connection_info().realip_remote_addr().map(str::to_owned);
+    let caller = services.sessions.authenticate(&token, ip.as_deref()).await?;
+    req.extensions_mut().insert(caller.clone());
+    Ok(Some(caller))
+}
+
+/// Maps ruma's parse failures onto Matrix errors.
+fn request_error(err: FromHttpRequestError) -> Error {
+    match err {
+        FromHttpRequestError::MethodMismatch { .. } => Error::unrecognized(StatusCode::METHOD_NOT_ALLOWED),
+        FromHttpRequestError::Deserialization(err) => match err {
+            DeserializationError::Json(e) => Error::bad_json(e.to_string()),
+            DeserializationError::Query(e) => {
+                let message = e.to_string();
+                if message.contains("missing field") {
+                    Error::missing_param(message)
+                } else {
+                    Error::invalid_param(message)
+                }
+            }
+            DeserializationError::Ident(e) => Error::invalid_param(e.to_string()),
+            other => Error::bad_json(other.to_string()),
+        },
+        other => Error::bad_json(other.to_string()),
+    }
+}
+
+/// Whether a body is present and is not JSON at all.
+fn is_not_json(body: &[u8]) -> bool {
+    !body.is_empty() && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
+}
+
+/// Converts the actix request into an `http` 1.x request for ruma.
+fn to_http_request(req: &HttpRequest, body: &[u8]) -> Result<http::Request<Vec<u8>>> {
+    let mut builder = http::Request::builder()
+        .method(req.method().as_str())
+        .uri(req.uri().to_string());
+    for (name, value) in req.headers() {
+        builder = builder.header(name.as_str(), value.as_bytes());
+    }
+    builder.body(body.to_vec()).map_err(|e| Error::bad_json(format!("Malformed request: {e}")))
+}
+
+/// The decoded path arguments in the order they appear in the route's template.
+fn path_args(req: &HttpRequest) -> Result<Vec<String>> {
+    let pattern = req.match_pattern().unwrap_or_default();
+    pattern
+        .split('/')
+        .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
+        .map(|name| {
+            let raw = req.match_info().get(name).unwrap_or_default();
+            percent_encoding::percent_decode_str(raw)
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| Error::invalid_param(format!("Path parameter {name} is not UTF-8")))
+        })
+        .collect()
+}
+
+impl<T> FromRequest for Ruma<T>
+where
+    T: IncomingRequest + 'static,
+{
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        let mut payload = payload.take();
+        Box::pin(async move {
+            let services = services(&req)?;
+            let body = read_body(&req, &mut payload, services.config.max_request_size).await?;
+            let scheme = TypeId::of::<T::Authentication>();
+            let caller = if scheme == TypeId::of::<AccessToken>() {
+                authenticate(&req, &services, true).await?
+            } else if [
+                TypeId::of::<AccessTokenOptional>(),
+                TypeId::of::<AppserviceToken>(),
+                TypeId::of::<AppserviceTokenOptional>(),
+            ]
+            .contains(&scheme)
+            {
+                authenticate(&req, &services, false).await?
+            } else {
+                None
+            };
+            if is_not_json(&body) {
+                return Err(Error::not_json("Content not JSON"));
+            }
+            let http_request = to_http_request(&req, &body)?;
+            let (parts, body) = http_request.into_parts();
+            let args = path_args(&req)?;
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            // A few ruma deserializers index JSON maps and panic on a missing key (e.g. `type`
+            // in a login body); bad input must never take a worker down, so a panic is a 400.
+            let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                T::try_from_http_request(http::Request::from_parts(parts, body.as_slice()), &args)
+            }))
+            .map_err(|_| Error::bad_json("Malformed request body"))?
+            .map_err(request_error)?;
+            Ok(Ruma { body: parsed, caller })
+        })
+    }
+}
+
+/// A JSON body for the endpoints ruma has no type for, with Matrix errors for bad input.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        let mut payload = payload.take();
+        Box::pin(async move {
+            let services = services(&req)?;
+            let body = read_body(&req, &mut payload, services.config.max_request_size).await?;
+            let body = if body.is_empty() { b"{}".to_vec() } else { body };
+            let value: serde_json::Value =
+                serde_json::from_slice(&body).map_err(|_| Error::not_json("Content not JSON"))?;
+            serde_json::from_value(value).map(JsonBody).map_err(|e| Error::bad_json(e.to_string()))
+        })
+    }
+}
+
+/// The authenticated caller, for handlers that are not ruma endpoints.
+pub struct Authenticated(pub Caller);
+
+impl FromRequest for Authenticated {
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self>>>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let services = services(&req)?;
+            let caller = authenticate(&req, &services, true).await?.ok_or_else(Error::missing_token)?;
+            Ok(Authenticated(caller))
+        })
+    }
+}

@@ -1,0 +1,361 @@
+//! Typed configuration: defaults, then an optional TOML file, then the environment.
+//!
+//! Nothing else in the server reads the environment. Invalid settings stop the server at
+//! start with one line that names the bad setting.
+
+use std::{collections::HashMap, net::SocketAddr, path::PathBuf};
+
+use ruma::OwnedServerName;
+use serde::Deserialize;
+
+/// Who may create accounts through `POST /register`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistrationMode {
+    /// Nobody; admins create users with `myelin user create`.
+    Closed,
+    /// Anyone (`m.login.dummy`).
+    Open,
+    /// Only holders of a registration token (`m.login.registration_token`).
+    Token,
+}
+
+/// JWT login (`org.matrix.login.jwt`) settings.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    /// Shared secret (HMAC) or PEM public key (RSA/EC) used to validate tokens.
+    pub secret: String,
+    /// Signing algorithm, e.g. `HS256`.
+    pub algorithm: jsonwebtoken::Algorithm,
+    /// Required `iss` claim, if any.
+    pub issuer: Option<String>,
+    /// Required `aud` claim, if any.
+    pub audience: Option<String>,
+}
+
+/// A token bucket: sustained rate and burst size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Requests per second allowed in the long run.
+    pub per_second: f64,
+    /// Requests allowed at once.
+    pub burst: f64,
+}
+
+/// The validated server configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The Matrix server name (the part after `:` in user IDs).
+    pub server_name: OwnedServerName,
+    /// Address the HTTP listener binds to.
+    pub listen: SocketAddr,
+    /// Directory for the embedded PostgreSQL cluster, media and keys.
+    pub data_dir: PathBuf,
+    /// External PostgreSQL; `None` means the server runs its own cluster under `data_dir`.
+    pub database_url: Option<String>,
+    /// Base URL clients reach the server at (for `/.well-known/matrix/client`).
+    pub public_baseurl: String,
+    /// Registration mode.
+    pub registration: RegistrationMode,
+    /// Whether rate limits are enforced.
+    pub rate_limits_enabled: bool,
+    /// Login attempts per IP address and per account.
+    pub rate_limit_login: RateLimit,
+    /// Registration attempts per IP address.
+    pub rate_limit_registration: RateLimit,
+    /// Largest accepted request body in bytes.
+    pub max_request_size: usize,
+    /// Lifetime of access tokens issued together with a refresh token.
+    pub refreshable_access_token_lifetime_ms: u64,
+    /// JWT login, when configured.
+    pub jwt: Option<JwtConfig>,
+    /// Database connection pool size.
+    pub database_pool_size: usize,
+}
+
+/// The TOML file's shape; every key is optional and named like its environment variable
+/// without the `MYELIN_` prefix, in lower case.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    server_name: Option<String>,
+    listen: Option<String>,
+    data_dir: Option<String>,
+    database_url: Option<String>,
+    public_baseurl: Option<String>,
+    registration: Option<String>,
+    rate_limits: Option<toml::Value>,
+    rate_limit_login_per_second: Option<f64>,
+    rate_limit_login_burst: Option<f64>,
+    rate_limit_registration_per_second: Option<f64>,
+    rate_limit_registration_burst: Option<f64>,
+    max_request_size: Option<toml::Value>,
+    refreshable_access_token_lifetime: Option<toml::Value>,
+    jwt_secret: Option<String>,
+    jwt_algorithm: Option<String>,
+    jwt_issuer: Option<String>,
+    jwt_audience: Option<String>,
+    database_pool_size: Option<toml::Value>,
+}
+
+/// A configuration error: which setting, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {setting}: {problem}")]
+pub struct ConfigError {
+    /// The setting's name as the user wrote it (env var or TOML key).
+    pub setting: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+fn bad(setting: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError { setting: setting.to_owned(), problem: problem.into() }
+}
+
+/// One raw setting: its value and where it came from (for error messages).
+struct Raw {
+    value: String,
+    source: String,
+}
+
+/// Collects raw settings from the file and the environment, environment winning.
+struct Sources {
+    file: HashMap<&'static str, toml::Value>,
+    env: HashMap<String, String>,
+    config_path: Option<PathBuf>,
+}
+
+impl Sources {
+    fn get(&self, key: &'static str) -> Option<Raw> {
+        let env_name = format!("MYELIN_{}", key.to_uppercase());
+        let env_name = if key == "database_url" { "DATABASE_URL".to_owned() } else { env_name };
+        if let Some(value) = self.env.get(&env_name) {
+            return Some(Raw { value: value.clone(), source: env_name });
+        }
+        let value = self.file.get(key)?;
+        let path = self.config_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+        let value = match value {
+            toml::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        Some(Raw { value, source: format!("{key} (in {path})") })
+    }
+}
+
+impl Config {
+    /// Loads the configuration from `MYELIN_CONFIG` (or `config_path`) and the process environment.
+    pub fn load(config_path: Option<PathBuf>) -> Result<Self, ConfigError> {
+        Self::load_from(config_path, std::env::vars().collect())
+    }
+
+    /// Loads the configuration from an explicit environment (used by tests).
+    pub fn load_from(
+        config_path: Option<PathBuf>,
+        env: HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let config_path = config_path.or_else(|| env.get("MYELIN_CONFIG").map(PathBuf::from));
+        let file = match &config_path {
+            Some(path) => read_file(path)?,
+            None => HashMap::new(),
+        };
+        Self::from_sources(&Sources { file, env, config_path })
+    }
+
+    fn from_sources(src: &Sources) -> Result<Self, ConfigError> {
+        let server_name = match src.get("server_name") {
+            Some(raw) => OwnedServerName::try_from(raw.value.as_str())
+                .map_err(|_| bad(&raw.source, format!("'{}' is not a valid server name", raw.value)))?,
+            None => OwnedServerName::try_from("localhost").expect("valid default"),
+        };
+        let listen = match src.get("listen") {
+            Some(raw) => raw
+                .value
+                .parse()
+                .map_err(|_| bad(&raw.source, format!("'{}' is not an address:port", raw.value)))?,
+            None => SocketAddr::from(([127, 0, 0, 1], 8008)),
+        };
+        let data_dir = src.get("data_dir").map_or_else(|| PathBuf::from("myelin-data"), |r| r.value.into());
+        let database_url = src.get("database_url").map(|r| r.value).filter(|v| !v.is_empty());
+        let public_baseurl = match src.get("public_baseurl") {
+            Some(raw) if raw.value.starts_with("http://") || raw.value.starts_with("https://") => {
+                raw.value.trim_end_matches('/').to_owned() + "/"
+            }
+            Some(raw) => return Err(bad(&raw.source, "must start with http:// or https://")),
+            None => format!("http://{listen}/"),
+        };
+        let registration = match src.get("registration") {
+            None => RegistrationMode::Closed,
+            Some(raw) => match raw.value.as_str() {
+                "closed" => RegistrationMode::Closed,
+                "open" => RegistrationMode::Open,
+                "token" => RegistrationMode::Token,
+                other => return Err(bad(&raw.source, format!("'{other}' is not one of closed, open, token"))),
+            },
+        };
+        let rate_limits_enabled = match src.get("rate_limits") {
+            None => true,
+            Some(raw) => match raw.value.as_str() {
+                "on" | "true" => true,
+                "off" | "false" => false,
+                other => return Err(bad(&raw.source, format!("'{other}' is not on or off"))),
+            },
+        };
+        let rate_limit_login = RateLimit {
+            per_second: positive(src, "rate_limit_login_per_second", 0.17)?,
+            burst: positive(src, "rate_limit_login_burst", 3.0)?,
+        };
+        let rate_limit_registration = RateLimit {
+            per_second: positive(src, "rate_limit_registration_per_second", 0.17)?,
+            burst: positive(src, "rate_limit_registration_burst", 3.0)?,
+        };
+        let max_request_size = integer(src, "max_request_size", 10 * 1024 * 1024)? as usize;
+        let refreshable_access_token_lifetime_ms =
+            integer(src, "refreshable_access_token_lifetime", 300)? * 1000;
+        let database_pool_size = integer(src, "database_pool_size", 16)? as usize;
+        let jwt = match src.get("jwt_secret") {
+            None => None,
+            Some(secret) => {
+                let algorithm = match src.get("jwt_algorithm") {
+                    None => jsonwebtoken::Algorithm::HS256,
+                    Some(raw) => raw
+                        .value
+                        .parse()
+                        .map_err(|_| bad(&raw.source, format!("'{}' is not a JWT algorithm", raw.value)))?,
+                };
+                Some(JwtConfig {
+                    secret: secret.value,
+                    algorithm,
+                    issuer: src.get("jwt_issuer").map(|r| r.value),
+                    audience: src.get("jwt_audience").map(|r| r.value),
+                })
+            }
+        };
+        Ok(Config {
+            server_name,
+            listen,
+            data_dir,
+            database_url,
+            public_baseurl,
+            registration,
+            rate_limits_enabled,
+            rate_limit_login,
+            rate_limit_registration,
+            max_request_size,
+            refreshable_access_token_lifetime_ms,
+            jwt,
+            database_pool_size,
+        })
+    }
+}
+
+fn integer(src: &Sources, key: &'static str, default: u64) -> Result<u64, ConfigError> {
+    match src.get(key) {
+        None => Ok(default),
+        Some(raw) => match raw.value.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(bad(&raw.source, format!("'{}' is not a positive integer", raw.value))),
+        },
+    }
+}
+
+fn positive(src: &Sources, key: &'static str, default: f64) -> Result<f64, ConfigError> {
+    match src.get(key) {
+        None => Ok(default),
+        Some(raw) => match raw.value.parse::<f64>() {
+            Ok(n) if n > 0.0 && n.is_finite() => Ok(n),
+            _ => Err(bad(&raw.source, format!("'{}' is not a positive number", raw.value))),
+        },
+    }
+}
+
+fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, ConfigError> {
+    let setting = "MYELIN_CONFIG";
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(setting, format!("cannot read {}: {e}", path.display())))?;
+    let parsed: FileConfig = toml::from_str(&text)
+        .map_err(|e| bad(setting, format!("{}: {}", path.display(), e.message())))?;
+    let FileConfig {
+        server_name,
+        listen,
+        data_dir,
+        database_url,
+        public_baseurl,
+        registration,
+        rate_limits,
+        rate_limit_login_per_second,
+        rate_limit_login_burst,
+        rate_limit_registration_per_second,
+        rate_limit_registration_burst,
+        max_request_size,
+        refreshable_access_token_lifetime,
+        jwt_secret,
+        jwt_algorithm,
+        jwt_issuer,
+        jwt_audience,
+        database_pool_size,
+    } = parsed;
+    let s = |v: Option<String>| v.map(toml::Value::String);
+    let f = |v: Option<f64>| v.map(toml::Value::Float);
+    let entries = [
+        ("server_name", s(server_name)),
+        ("listen", s(listen)),
+        ("data_dir", s(data_dir)),
+        ("database_url", s(database_url)),
+        ("public_baseurl", s(public_baseurl)),
+        ("registration", s(registration)),
+        ("rate_limits", rate_limits),
+        ("rate_limit_login_per_second", f(rate_limit_login_per_second)),
+        ("rate_limit_login_burst", f(rate_limit_login_burst)),
+        ("rate_limit_registration_per_second", f(rate_limit_registration_per_second)),
+        ("rate_limit_registration_burst", f(rate_limit_registration_burst)),
+        ("max_request_size", max_request_size),
+        ("refreshable_access_token_lifetime", refreshable_access_token_lifetime),
+        ("jwt_secret", s(jwt_secret)),
+        ("jwt_algorithm", s(jwt_algorithm)),
+        ("jwt_issuer", s(jwt_issuer)),
+        ("jwt_audience", s(jwt_audience)),
+        ("database_pool_size", database_pool_size),
+    ];
+    Ok(entries.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_serve_localhost_on_8008() {
+        let config = Config::load_from(None, env(&[])).unwrap();
+        assert_eq!(config.server_name.as_str(), "localhost");
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8008");
+        assert_eq!(config.registration, RegistrationMode::Closed);
+        assert!(config.rate_limits_enabled);
+        assert!(config.database_url.is_none());
+    }
+
+    #[test]
+    fn bad_setting_is_named_in_the_error() {
+        let err = Config::load_from(None, env(&[("MYELIN_LISTEN", "nope")])).unwrap_err();
+        assert_eq!(err.to_string(), "invalid configuration: MYELIN_LISTEN: 'nope' is not an address:port");
+        let err = Config::load_from(None, env(&[("MYELIN_REGISTRATION", "maybe")])).unwrap_err();
+        assert!(err.to_string().contains("MYELIN_REGISTRATION"), "{err}");
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let dir = std::env::temp_dir().join(format!("myelin-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("myelin.toml");
+        std::fs::write(&path, "server_name = \"example.org\"\nregistration = \"open\"\nrate_limits = false\n").unwrap();
+        let config = Config::load_from(Some(path.clone()), env(&[("MYELIN_REGISTRATION", "token")])).unwrap();
+        assert_eq!(config.server_name.as_str(), "example.org");
+        assert_eq!(config.registration, RegistrationMode::Token);
+        assert!(!config.rate_limits_enabled);
+        std::fs::write(&path, "server_nam = \"typo\"\n").unwrap();
+        let err = Config::load_from(Some(path), env(&[])).unwrap_err();
+        assert!(err.to_string().contains("server_nam"), "{err}");
+    }
+}

@@ -1,0 +1,11 @@
+//! Myelin: a Matrix homeserver.
+//!
+//! Layers, one way only: [`api`] (HTTP) -> [`service`] (domain logic) -> [`storage`] (SQL).
+
+pub mod api;
+pub mod config;
+pub mod embedded_pg;
+pub mod error;
+pub mod server;
+pub mod service;
+pub mod storage;

@@ -1,0 +1,153 @@
+//! The `myelin` command: serve, migrate, and manage users.
+
+use std::{io::BufRead, net::TcpListener, path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use myelin::{
+    config::Config,
+    embedded_pg::EmbeddedPostgres,
+    server,
+    service::Services,
+    storage::{self, Db},
+};
+
+/// Myelin, a Matrix homeserver.
+///
+/// Configuration comes from an optional TOML file (--config or MYELIN_CONFIG) and the
+/// environment (MYELIN_SERVER_NAME, MYELIN_LISTEN, MYELIN_DATA_DIR, DATABASE_URL,
+/// MYELIN_REGISTRATION, MYELIN_RATE_LIMITS, ...; see README.md). Without DATABASE_URL the
+/// server runs its own PostgreSQL cluster under the data directory.
+#[derive(Parser)]
+#[command(name = "myelin", version)]
+struct Cli {
+    /// Path of the TOML configuration file (overrides MYELIN_CONFIG).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the homeserver (the default): migrate the database, then serve HTTP.
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Manage user accounts.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create an account (the way in when registration is closed).
+    Create {
+        /// Localpart of the new user (the `alice` in `@alice:example.org`).
+        localpart: String,
+        /// Password; read from the first line of standard input when omitted.
+        #[arg(long)]
+        password: Option<String>,
+        /// Make the user a server administrator.
+        #[arg(long)]
+        admin: bool,
+    },
+}
+
+/// The database the server uses, and the embedded cluster if it started one.
+struct Database {
+    url: String,
+    embedded: Option<EmbeddedPostgres>,
+}
+
+impl Database {
+    async fn open(config: &Config) -> Result<Self, String> {
+        if let Some(url) = &config.database_url {
+            return Ok(Database { url: url.clone(), embedded: None });
+        }
+        let pg = EmbeddedPostgres::new(&config.data_dir)?;
+        let started_here = pg.start()?;
+        pg.ensure_database("myelin").await?;
+        let url = pg.url("myelin");
+        Ok(Database { url, embedded: started_here.then_some(pg) })
+    }
+
+    fn close(self) {
+        if let Some(pg) = self.embedded {
+            if let Err(err) = pg.stop() {
+                eprintln!("myelin: could not stop the embedded PostgreSQL: {err}");
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,actix_server=warn".into()),
+        )
+        .init();
+    let config = match Config::load(cli.config) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("myelin: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let database = match Database::open(&config).await {
+        Ok(database) => database,
+        Err(err) => {
+            eprintln!("myelin: database: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = run(cli.command.unwrap_or(Command::Serve), config, &database.url).await;
+    database.close();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("myelin: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, config: Config, database_url: &str) -> Result<(), String> {
+    let applied = storage::run_migrations(database_url).await?;
+    if applied > 0 {
+        tracing::info!(applied, "database migrated");
+    }
+    let db = Db::connect(database_url, config.database_pool_size).map_err(|e| e.to_string())?;
+    match command {
+        Command::Migrate => {
+            println!("myelin: {applied} migration(s) applied; the database is up to date");
+            Ok(())
+        }
+        Command::Serve => {
+            let listener =
+                TcpListener::bind(config.listen).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+            server::serve(Services::new(config, db), listener).await.map_err(|e| e.to_string())
+        }
+        Command::User { command: UserCommand::Create { localpart, password, admin } } => {
+            let password = match password {
+                Some(p) => p,
+                None => {
+                    let mut line = String::new();
+                    std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
+                    line.trim_end_matches(['\r', '\n']).to_owned()
+                }
+            };
+            if password.is_empty() {
+                return Err("a password is required (--password or standard input)".into());
+            }
+            let services = Services::new(config, db);
+            let user_id = services.users.check_available(&localpart).await.map_err(|e| e.to_string())?;
+            services.users.register(&user_id, Some(password), admin, None, None).await.map_err(|e| e.to_string())?;
+            println!("myelin: created {user_id}{}", if admin { " (admin)" } else { "" });
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Domain logic. Handlers call services; services call storage.
+
+pub mod account_data;
+pub mod passwords;
+pub mod rate_limit;
+pub mod registration_tokens;
+pub mod sessions;
+pub mod uia;
+pub mod users;
+
+use std::sync::Arc;
+
+use crate::{config::Config, storage::Db};
+
+/// Every service, built once at start and shared by all requests.
+pub struct Services {
+    /// The validated configuration.
+    pub config: Arc<Config>,
+    /// The database pool.
+    pub db: Db,
+    /// Access tokens, refresh tokens and the token cache.
+    pub sessions: Arc<sessions::Sessions>,
+    /// Accounts, devices, profiles and login.
+    pub users: users::Users,
+    /// User-interactive authentication.
+    pub uia: uia::Uia,
+    /// Request rate limits.
+    pub rate_limit: rate_limit::RateLimiter,
+    /// Account data and filters.
+    pub account_data: account_data::AccountData,
+    /// Registration tokens (admin-managed).
+    pub registration_tokens: registration_tokens::RegistrationTokens,
+}
+
+impl Services {
+    /// Builds the services over a database pool.
+    pub fn new(config: Config, db: Db) -> Arc<Self> {
+        let config = Arc::new(config);
+        let sessions = Arc::new(sessions::Sessions::new(db.clone(), config.clone()));
+        Arc::new(Services {
+            users: users::Users::new(db.clone(), config.clone(), sessions.clone()),
+            uia: uia::Uia::new(db.clone(), config.clone()),
+            rate_limit: rate_limit::RateLimiter::new(&config),
+            account_data: account_data::AccountData::new(db.clone()),
+            registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
+            sessions,
+            config,
+            db,
+        })
+    }
+}

@@ -1,0 +1,186 @@
+//! Access and refresh tokens: issuing, resolving (with an LRU cache) and revoking.
+//!
+//! Tokens are 256 random bits; only their SHA-256 is stored. Revocation removes the hash
+//! from the cache in the same call that deletes it from the database, so a logged-out token
+//! stops working at once in this process. Cached entries also expire after
+//! [`CACHE_TTL`], which bounds how long another server process may still accept it.
+
+use std::{
+    num::NonZeroUsize,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
+use diesel_async::AsyncConnection;
+use lru::LruCache;
+use rand::RngCore;
+use ruma::{OwnedDeviceId, OwnedUserId};
+use sha2::{Digest, Sha256};
+
+use crate::{
+    config::Config,
+    error::{Error, Result},
+    storage::{devices, now_ms, Db},
+};
+
+/// How long a cached token lookup is trusted before the database is asked again.
+pub const CACHE_TTL: Duration = Duration::from_secs(10);
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The user.
+    pub user_id: OwnedUserId,
+    /// The device the token belongs to.
+    pub device_id: OwnedDeviceId,
+    /// Whether the user is a server administrator.
+    pub is_admin: bool,
+}
+
+/// Freshly issued tokens for a device.
+#[derive(Debug, Clone)]
+pub struct IssuedTokens {
+    /// The access token.
+    pub access_token: String,
+    /// The refresh token, when one was asked for.
+    pub refresh_token: Option<String>,
+    /// Lifetime of the access token, when it expires.
+    pub expires_in_ms: Option<u64>,
+}
+
+type TokenHash = [u8; 32];
+
+struct CachedOwner {
+    owner: devices::TokenOwner,
+    fetched: Instant,
+}
+
+/// Token issuing and lookup.
+pub struct Sessions {
+    db: Db,
+    config: Arc<Config>,
+    cache: Mutex<LruCache<TokenHash, CachedOwner>>,
+}
+
+/// Generates a new random token with a readable prefix.
+pub fn generate_token(prefix: &str) -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("{prefix}_{}", URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// SHA-256 of a token: the only form in which tokens are stored.
+pub fn hash_token(token: &str) -> TokenHash {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl Sessions {
+    /// Creates the service with an empty cache.
+    pub fn new(db: Db, config: Arc<Config>) -> Self {
+        Sessions { db, config, cache: Mutex::new(LruCache::new(NonZeroUsize::new(10_000).expect("non-zero"))) }
+    }
+
+    /// Issues tokens for an existing device inside the caller's transaction.
+    pub async fn issue_tokens(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        user_id: &str,
+        device_id: &str,
+        refreshable: bool,
+    ) -> Result<IssuedTokens> {
+        let now = now_ms();
+        let access_token = generate_token("myl");
+        let (refresh_token, refresh_hash, expires_in_ms) = if refreshable {
+            let token = generate_token("mylr");
+            let hash = hash_token(&token);
+            devices::insert_refresh_token(conn, &hash, user_id, device_id, now).await?;
+            (Some(token), Some(hash), Some(self.config.refreshable_access_token_lifetime_ms))
+        } else {
+            (None, None, None)
+        };
+        let expires_ts = expires_in_ms.map(|ms| now + ms as i64);
+        devices::insert_access_token(
+            conn,
+            &hash_token(&access_token),
+            user_id,
+            device_id,
+            expires_ts,
+            refresh_hash.as_ref().map(|h| h.as_slice()),
+            now,
+        )
+        .await?;
+        Ok(IssuedTokens { access_token, refresh_token, expires_in_ms })
+    }
+
+    /// Resolves an access token to its caller, or fails with `M_UNKNOWN_TOKEN`.
+    /// A database lookup (at most once per [`CACHE_TTL`] per token) also records device use.
+    pub async fn authenticate(&self, token: &str, ip: Option<&str>) -> Result<Caller> {
+        let hash = hash_token(token);
+        let cached = {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            match cache.get(&hash) {
+                Some(entry) if entry.fetched.elapsed() < CACHE_TTL => Some(entry.owner.clone()),
+                Some(_) => {
+                    cache.pop(&hash);
+                    None
+                }
+                None => None,
+            }
+        };
+        let owner = match cached {
+            Some(owner) => owner,
+            None => {
+                let mut conn = self.db.conn().await?;
+                let owner = devices::get_token_owner(&mut conn, &hash).await?.ok_or(Error::unknown_token(false))?;
+                devices::touch_device(&mut conn, &owner.user_id, &owner.device_id, now_ms(), ip).await?;
+                let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+                cache.put(hash, CachedOwner { owner: owner.clone(), fetched: Instant::now() });
+                owner
+            }
+        };
+        if owner.expires_ts.is_some_and(|expiry| expiry <= now_ms()) {
+            return Err(Error::unknown_token(true));
+        }
+        Ok(Caller {
+            user_id: OwnedUserId::try_from(owner.user_id).map_err(Error::internal)?,
+            device_id: owner.device_id.into(),
+            is_admin: owner.is_admin,
+        })
+    }
+
+    /// Forgets cached lookups of tokens that were just deleted from the database.
+    pub fn forget_cached(&self, hashes: &[Vec<u8>]) {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        for hash in hashes {
+            if let Ok(hash) = TokenHash::try_from(hash.as_slice()) {
+                cache.pop(&hash);
+            }
+        }
+    }
+
+    /// Revokes every token of one device (logout).
+    pub async fn revoke_device(&self, user_id: &str, device_id: &str) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        let hashes = devices::delete_device_tokens(&mut conn, user_id, device_id).await?;
+        self.forget_cached(&hashes);
+        Ok(())
+    }
+
+    /// Exchanges a refresh token for new tokens; the old pair stops working at once.
+    pub async fn refresh(&self, refresh_token: &str) -> Result<IssuedTokens> {
+        let hash = hash_token(refresh_token);
+        let mut conn = self.db.conn().await?;
+        let (issued, revoked) = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let (user_id, device_id, revoked) = devices::take_refresh_token(conn, &hash)
+                    .await?
+                    .ok_or_else(|| Error::unknown_token(false))?;
+                let issued = self.issue_tokens(conn, &user_id, &device_id, true).await?;
+                Ok((issued, revoked))
+            })
+            .await?;
+        self.forget_cached(&revoked);
+        Ok(issued)
+    }
+}

@@ -1,0 +1,231 @@
+//! User-interactive authentication (UIA): flows, stages and sessions kept in PostgreSQL.
+//!
+//! A call to [`Uia::check`] commits the stage it processed even when more stages remain
+//! (the 401 that follows must not roll progress back). A session that completed a flow is
+//! consumed by [`Uia::finish`] inside the protected operation's own transaction, so two
+//! requests racing with one completed session cannot both succeed.
+
+use std::sync::Arc;
+
+use actix_web::http::StatusCode;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use ruma::{api::client::uiaa::{AuthData, UserIdentifier}, UserId};
+use serde_json::{json, Value};
+
+use super::{passwords, sessions::generate_token};
+use crate::{
+    config::{Config, RegistrationMode},
+    error::{Error, Result},
+    storage::{now_ms, registration, users, Db},
+};
+
+const DUMMY: &str = "m.login.dummy";
+const PASSWORD: &str = "m.login.password";
+const REGISTRATION_TOKEN: &str = "m.login.registration_token";
+
+/// Sessions older than this are treated as unknown.
+const SESSION_LIFETIME_MS: i64 = 60 * 60 * 1000;
+
+/// What the authentication protects.
+#[derive(Debug, Clone, Copy)]
+pub enum Purpose<'a> {
+    /// Creating an account.
+    Register,
+    /// A sensitive action on an existing account (password change, deactivation, device deletion).
+    Account(&'a UserId),
+}
+
+/// A completed UIA session, to be consumed with [`Uia::finish`].
+#[derive(Debug, Clone)]
+pub struct Completed {
+    session_id: String,
+    /// The registration token the session validated, if any.
+    pub registration_token: Option<String>,
+}
+
+/// User-interactive authentication.
+pub struct Uia {
+    db: Db,
+    config: Arc<Config>,
+}
+
+enum StageResult {
+    Done,
+    Failed(Error),
+}
+
+impl Uia {
+    /// Creates the service.
+    pub fn new(db: Db, config: Arc<Config>) -> Self {
+        Uia { db, config }
+    }
+
+    async fn flows(&self, conn: &mut AsyncPgConnection, purpose: Purpose<'_>) -> Result<Vec<Vec<&'static str>>> {
+        Ok(match purpose {
+            Purpose::Register => match self.config.registration {
+                RegistrationMode::Open => vec![vec![DUMMY]],
+                RegistrationMode::Token => vec![vec![REGISTRATION_TOKEN]],
+                RegistrationMode::Closed => return Err(Error::forbidden("Registration is disabled")),
+            },
+            Purpose::Account(user_id) => {
+                let user = users::get_user(conn, user_id.as_str()).await?;
+                // Accounts without a password (JWT logins) have nothing to re-authenticate with.
+                if user.and_then(|u| u.password_hash).is_some() {
+                    vec![vec![PASSWORD]]
+                } else {
+                    vec![vec![DUMMY]]
+                }
+            }
+        })
+    }
+
+    /// Processes the client's `auth` object. Returns the completed session, or a 401 UIA
+    /// error listing the flows and what is completed so far.
+    pub async fn check(&self, auth: Option<&AuthData>, purpose: Purpose<'_>) -> Result<Completed> {
+        let mut conn = self.db.conn().await?;
+        let flows = self.flows(&mut conn, purpose).await?;
+        let outcome = conn
+            .transaction::<_, Error, _>(async |conn| self.process(conn, auth, purpose, &flows).await)
+            .await?;
+        match outcome {
+            Ok(completed) => Ok(completed),
+            Err((session_id, done, failure)) => Err(uia_error(&flows, &session_id, &done, failure)),
+        }
+    }
+
+    /// Runs one stage inside a transaction. `Ok(Err(..))` means "not finished yet", with the
+    /// progress committed.
+    #[allow(clippy::type_complexity)]
+    async fn process(
+        &self,
+        conn: &mut AsyncPgConnection,
+        auth: Option<&AuthData>,
+        purpose: Purpose<'_>,
+        flows: &[Vec<&'static str>],
+    ) -> Result<std::result::Result<Completed, (String, Vec<String>, Option<Error>)>> {
+        let owner = match purpose {
+            Purpose::Register => None,
+            Purpose::Account(user_id) => Some(user_id.as_str()),
+        };
+        let existing = match auth.and_then(|a| a.session()) {
+            Some(id) => {
+                let row = registration::get_uia_session_for_update(conn, id)
+                    .await?
+                    .filter(|row| row.created_ts + SESSION_LIFETIME_MS > now_ms())
+                    .ok_or_else(|| Error::matrix(StatusCode::BAD_REQUEST, "M_UNKNOWN", "Unknown session ID"))?;
+                if row.user_id.as_deref() != owner {
+                    return Err(Error::forbidden("This session belongs to another request"));
+                }
+                Some(row)
+            }
+            None => None,
+        };
+        let (session_id, mut done, mut token) = match existing {
+            Some(row) => {
+                let done: Vec<String> = serde_json::from_value(row.completed_stages).unwrap_or_default();
+                (row.session_id, done, row.registration_token)
+            }
+            None => {
+                let id = generate_token("uia");
+                registration::insert_uia_session(conn, &id, owner, now_ms()).await?;
+                (id, Vec::new(), None)
+            }
+        };
+
+        let mut failure = None;
+        if let Some(auth) = auth {
+            match self.run_stage(conn, auth, purpose, flows).await? {
+                StageResult::Done => {
+                    let stage = auth.auth_type().map(|t| t.as_str().to_owned()).unwrap_or_default();
+                    if let AuthData::RegistrationToken(t) = auth {
+                        token = Some(t.token.clone());
+                    }
+                    if !done.contains(&stage) {
+                        done.push(stage);
+                    }
+                    registration::update_uia_session(conn, &session_id, &json!(done), token.as_deref()).await?;
+                }
+                StageResult::Failed(err) => failure = Some(err),
+            }
+        }
+        let finished = flows.iter().any(|flow| flow.iter().all(|stage| done.iter().any(|d| d == stage)));
+        if finished && failure.is_none() {
+            Ok(Ok(Completed { session_id, registration_token: token }))
+        } else {
+            Ok(Err((session_id, done, failure)))
+        }
+    }
+
+    async fn run_stage(
+        &self,
+        conn: &mut AsyncPgConnection,
+        auth: &AuthData,
+        purpose: Purpose<'_>,
+        flows: &[Vec<&'static str>],
+    ) -> Result<StageResult> {
+        let stage = auth.auth_type().map(|t| t.as_str().to_owned()).unwrap_or_default();
+        if !flows.iter().flatten().any(|s| *s == stage) {
+            let err = Error::matrix(StatusCode::UNAUTHORIZED, "M_UNRECOGNIZED", format!("Unsupported stage {stage}"));
+            return Ok(StageResult::Failed(err));
+        }
+        Ok(match auth {
+            AuthData::Dummy(_) => StageResult::Done,
+            AuthData::Password(password) => {
+                let Purpose::Account(user_id) = purpose else {
+                    return Ok(StageResult::Failed(Error::forbidden("Password authentication needs an account")));
+                };
+                let same_user = match &password.identifier {
+                    UserIdentifier::Matrix(id) => {
+                        id.user == user_id.as_str() || id.user.to_lowercase() == user_id.localpart()
+                    }
+                    _ => false,
+                };
+                let hash = users::get_user(conn, user_id.as_str()).await?.and_then(|u| u.password_hash);
+                let valid = match (same_user, hash) {
+                    (true, Some(hash)) => passwords::verify_password(password.password.clone(), hash).await?,
+                    _ => false,
+                };
+                if valid {
+                    StageResult::Done
+                } else {
+                    StageResult::Failed(Error::forbidden("Invalid username or password"))
+                }
+            }
+            AuthData::RegistrationToken(t) => {
+                if registration::reserve_registration_token(conn, &t.token, now_ms()).await? {
+                    StageResult::Done
+                } else {
+                    let err = Error::matrix(StatusCode::UNAUTHORIZED, "M_UNAUTHORIZED", "Invalid registration token");
+                    StageResult::Failed(err)
+                }
+            }
+            _ => StageResult::Failed(Error::matrix(StatusCode::UNAUTHORIZED, "M_UNRECOGNIZED", "Unsupported stage")),
+        })
+    }
+
+    /// Consumes a completed session inside the protected operation's transaction.
+    pub async fn finish(&self, conn: &mut AsyncPgConnection, completed: &Completed) -> Result<()> {
+        if registration::get_uia_session_for_update(conn, &completed.session_id).await?.is_none() {
+            return Err(Error::forbidden("This authentication session was already used"));
+        }
+        registration::delete_uia_session(conn, &completed.session_id).await?;
+        if let Some(token) = &completed.registration_token {
+            registration::complete_registration_token(conn, token).await?;
+        }
+        Ok(())
+    }
+}
+
+fn uia_error(flows: &[Vec<&'static str>], session: &str, completed: &[String], failure: Option<Error>) -> Error {
+    let mut body = json!({
+        "flows": flows.iter().map(|stages| json!({ "stages": stages })).collect::<Vec<_>>(),
+        "params": {},
+        "session": session,
+        "completed": completed,
+    });
+    if let Some(Error::Matrix { errcode, message, .. }) = failure {
+        body["errcode"] = Value::from(errcode);
+        body["error"] = Value::from(message);
+    }
+    Error::Uia(body)
+}

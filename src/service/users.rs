@@ -1,0 +1,407 @@
+//! Accounts: registration, login, passwords, deactivation, profiles and devices.
+
+use std::sync::Arc;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use rand::{distr::Alphanumeric, Rng};
+use ruma::{OwnedDeviceId, OwnedUserId, UserId};
+use serde_json::Value;
+
+use super::{
+    passwords,
+    sessions::{IssuedTokens, Sessions},
+    uia::{Completed, Uia},
+};
+use crate::{
+    config::Config,
+    error::{Error, Result},
+    storage::{devices, is_unique_violation, now_ms, users, Db},
+};
+
+/// What a new login (or registration with login) hands back to the client.
+#[derive(Debug, Clone)]
+pub struct LoginSession {
+    /// The user.
+    pub user_id: OwnedUserId,
+    /// The device the tokens belong to.
+    pub device_id: OwnedDeviceId,
+    /// The tokens.
+    pub tokens: IssuedTokens,
+}
+
+/// A device as the devices API shows it.
+pub use devices::DeviceRow as Device;
+
+/// Which device a login should use and whether it wants a refresh token.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceRequest {
+    /// Existing or desired device ID; generated when absent.
+    pub device_id: Option<OwnedDeviceId>,
+    /// Display name for a new device.
+    pub display_name: Option<String>,
+    /// Whether to issue a refresh token (and an expiring access token).
+    pub refresh_token: bool,
+}
+
+/// Account management.
+pub struct Users {
+    db: Db,
+    config: Arc<Config>,
+    sessions: Arc<Sessions>,
+}
+
+/// Generates a device ID like `ABCDEFGHIJ`.
+fn generate_device_id() -> OwnedDeviceId {
+    let id: String = rand::rng()
+        .sample_iter(&Alphanumeric)
+        .map(|c| (c as char).to_ascii_uppercase())
+        .filter(char::is_ascii_uppercase)
+        .take(10)
+        .collect();
+    id.into()
+}
+
+impl Users {
+    /// Creates the service.
+    pub fn new(db: Db, config: Arc<Config>, sessions: Arc<Sessions>) -> Self {
+        Users { db, config, sessions }
+    }
+
+    /// Checks a requested localpart and turns it into a user ID on this server.
+    pub fn user_id_for(&self, localpart: &str) -> Result<OwnedUserId> {
+        if localpart.is_empty() {
+            return Err(Error::invalid_username("User ID cannot be empty"));
+        }
+        if localpart.starts_with('_') {
+            return Err(Error::invalid_username("User ID may not begin with _"));
+        }
+        let allowed = |c: char| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '=' | '-' | '/' | '+');
+        if !localpart.chars().all(allowed) {
+            return Err(Error::invalid_username(
+                "User ID can only contain characters a-z, 0-9, or '=_-./+'",
+            ));
+        }
+        let user_id = format!("@{localpart}:{}", self.config.server_name);
+        if user_id.len() > 255 {
+            return Err(Error::invalid_username("User ID is too long"));
+        }
+        UserId::parse(user_id).map_err(|_| Error::invalid_username("Invalid user ID"))
+    }
+
+    /// Whether a localpart is free to register.
+    pub async fn check_available(&self, localpart: &str) -> Result<OwnedUserId> {
+        let user_id = self.user_id_for(localpart)?;
+        let mut conn = self.db.conn().await?;
+        if users::localpart_exists(&mut conn, localpart).await? {
+            return Err(Error::user_in_use());
+        }
+        Ok(user_id)
+    }
+
+    /// Picks an unused numeric localpart, as Synapse does when no username is given.
+    pub async fn generate_localpart(&self) -> Result<String> {
+        let mut conn = self.db.conn().await?;
+        for _ in 0..10 {
+            let candidate = rand::rng().random_range(10_000_000u64..100_000_000).to_string();
+            if !users::localpart_exists(&mut conn, &candidate).await? {
+                return Ok(candidate);
+            }
+        }
+        Err(Error::internal("could not find a free localpart"))
+    }
+
+    /// Creates an account (and, unless `device` is `None`, a device with tokens).
+    /// `uia` is consumed in the same transaction.
+    pub async fn register(
+        &self,
+        user_id: &UserId,
+        password: Option<String>,
+        is_admin: bool,
+        uia: Option<(&Uia, &Completed)>,
+        device: Option<DeviceRequest>,
+    ) -> Result<Option<LoginSession>> {
+        let password_hash = match password {
+            Some(p) => Some(passwords::hash_password(p).await?),
+            None => None,
+        };
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            if let Some((uia, completed)) = uia {
+                uia.finish(conn, completed).await?;
+            }
+            let new_user = users::NewUser {
+                user_id: user_id.as_str(),
+                localpart: user_id.localpart(),
+                password_hash: password_hash.as_deref(),
+                is_admin,
+                created_ts: now_ms(),
+            };
+            users::insert_user(conn, &new_user).await.map_err(|e| {
+                if is_unique_violation(&e) { Error::user_in_use() } else { e.into() }
+            })?;
+            users::set_profile_field(conn, user_id.as_str(), "displayname", &Value::from(user_id.localpart()))
+                .await?;
+            match device {
+                Some(device) => Ok(Some(self.open_session(conn, user_id, device).await?)),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
+    /// Creates (or reuses) a device and issues tokens for it inside a transaction.
+    /// Reusing a device ID revokes the tokens it had before, as the spec requires.
+    async fn open_session(
+        &self,
+        conn: &mut AsyncPgConnection,
+        user_id: &UserId,
+        device: DeviceRequest,
+    ) -> Result<LoginSession> {
+        let device_id = device.device_id.unwrap_or_else(generate_device_id);
+        devices::upsert_device(conn, user_id.as_str(), device_id.as_str(), device.display_name.as_deref(), now_ms())
+            .await?;
+        let revoked = devices::delete_device_tokens(conn, user_id.as_str(), device_id.as_str()).await?;
+        self.sessions.forget_cached(&revoked);
+        let tokens = self.sessions.issue_tokens(conn, user_id.as_str(), device_id.as_str(), device.refresh_token).await?;
+        Ok(LoginSession { user_id: user_id.to_owned(), device_id, tokens })
+    }
+
+    /// Logs a user in on a (new or existing) device.
+    pub async fn login(&self, user_id: &UserId, device: DeviceRequest) -> Result<LoginSession> {
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| self.open_session(conn, user_id, device).await).await
+    }
+
+    /// Resolves an `m.id.user` identifier (localpart or full ID) to a local user ID.
+    pub fn resolve_identifier(&self, user: &str) -> Result<OwnedUserId> {
+        let forbidden = || Error::forbidden("Invalid username or password");
+        if user.starts_with('@') {
+            let user_id = UserId::parse(user.to_lowercase()).map_err(|_| forbidden())?;
+            if user_id.server_name() != self.config.server_name {
+                return Err(forbidden());
+            }
+            Ok(user_id)
+        } else {
+            self.user_id_for(&user.to_lowercase()).map_err(|_| forbidden())
+        }
+    }
+
+    /// Checks a password login; every failure looks the same to the client.
+    pub async fn check_password(&self, user_id: &UserId, password: &str) -> Result<()> {
+        let forbidden = || Error::forbidden("Invalid username or password");
+        let mut conn = self.db.conn().await?;
+        let user = users::get_user(&mut conn, user_id.as_str()).await?.ok_or_else(forbidden)?;
+        if user.deactivated {
+            return Err(Error::user_deactivated());
+        }
+        let hash = user.password_hash.ok_or_else(forbidden)?;
+        if passwords::verify_password(password.to_owned(), hash).await? {
+            Ok(())
+        } else {
+            Err(forbidden())
+        }
+    }
+
+    /// Validates a JWT (`org.matrix.login.jwt`) and returns the user it names, creating the
+    /// account on first login as Synapse does.
+    pub async fn check_jwt(&self, token: &str) -> Result<OwnedUserId> {
+        let jwt = self.config.jwt.as_ref().ok_or_else(|| Error::unknown("JWT login is not enabled"))?;
+        let key = match jwt.algorithm {
+            jsonwebtoken::Algorithm::HS256 | jsonwebtoken::Algorithm::HS384 | jsonwebtoken::Algorithm::HS512 => {
+                jsonwebtoken::DecodingKey::from_secret(jwt.secret.as_bytes())
+            }
+            jsonwebtoken::Algorithm::ES256 | jsonwebtoken::Algorithm::ES384 => {
+                jsonwebtoken::DecodingKey::from_ec_pem(jwt.secret.as_bytes())
+            }
+            jsonwebtoken::Algorithm::EdDSA => jsonwebtoken::DecodingKey::from_ed_pem(jwt.secret.as_bytes()),
+            _ => jsonwebtoken::DecodingKey::from_rsa_pem(jwt.secret.as_bytes()),
+        }
+        .map_err(|e| Error::internal(format!("JWT key: {e}")))?;
+        let mut validation = jsonwebtoken::Validation::new(jwt.algorithm);
+        validation.required_spec_claims.clear();
+        validation.required_spec_claims.insert("sub".into());
+        match &jwt.issuer {
+            Some(iss) => validation.set_issuer(&[iss]),
+            None => validation.iss = None,
+        }
+        match &jwt.audience {
+            Some(aud) => validation.set_audience(&[aud]),
+            None => validation.validate_aud = false,
+        }
+        #[derive(serde::Deserialize)]
+        struct Claims {
+            sub: String,
+        }
+        let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation)
+            .map_err(|e| Error::forbidden(format!("JWT validation failed: {e}")))?
+            .claims;
+        let user_id = self.resolve_identifier(&claims.sub)?;
+        let mut conn = self.db.conn().await?;
+        match users::get_user(&mut conn, user_id.as_str()).await? {
+            Some(user) if user.deactivated => Err(Error::user_deactivated()),
+            Some(_) => Ok(user_id),
+            None => {
+                drop(conn);
+                self.user_id_for(user_id.localpart())?;
+                match self.register(&user_id, None, false, None, None).await {
+                    Ok(_) => Ok(user_id),
+                    // Two first logins raced; the account exists now, which is all we need.
+                    Err(Error::Matrix { errcode: "M_USER_IN_USE", .. }) => Ok(user_id),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Sets a new password; optionally logs out every other device.
+    pub async fn change_password(
+        &self,
+        user_id: &UserId,
+        new_password: String,
+        logout_devices: bool,
+        keep_device: Option<&str>,
+        uia: (&Uia, &Completed),
+    ) -> Result<()> {
+        let hash = passwords::hash_password(new_password).await?;
+        let mut conn = self.db.conn().await?;
+        let revoked = conn
+            .transaction::<_, Error, _>(async |conn| {
+                uia.0.finish(conn, uia.1).await?;
+                users::set_password_hash(conn, user_id.as_str(), Some(&hash)).await?;
+                if logout_devices {
+                    let keep = keep_device.map(|d| vec![d.to_owned()]).unwrap_or_default();
+                    let others: Vec<String> = devices::get_device_ids(conn, user_id.as_str())
+                        .await?
+                        .into_iter()
+                        .filter(|d| !keep.contains(d))
+                        .collect();
+                    let mut revoked = devices::delete_devices(conn, user_id.as_str(), &others).await?;
+                    revoked.extend(devices::delete_user_tokens(conn, user_id.as_str(), keep_device).await?);
+                    Ok(revoked)
+                } else {
+                    Ok(Vec::new())
+                }
+            })
+            .await?;
+        self.sessions.forget_cached(&revoked);
+        Ok(())
+    }
+
+    /// Deactivates an account: no more logins, every device and token gone, profile erased.
+    pub async fn deactivate(&self, user_id: &UserId, uia: Option<(&Uia, &Completed)>) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        let revoked = conn
+            .transaction::<_, Error, _>(async |conn| {
+                if let Some((uia, completed)) = uia {
+                    uia.finish(conn, completed).await?;
+                }
+                users::deactivate_user(conn, user_id.as_str()).await?;
+                users::delete_profile_fields(conn, user_id.as_str(), None).await?;
+                let all = devices::get_device_ids(conn, user_id.as_str()).await?;
+                Ok(devices::delete_devices(conn, user_id.as_str(), &all).await?)
+            })
+            .await?;
+        self.sessions.forget_cached(&revoked);
+        Ok(())
+    }
+
+    /// Whether the user exists on this server.
+    pub async fn exists(&self, user_id: &UserId) -> Result<bool> {
+        let mut conn = self.db.conn().await?;
+        Ok(users::get_user(&mut conn, user_id.as_str()).await?.is_some())
+    }
+
+    /// The user's profile fields; `M_NOT_FOUND` when the user does not exist.
+    pub async fn get_profile(&self, user_id: &UserId) -> Result<Vec<(String, Value)>> {
+        let mut conn = self.db.conn().await?;
+        let user = users::get_user(&mut conn, user_id.as_str()).await?;
+        if user.is_none() || user_id.server_name() != self.config.server_name {
+            return Err(Error::not_found("Profile not found"));
+        }
+        Ok(users::get_profile(&mut conn, user_id.as_str()).await?)
+    }
+
+    /// One profile field; `M_NOT_FOUND` when the user or the field does not exist.
+    pub async fn get_profile_field(&self, user_id: &UserId, field: &str) -> Result<Value> {
+        let mut conn = self.db.conn().await?;
+        if users::get_user(&mut conn, user_id.as_str()).await?.is_none() {
+            return Err(Error::not_found("Profile not found"));
+        }
+        users::get_profile_field(&mut conn, user_id.as_str(), field)
+            .await?
+            .ok_or_else(|| Error::not_found("Profile field not set"))
+    }
+
+    /// Sets (or with `None` deletes) one of the caller's own profile fields.
+    pub async fn set_profile_field(&self, user_id: &UserId, field: &str, value: Option<&Value>) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        match value {
+            Some(value) => users::set_profile_field(&mut conn, user_id.as_str(), field, value).await?,
+            None => users::delete_profile_fields(&mut conn, user_id.as_str(), Some(field)).await?,
+        }
+        Ok(())
+    }
+
+    /// All devices of a user.
+    pub async fn get_devices(&self, user_id: &UserId) -> Result<Vec<Device>> {
+        let mut conn = self.db.conn().await?;
+        Ok(devices::get_devices(&mut conn, user_id.as_str()).await?)
+    }
+
+    /// One device; `M_NOT_FOUND` when the user has no such device.
+    pub async fn get_device(&self, user_id: &UserId, device_id: &str) -> Result<Device> {
+        let mut conn = self.db.conn().await?;
+        devices::get_device(&mut conn, user_id.as_str(), device_id)
+            .await?
+            .ok_or_else(|| Error::not_found("Unknown device"))
+    }
+
+    /// Renames a device; `M_NOT_FOUND` when it does not exist.
+    pub async fn rename_device(&self, user_id: &UserId, device_id: &str, name: Option<&str>) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        if devices::rename_device(&mut conn, user_id.as_str(), device_id, name).await? {
+            Ok(())
+        } else {
+            Err(Error::not_found("Unknown device"))
+        }
+    }
+
+    /// Deletes devices and revokes their tokens at once.
+    pub async fn delete_devices(
+        &self,
+        user_id: &UserId,
+        device_ids: &[String],
+        uia: (&Uia, &Completed),
+    ) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        let revoked = conn
+            .transaction::<_, Error, _>(async |conn| {
+                uia.0.finish(conn, uia.1).await?;
+                Ok(devices::delete_devices(conn, user_id.as_str(), device_ids).await?)
+            })
+            .await?;
+        self.sessions.forget_cached(&revoked);
+        Ok(())
+    }
+
+    /// Logs out every device of the user (`/logout/all`): tokens die, devices are removed.
+    pub async fn logout_all(&self, user_id: &UserId) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        let revoked = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let all = devices::get_device_ids(conn, user_id.as_str()).await?;
+                Ok(devices::delete_devices(conn, user_id.as_str(), &all).await?)
+            })
+            .await?;
+        self.sessions.forget_cached(&revoked);
+        Ok(())
+    }
+
+    /// Logs out one device (`/logout`): its tokens die and the device is removed, as Synapse does.
+    pub async fn logout(&self, user_id: &UserId, device_id: &str) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        let revoked = devices::delete_devices(&mut conn, user_id.as_str(), &[device_id.to_owned()]).await?;
+        self.sessions.forget_cached(&revoked);
+        Ok(())
+    }
+}

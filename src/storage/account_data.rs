@@ -1,0 +1,72 @@
+//! Account data (global and per room) and stored filters.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::Value;
+
+use super::schema::{account_data, filters};
+
+/// Room ID used for global account data.
+pub const GLOBAL: &str = "";
+
+/// One account-data entry; `room_id` is [`GLOBAL`] for global data.
+pub async fn get_account_data(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    room_id: &str,
+    data_type: &str,
+) -> QueryResult<Option<Value>> {
+    account_data::table
+        .find((user_id, room_id, data_type))
+        .select(account_data::content)
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Sets an account-data entry, moving it to a new stream position.
+pub async fn set_account_data(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    room_id: &str,
+    data_type: &str,
+    content: &Value,
+) -> QueryResult<i64> {
+    diesel::insert_into(account_data::table)
+        .values((
+            account_data::user_id.eq(user_id),
+            account_data::room_id.eq(room_id),
+            account_data::data_type.eq(data_type),
+            account_data::content.eq(content),
+        ))
+        .on_conflict((account_data::user_id, account_data::room_id, account_data::data_type))
+        .do_update()
+        .set((
+            account_data::content.eq(content),
+            account_data::stream_ordering.eq(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                "nextval('account_data_stream_seq')",
+            )),
+        ))
+        .returning(account_data::stream_ordering)
+        .get_result(conn)
+        .await
+}
+
+/// Stores a filter and returns its ID.
+pub async fn insert_filter(conn: &mut AsyncPgConnection, user_id: &str, content: &Value) -> QueryResult<i64> {
+    diesel::insert_into(filters::table)
+        .values((filters::user_id.eq(user_id), filters::content.eq(content)))
+        .returning(filters::filter_id)
+        .get_result(conn)
+        .await
+}
+
+/// Loads a stored filter.
+pub async fn get_filter(conn: &mut AsyncPgConnection, user_id: &str, filter_id: i64) -> QueryResult<Option<Value>> {
+    filters::table
+        .find((user_id, filter_id))
+        .select(filters::content)
+        .first(conn)
+        .await
+        .optional()
+}

@@ -1,0 +1,77 @@
+//! PostgreSQL storage: the connection pool, migrations and every SQL query.
+//!
+//! Query functions take a connection so services can compose several into one transaction.
+//! Lookups return `Option`; the service decides what a missing row means.
+
+pub mod account_data;
+pub mod devices;
+pub mod registration;
+pub mod schema;
+pub mod users;
+
+use diesel_async::{
+    async_connection_wrapper::AsyncConnectionWrapper,
+    pooled_connection::{
+        deadpool::{Object, Pool},
+        AsyncDieselConnectionManager,
+    },
+    AsyncPgConnection,
+};
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+use crate::error::{Error, Result};
+
+/// A pooled connection.
+pub type Conn = Object<AsyncPgConnection>;
+
+/// The migrations in `migrations/`, compiled into the binary.
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// The connection pool.
+#[derive(Clone)]
+pub struct Db {
+    pool: Pool<AsyncPgConnection>,
+}
+
+impl Db {
+    /// Builds a pool for `url`; connections are made lazily.
+    pub fn connect(url: &str, max_size: usize) -> Result<Self> {
+        let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
+        let pool = Pool::builder(manager).max_size(max_size).build().map_err(Error::internal)?;
+        Ok(Db { pool })
+    }
+
+    /// Takes a connection from the pool.
+    pub async fn conn(&self) -> Result<Conn> {
+        Ok(self.pool.get().await?)
+    }
+}
+
+/// Applies every pending migration to the database at `url`; returns how many ran.
+pub async fn run_migrations(url: &str) -> Result<usize, String> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)
+            .map_err(|e| format!("cannot connect to the database: {e}"))?;
+        let applied = conn.run_pending_migrations(MIGRATIONS).map_err(|e| format!("migration failed: {e}"))?;
+        Ok(applied.len())
+    })
+    .await
+    .map_err(|e| format!("migration task failed: {e}"))?
+}
+
+/// Milliseconds since the Unix epoch, the unit of every `*_ts` column.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// True when a diesel error is a unique-constraint violation (a lost race on an insert).
+pub fn is_unique_violation(err: &diesel::result::Error) -> bool {
+    matches!(
+        err,
+        diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, _)
+    )
+}

@@ -1,0 +1,12 @@
+//! Integration tests: the real `myelin` binary over HTTP against a real PostgreSQL.
+//!
+//! Each test gets its own database (cloned from a migrated template) and its own server
+//! process, so tests run in parallel.
+
+mod accounts;
+mod api_spec;
+mod devices;
+mod errors;
+mod profile_and_account_data;
+mod startup;
+mod support;

@@ -1,0 +1,162 @@
+//! A small typed HTTP client for the Client-Server API.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+/// An HTTP client, optionally logged in.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    /// Base URL of the server.
+    pub base: String,
+    /// Access token, once logged in.
+    pub token: Option<String>,
+    /// User ID, once logged in.
+    pub user_id: String,
+    /// Device ID, once logged in.
+    pub device_id: String,
+}
+
+/// A response: status and JSON body (`Value::Null` when the body is not JSON).
+#[derive(Debug)]
+pub struct Response {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Parsed JSON body.
+    pub body: Value,
+    /// Response headers.
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl Response {
+    /// Asserts a 200 and returns the body.
+    #[track_caller]
+    pub fn ok(self) -> Value {
+        assert_eq!(self.status, StatusCode::OK, "expected 200, got {}: {}", self.status, self.body);
+        self.body
+    }
+
+    /// Asserts a Matrix error with this status and errcode.
+    #[track_caller]
+    pub fn assert_error(&self, status: u16, errcode: &str) {
+        assert_eq!(self.status.as_u16(), status, "unexpected status; body: {}", self.body);
+        assert_eq!(self.body["errcode"], errcode, "unexpected errcode; body: {}", self.body);
+        assert!(self.body["error"].is_string(), "error text missing: {}", self.body);
+    }
+}
+
+impl Client {
+    /// A client for `base` without a token.
+    pub fn new(base: &str) -> Self {
+        Client {
+            http: reqwest::Client::new(),
+            base: base.to_owned(),
+            token: None,
+            user_id: String::new(),
+            device_id: String::new(),
+        }
+    }
+
+    /// Sends a request with an optional JSON body.
+    pub async fn request(&self, method: Method, path: &str, body: Option<Value>) -> Response {
+        let mut request = self.http.request(method, format!("{}{}", self.base, path));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request failed");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.unwrap_or_default();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Response { status, body, headers }
+    }
+
+    /// Sends raw bytes (for malformed-input tests).
+    pub async fn raw(&self, method: Method, path: &str, body: Vec<u8>) -> Response {
+        let mut request = self.http.request(method, format!("{}{}", self.base, path)).body(body);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("request failed");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.unwrap_or_default();
+        Response { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), headers }
+    }
+
+    /// `GET`.
+    pub async fn get(&self, path: &str) -> Response {
+        self.request(Method::GET, path, None).await
+    }
+
+    /// `POST` with JSON.
+    pub async fn post(&self, path: &str, body: Value) -> Response {
+        self.request(Method::POST, path, Some(body)).await
+    }
+
+    /// `PUT` with JSON.
+    pub async fn put(&self, path: &str, body: Value) -> Response {
+        self.request(Method::PUT, path, Some(body)).await
+    }
+
+    /// `DELETE` with JSON.
+    pub async fn delete(&self, path: &str, body: Value) -> Response {
+        self.request(Method::DELETE, path, Some(body)).await
+    }
+
+    /// This client logged in as the session in a login/register response.
+    pub fn with_session(&self, body: &Value) -> Client {
+        let mut client = self.clone();
+        client.token = body["access_token"].as_str().map(str::to_owned);
+        client.user_id = body["user_id"].as_str().unwrap_or_default().to_owned();
+        client.device_id = body["device_id"].as_str().unwrap_or_default().to_owned();
+        client
+    }
+
+    /// Registers with `m.login.dummy` and returns the logged-in client.
+    pub async fn register(&self, localpart: &str, password: &str) -> Client {
+        let body = self
+            .post(
+                "/_matrix/client/v3/register",
+                json!({ "username": localpart, "password": password, "auth": { "type": "m.login.dummy" } }),
+            )
+            .await
+            .ok();
+        self.with_session(&body)
+    }
+
+    /// Logs in with a password and returns the logged-in client.
+    pub async fn login(&self, user: &str, password: &str) -> Client {
+        let body = self.login_response(user, password).await.ok();
+        self.with_session(&body)
+    }
+
+    /// The raw response of a password login.
+    pub async fn login_response(&self, user: &str, password: &str) -> Response {
+        self.post(
+            "/_matrix/client/v3/login",
+            json!({
+                "type": "m.login.password",
+                "identifier": { "type": "m.id.user", "user": user },
+                "password": password,
+            }),
+        )
+        .await
+    }
+
+    /// UIA password auth object for this user.
+    pub fn password_auth(&self, password: &str, session: Option<&str>) -> Value {
+        let mut auth = json!({
+            "type": "m.login.password",
+            "identifier": { "type": "m.id.user", "user": self.user_id },
+            "password": password,
+        });
+        if let Some(session) = session {
+            auth["session"] = json!(session);
+        }
+        auth
+    }
+}

@@ -1,0 +1,258 @@
+//! Test support: a throwaway database per test and the real `myelin` binary serving it over HTTP.
+
+pub mod client;
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use rand::Rng;
+
+pub use client::Client;
+
+/// Where test databases are created: the admin URL and the migrated template's name.
+struct Cluster {
+    admin_url: String,
+    url_for: Box<dyn Fn(&str) -> String + Send + Sync>,
+    template: String,
+}
+
+static CLUSTER: tokio::sync::OnceCell<Cluster> = tokio::sync::OnceCell::const_new();
+
+/// The template database is named after a hash of the migrations, so a changed schema gets a
+/// fresh template and concurrent test processes share an unchanged one.
+fn template_name() -> String {
+    use sha2::{Digest, Sha256};
+    let mut dirs: Vec<_> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    let mut hasher = Sha256::new();
+    for dir in dirs {
+        for file in ["up.sql", "down.sql"] {
+            hasher.update(std::fs::read(dir.join(file)).unwrap_or_default());
+        }
+    }
+    let digest = hasher.finalize();
+    format!("myelin_tpl_{}", digest.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// Replaces the database name in a URL (`postgres://.../db`) or key-value string (`dbname=db`).
+fn with_database(url: &str, database: &str) -> String {
+    if url.contains("dbname=") {
+        url.split_whitespace()
+            .map(|kv| if kv.starts_with("dbname=") { format!("dbname={database}") } else { kv.to_owned() })
+            .collect::<Vec<_>>()
+            .join(" ")
+    } else {
+        let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+        let base = base.rsplit_once('/').map_or(base, |(prefix, _)| prefix);
+        match query {
+            Some(q) => format!("{base}/{database}?{q}"),
+            None => format!("{base}/{database}"),
+        }
+    }
+}
+
+fn start_embedded_cluster() -> String {
+    let dir = std::env::temp_dir().join(format!("myelin-test-pg-{}", std::process::id()));
+    let pg = myelin::embedded_pg::EmbeddedPostgres::new(&dir).expect("PostgreSQL binaries").for_tests();
+    pg.start().expect("start test cluster");
+    // Stop the cluster and remove it once this test process is gone.
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+         kill -INT $(head -1 {data}/postmaster.pid) 2>/dev/null; sleep 3; rm -rf {dir}",
+        pid = std::process::id(),
+        data = dir.join("postgres/data").display(),
+        dir = dir.display(),
+    );
+    Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).stdout(Stdio::null()).spawn().ok();
+    pg.url("postgres")
+}
+
+async fn prepare_cluster() -> Cluster {
+    let admin_url = match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => tokio::task::spawn_blocking(start_embedded_cluster).await.unwrap(),
+    };
+    let template = template_name();
+    let mut conn = AsyncPgConnection::establish(&admin_url).await.expect("connect to test PostgreSQL");
+    // One process builds the template; the others wait on the lock and then find it.
+    diesel::sql_query("SELECT pg_advisory_lock(727274)").execute(&mut conn).await.unwrap();
+    let exists: Vec<Name> = diesel::sql_query(format!("SELECT datname FROM pg_database WHERE datname = '{template}'"))
+        .load(&mut conn)
+        .await
+        .unwrap();
+    if exists.is_empty() {
+        let building = format!("{template}_building");
+        diesel::sql_query(format!("DROP DATABASE IF EXISTS {building}")).execute(&mut conn).await.unwrap();
+        diesel::sql_query(format!("CREATE DATABASE {building}")).execute(&mut conn).await.unwrap();
+        myelin::storage::run_migrations(&with_database(&admin_url, &building)).await.expect("migrate template");
+        diesel::sql_query(format!("ALTER DATABASE {building} RENAME TO {template}")).execute(&mut conn).await.unwrap();
+    }
+    diesel::sql_query("SELECT pg_advisory_unlock(727274)").execute(&mut conn).await.unwrap();
+    let base = admin_url.clone();
+    Cluster { admin_url, url_for: Box::new(move |db| with_database(&base, db)), template }
+}
+
+#[derive(diesel::QueryableByName)]
+struct Name {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    #[allow(dead_code)]
+    datname: String,
+}
+
+async fn cluster() -> &'static Cluster {
+    CLUSTER.get_or_init(prepare_cluster).await
+}
+
+/// A fresh database cloned from the migrated template; dropped when the value is dropped.
+pub struct TestDb {
+    /// Connection URL of this test's database.
+    pub url: String,
+    name: String,
+}
+
+impl TestDb {
+    /// Creates a fresh database for one test.
+    pub async fn new() -> Self {
+        let cluster = cluster().await;
+        let name = format!("myelin_test_{:016x}", rand::rng().random::<u64>());
+        let mut conn = AsyncPgConnection::establish(&cluster.admin_url).await.unwrap();
+        // CREATE DATABASE from one template may fail while another clone is in progress: retry.
+        for attempt in 0.. {
+            let created = diesel::sql_query(format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template))
+                .execute(&mut conn)
+                .await;
+            match created {
+                Ok(_) => break,
+                Err(e) if attempt < 50 => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("cannot create test database: {e}"),
+            }
+        }
+        TestDb { url: (cluster.url_for)(&name), name }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some(cluster) = CLUSTER.get() else { return };
+        let admin_url = cluster.admin_url.clone();
+        let name = self.name.clone();
+        // Drop runs outside async context: use a private runtime on a helper thread.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                if let Ok(mut conn) = AsyncPgConnection::establish(&admin_url).await {
+                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A running `myelin` binary on its own database and a random port.
+pub struct TestServer {
+    /// Base URL, e.g. `http://127.0.0.1:41234`.
+    pub base_url: String,
+    child: Child,
+    _db: TestDb,
+}
+
+/// Settings a test can change before the server starts.
+pub struct ServerOptions {
+    env: Vec<(String, String)>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            env: vec![
+                ("MYELIN_REGISTRATION".into(), "open".into()),
+                ("MYELIN_RATE_LIMITS".into(), "off".into()),
+                ("MYELIN_SERVER_NAME".into(), "localhost".into()),
+            ],
+        }
+    }
+}
+
+impl ServerOptions {
+    /// Sets one environment variable for the server process.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.into(), value.into()));
+        self
+    }
+}
+
+impl TestServer {
+    /// Starts a server with open registration and no rate limits.
+    pub async fn start() -> Self {
+        Self::start_with(ServerOptions::default()).await
+    }
+
+    /// Starts a server with the given settings.
+    pub async fn start_with(options: ServerOptions) -> Self {
+        let db = TestDb::new().await;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_myelin"));
+        command
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("DATABASE_URL", &db.url)
+            .env("MYELIN_LISTEN", "127.0.0.1:0")
+            .env("RUST_LOG", std::env::var("MYELIN_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (key, value) in &options.env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("start myelin");
+        let stdout = child.stdout.take().unwrap();
+        let base_url = tokio::task::spawn_blocking(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let base = lines.by_ref().map_while(Result::ok).find_map(|line| {
+                line.strip_prefix("myelin: listening on ").map(str::to_owned)
+            });
+            // Keep draining stdout so the server never blocks on a full pipe.
+            std::thread::spawn(move || for _ in lines {});
+            base
+        })
+        .await
+        .unwrap()
+        .expect("server did not report its address");
+        TestServer { base_url, child, _db: db }
+    }
+
+    /// The database URL this server uses (for running CLI commands against it).
+    pub fn database_url(&self) -> &str {
+        &self._db.url
+    }
+
+    /// A client without a token.
+    pub fn client(&self) -> Client {
+        Client::new(&self.base_url)
+    }
+
+    /// Registers a user (password `password`) and returns a logged-in client.
+    pub async fn register(&self, localpart: &str) -> Client {
+        self.client().register(localpart, "password").await
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
