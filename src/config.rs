@@ -108,7 +108,10 @@ pub struct ConfigError {
 }
 
 fn bad(setting: &str, problem: impl Into<String>) -> ConfigError {
-    ConfigError { setting: setting.to_owned(), problem: problem.into() }
+    ConfigError {
+        setting: setting.to_owned(),
+        problem: problem.into(),
+    }
 }
 
 /// One raw setting: its value and where it came from (for error messages).
@@ -127,17 +130,31 @@ struct Sources {
 impl Sources {
     fn get(&self, key: &'static str) -> Option<Raw> {
         let env_name = format!("MYELIN_{}", key.to_uppercase());
-        let env_name = if key == "database_url" { "DATABASE_URL".to_owned() } else { env_name };
+        let env_name = if key == "database_url" {
+            "DATABASE_URL".to_owned()
+        } else {
+            env_name
+        };
         if let Some(value) = self.env.get(&env_name) {
-            return Some(Raw { value: value.clone(), source: env_name });
+            return Some(Raw {
+                value: value.clone(),
+                source: env_name,
+            });
         }
         let value = self.file.get(key)?;
-        let path = self.config_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+        let path = self
+            .config_path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         let value = match value {
             toml::Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        Some(Raw { value, source: format!("{key} (in {path})") })
+        Some(Raw {
+            value,
+            source: format!("{key} (in {path})"),
+        })
     }
 }
 
@@ -157,24 +174,39 @@ impl Config {
             Some(path) => read_file(path)?,
             None => HashMap::new(),
         };
-        Self::from_sources(&Sources { file, env, config_path })
+        Self::from_sources(&Sources {
+            file,
+            env,
+            config_path,
+        })
     }
 
     fn from_sources(src: &Sources) -> Result<Self, ConfigError> {
         let server_name = match src.get("server_name") {
-            Some(raw) => OwnedServerName::try_from(raw.value.as_str())
-                .map_err(|_| bad(&raw.source, format!("'{}' is not a valid server name", raw.value)))?,
+            Some(raw) => OwnedServerName::try_from(raw.value.as_str()).map_err(|_| {
+                bad(
+                    &raw.source,
+                    format!("'{}' is not a valid server name", raw.value),
+                )
+            })?,
             None => OwnedServerName::try_from("localhost").expect("valid default"),
         };
         let listen = match src.get("listen") {
-            Some(raw) => raw
-                .value
-                .parse()
-                .map_err(|_| bad(&raw.source, format!("'{}' is not an address:port", raw.value)))?,
+            Some(raw) => raw.value.parse().map_err(|_| {
+                bad(
+                    &raw.source,
+                    format!("'{}' is not an address:port", raw.value),
+                )
+            })?,
             None => SocketAddr::from(([127, 0, 0, 1], 8008)),
         };
-        let data_dir = src.get("data_dir").map_or_else(|| PathBuf::from("myelin-data"), |r| r.value.into());
-        let database_url = src.get("database_url").map(|r| r.value).filter(|v| !v.is_empty());
+        let data_dir = src
+            .get("data_dir")
+            .map_or_else(|| PathBuf::from("myelin-data"), |r| r.value.into());
+        let database_url = src
+            .get("database_url")
+            .map(|r| r.value)
+            .filter(|v| !v.is_empty());
         let public_baseurl = match src.get("public_baseurl") {
             Some(raw) if raw.value.starts_with("http://") || raw.value.starts_with("https://") => {
                 raw.value.trim_end_matches('/').to_owned() + "/"
@@ -188,7 +220,12 @@ impl Config {
                 "closed" => RegistrationMode::Closed,
                 "open" => RegistrationMode::Open,
                 "token" => RegistrationMode::Token,
-                other => return Err(bad(&raw.source, format!("'{other}' is not one of closed, open, token"))),
+                other => {
+                    return Err(bad(
+                        &raw.source,
+                        format!("'{other}' is not one of closed, open, token"),
+                    ))
+                }
             },
         };
         let rate_limits_enabled = match src.get("rate_limits") {
@@ -216,10 +253,12 @@ impl Config {
             Some(secret) => {
                 let algorithm = match src.get("jwt_algorithm") {
                     None => jsonwebtoken::Algorithm::HS256,
-                    Some(raw) => raw
-                        .value
-                        .parse()
-                        .map_err(|_| bad(&raw.source, format!("'{}' is not a JWT algorithm", raw.value)))?,
+                    Some(raw) => raw.value.parse().map_err(|_| {
+                        bad(
+                            &raw.source,
+                            format!("'{}' is not a JWT algorithm", raw.value),
+                        )
+                    })?,
                 };
                 Some(JwtConfig {
                     secret: secret.value,
@@ -252,7 +291,10 @@ fn integer(src: &Sources, key: &'static str, default: u64) -> Result<u64, Config
         None => Ok(default),
         Some(raw) => match raw.value.parse::<u64>() {
             Ok(n) if n > 0 => Ok(n),
-            _ => Err(bad(&raw.source, format!("'{}' is not a positive integer", raw.value))),
+            _ => Err(bad(
+                &raw.source,
+                format!("'{}' is not a positive integer", raw.value),
+            )),
         },
     }
 }
@@ -262,7 +304,10 @@ fn positive(src: &Sources, key: &'static str, default: f64) -> Result<f64, Confi
         None => Ok(default),
         Some(raw) => match raw.value.parse::<f64>() {
             Ok(n) if n > 0.0 && n.is_finite() => Ok(n),
-            _ => Err(bad(&raw.source, format!("'{}' is not a positive number", raw.value))),
+            _ => Err(bad(
+                &raw.source,
+                format!("'{}' is not a positive number", raw.value),
+            )),
         },
     }
 }
@@ -303,19 +348,34 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("public_baseurl", s(public_baseurl)),
         ("registration", s(registration)),
         ("rate_limits", rate_limits),
-        ("rate_limit_login_per_second", f(rate_limit_login_per_second)),
+        (
+            "rate_limit_login_per_second",
+            f(rate_limit_login_per_second),
+        ),
         ("rate_limit_login_burst", f(rate_limit_login_burst)),
-        ("rate_limit_registration_per_second", f(rate_limit_registration_per_second)),
-        ("rate_limit_registration_burst", f(rate_limit_registration_burst)),
+        (
+            "rate_limit_registration_per_second",
+            f(rate_limit_registration_per_second),
+        ),
+        (
+            "rate_limit_registration_burst",
+            f(rate_limit_registration_burst),
+        ),
         ("max_request_size", max_request_size),
-        ("refreshable_access_token_lifetime", refreshable_access_token_lifetime),
+        (
+            "refreshable_access_token_lifetime",
+            refreshable_access_token_lifetime,
+        ),
         ("jwt_secret", s(jwt_secret)),
         ("jwt_algorithm", s(jwt_algorithm)),
         ("jwt_issuer", s(jwt_issuer)),
         ("jwt_audience", s(jwt_audience)),
         ("database_pool_size", database_pool_size),
     ];
-    Ok(entries.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect())
+    Ok(entries
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect())
 }
 
 #[cfg(test)]
@@ -323,7 +383,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -339,7 +402,10 @@ mod tests {
     #[test]
     fn bad_setting_is_named_in_the_error() {
         let err = Config::load_from(None, env(&[("MYELIN_LISTEN", "nope")])).unwrap_err();
-        assert_eq!(err.to_string(), "invalid configuration: MYELIN_LISTEN: 'nope' is not an address:port");
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: MYELIN_LISTEN: 'nope' is not an address:port"
+        );
         let err = Config::load_from(None, env(&[("MYELIN_REGISTRATION", "maybe")])).unwrap_err();
         assert!(err.to_string().contains("MYELIN_REGISTRATION"), "{err}");
     }
@@ -349,8 +415,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("myelin-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("myelin.toml");
-        std::fs::write(&path, "server_name = \"example.org\"\nregistration = \"open\"\nrate_limits = false\n").unwrap();
-        let config = Config::load_from(Some(path.clone()), env(&[("MYELIN_REGISTRATION", "token")])).unwrap();
+        std::fs::write(
+            &path,
+            "server_name = \"example.org\"\nregistration = \"open\"\nrate_limits = false\n",
+        )
+        .unwrap();
+        let config =
+            Config::load_from(Some(path.clone()), env(&[("MYELIN_REGISTRATION", "token")]))
+                .unwrap();
         assert_eq!(config.server_name.as_str(), "example.org");
         assert_eq!(config.registration, RegistrationMode::Token);
         assert!(!config.rate_limits_enabled);

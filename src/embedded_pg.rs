@@ -31,7 +31,10 @@ pub fn find_binaries() -> Result<PathBuf, String> {
     let on_path = std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
         .unwrap_or_default();
-    if let Some(dir) = on_path.into_iter().find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file()) {
+    if let Some(dir) = on_path
+        .into_iter()
+        .find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
+    {
         return Ok(dir);
     }
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
@@ -67,7 +70,9 @@ fn lookup_user(name: &str) -> Option<(u32, u32)> {
 }
 
 fn is_root() -> bool {
-    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false)
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
 }
 
 impl EmbeddedPostgres {
@@ -96,7 +101,8 @@ impl EmbeddedPostgres {
 
     /// Trades durability for speed (tests only): no fsync, no synchronous commit.
     pub fn for_tests(mut self) -> Self {
-        self.extra_options = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off".to_owned();
+        self.extra_options =
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off".to_owned();
         self
     }
 
@@ -111,21 +117,26 @@ impl EmbeddedPostgres {
 
     fn prepare_dirs(&self) -> Result<(), String> {
         for dir in [&self.data_dir, &self.socket_dir] {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
         if let Some((uid, gid)) = self.run_as {
             let base = self.data_dir.parent().expect("data dir has a parent");
             for path in [base, &self.data_dir, &self.socket_dir] {
-                std::os::unix::fs::chown(path, Some(uid), Some(gid))
-                    .map_err(|e| format!("cannot hand {} to the postgres user: {e}", path.display()))?;
+                std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| {
+                    format!("cannot hand {} to the postgres user: {e}", path.display())
+                })?;
             }
         }
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&self.data_dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())
+        std::fs::set_permissions(&self.data_dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| e.to_string())
     }
 
     fn run(&self, mut command: Command, what: &str) -> Result<(), String> {
-        let output = command.output().map_err(|e| format!("cannot run {what}: {e}"))?;
+        let output = command
+            .output()
+            .map_err(|e| format!("cannot run {what}: {e}"))?;
         if output.status.success() {
             Ok(())
         } else {
@@ -140,12 +151,25 @@ impl EmbeddedPostgres {
         self.prepare_dirs()?;
         if !self.data_dir.join("PG_VERSION").exists() {
             let mut initdb = self.command("initdb");
-            initdb.args(["--no-sync", "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "-D"]);
+            initdb.args([
+                "--no-sync",
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "-D",
+            ]);
             initdb.arg(&self.data_dir);
             self.run(initdb, "initdb")?;
         }
         let mut status = self.command("pg_ctl");
-        status.arg("status").arg("-D").arg(&self.data_dir).stdout(Stdio::null()).stderr(Stdio::null());
+        status
+            .arg("status")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         if status.status().is_ok_and(|s| s.success()) {
             return Ok(false);
         }
@@ -155,22 +179,32 @@ impl EmbeddedPostgres {
             self.extra_options
         );
         let mut start = self.command("pg_ctl");
-        start.args(["start", "-w", "-t", "60", "-D"]).arg(&self.data_dir).arg("-l").arg(&self.log_file);
+        start
+            .args(["start", "-w", "-t", "60", "-D"])
+            .arg(&self.data_dir)
+            .arg("-l")
+            .arg(&self.log_file);
         start.args(["-o", &options]).stdout(Stdio::null());
-        self.run(start, "pg_ctl start").map_err(|e| format!("{e} (see {})", self.log_file.display()))?;
+        self.run(start, "pg_ctl start")
+            .map_err(|e| format!("{e} (see {})", self.log_file.display()))?;
         Ok(true)
     }
 
     /// Stops the cluster (fast shutdown: open sessions are ended, data is safe).
     pub fn stop(&self) -> Result<(), String> {
         let mut stop = self.command("pg_ctl");
-        stop.args(["stop", "-w", "-m", "fast", "-D"]).arg(&self.data_dir).stdout(Stdio::null());
+        stop.args(["stop", "-w", "-m", "fast", "-D"])
+            .arg(&self.data_dir)
+            .stdout(Stdio::null());
         self.run(stop, "pg_ctl stop")
     }
 
     /// Connection string for a database in this cluster.
     pub fn url(&self, database: &str) -> String {
-        format!("host={} port={SOCKET_PORT} user=postgres dbname={database}", self.socket_dir.display())
+        format!(
+            "host={} port={SOCKET_PORT} user=postgres dbname={database}",
+            self.socket_dir.display()
+        )
     }
 
     /// Creates a database if it does not exist yet.
@@ -187,15 +221,21 @@ struct Exists {
 
 /// Creates `database` through the maintenance connection `admin_url` unless it exists.
 pub async fn create_database_if_missing(admin_url: &str, database: &str) -> Result<(), String> {
-    let mut conn = AsyncPgConnection::establish(admin_url).await.map_err(|e| format!("cannot connect: {e}"))?;
-    let found: Exists = diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
-        .bind::<diesel::sql_types::Text, _>(database)
-        .get_result(&mut conn)
+    let mut conn = AsyncPgConnection::establish(admin_url)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let found: Exists =
+        diesel::sql_query("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS exists")
+            .bind::<diesel::sql_types::Text, _>(database)
+            .get_result(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
     if !found.exists {
         let name = database.replace('"', "\"\"");
-        diesel::sql_query(format!("CREATE DATABASE \"{name}\"")).execute(&mut conn).await.map_err(|e| e.to_string())?;
+        diesel::sql_query(format!("CREATE DATABASE \"{name}\""))
+            .execute(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -39,7 +39,12 @@ pub enum Error {
 impl Error {
     /// A Matrix error with the given status, errcode and message.
     pub fn matrix(status: StatusCode, errcode: &'static str, message: impl Into<String>) -> Self {
-        Error::Matrix { status, errcode, message: message.into(), extra: Map::new() }
+        Error::Matrix {
+            status,
+            errcode,
+            message: message.into(),
+            extra: Map::new(),
+        }
     }
 
     /// Adds an extra top-level field to a Matrix error.
@@ -92,18 +97,31 @@ impl Error {
 
     /// 401 `M_MISSING_TOKEN`.
     pub fn missing_token() -> Self {
-        Self::matrix(StatusCode::UNAUTHORIZED, "M_MISSING_TOKEN", "Missing access token")
+        Self::matrix(
+            StatusCode::UNAUTHORIZED,
+            "M_MISSING_TOKEN",
+            "Missing access token",
+        )
     }
 
     /// 401 `M_UNKNOWN_TOKEN`, with `soft_logout` when the session merely expired.
     pub fn unknown_token(soft_logout: bool) -> Self {
-        let message = if soft_logout { "Access token has expired" } else { "Unrecognised access token" };
-        Self::matrix(StatusCode::UNAUTHORIZED, "M_UNKNOWN_TOKEN", message).with("soft_logout", soft_logout)
+        let message = if soft_logout {
+            "Access token has expired"
+        } else {
+            "Unrecognised access token"
+        };
+        Self::matrix(StatusCode::UNAUTHORIZED, "M_UNKNOWN_TOKEN", message)
+            .with("soft_logout", soft_logout)
     }
 
     /// 400 `M_USER_IN_USE`.
     pub fn user_in_use() -> Self {
-        Self::matrix(StatusCode::BAD_REQUEST, "M_USER_IN_USE", "User ID already taken")
+        Self::matrix(
+            StatusCode::BAD_REQUEST,
+            "M_USER_IN_USE",
+            "User ID already taken",
+        )
     }
 
     /// 400 `M_INVALID_USERNAME`.
@@ -113,8 +131,12 @@ impl Error {
 
     /// 429 `M_LIMIT_EXCEEDED` with `retry_after_ms`.
     pub fn limit_exceeded(retry_after_ms: u64) -> Self {
-        Self::matrix(StatusCode::TOO_MANY_REQUESTS, "M_LIMIT_EXCEEDED", "Too many requests")
-            .with("retry_after_ms", retry_after_ms)
+        Self::matrix(
+            StatusCode::TOO_MANY_REQUESTS,
+            "M_LIMIT_EXCEEDED",
+            "Too many requests",
+        )
+        .with("retry_after_ms", retry_after_ms)
     }
 
     /// 413 `M_TOO_LARGE`.
@@ -124,13 +146,20 @@ impl Error {
 
     /// 403 `M_USER_DEACTIVATED`.
     pub fn user_deactivated() -> Self {
-        Self::matrix(StatusCode::FORBIDDEN, "M_USER_DEACTIVATED", "This account has been deactivated")
+        Self::matrix(
+            StatusCode::FORBIDDEN,
+            "M_USER_DEACTIVATED",
+            "This account has been deactivated",
+        )
     }
 
     /// An internal error; the message goes to the log, never to the client.
     #[track_caller]
     pub fn internal(message: impl std::fmt::Display) -> Self {
-        Error::Internal { message: message.to_string(), location: Location::caller() }
+        Error::Internal {
+            message: message.to_string(),
+            location: Location::caller(),
+        }
     }
 
     /// The Matrix errcode this error is reported with.
@@ -154,7 +183,12 @@ impl ResponseError for Error {
 
     fn error_response(&self) -> HttpResponse {
         let body = match self {
-            Error::Matrix { errcode, message, extra, .. } => {
+            Error::Matrix {
+                errcode,
+                message,
+                extra,
+                ..
+            } => {
                 let mut body = extra.clone();
                 body.insert("errcode".into(), (*errcode).into());
                 body.insert("error".into(), message.clone().into());

@@ -64,13 +64,19 @@ struct Database {
 impl Database {
     async fn open(config: &Config) -> Result<Self, String> {
         if let Some(url) = &config.database_url {
-            return Ok(Database { url: url.clone(), embedded: None });
+            return Ok(Database {
+                url: url.clone(),
+                embedded: None,
+            });
         }
         let pg = EmbeddedPostgres::new(&config.data_dir)?;
         let started_here = pg.start()?;
         pg.ensure_database("myelin").await?;
         let url = pg.url("myelin");
-        Ok(Database { url, embedded: started_here.then_some(pg) })
+        Ok(Database {
+            url,
+            embedded: started_here.then_some(pg),
+        })
     }
 
     fn close(self) {
@@ -87,7 +93,8 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,actix_server=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,actix_server=warn".into()),
         )
         .init();
     let config = match Config::load(cli.config) {
@@ -127,26 +134,50 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
             Ok(())
         }
         Command::Serve => {
-            let listener =
-                TcpListener::bind(config.listen).map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-            server::serve(Services::new(config, db), listener).await.map_err(|e| e.to_string())
+            let listener = TcpListener::bind(config.listen)
+                .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+            let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
+            server::serve(services, listener)
+                .await
+                .map_err(|e| e.to_string())
         }
-        Command::User { command: UserCommand::Create { localpart, password, admin } } => {
+        Command::User {
+            command:
+                UserCommand::Create {
+                    localpart,
+                    password,
+                    admin,
+                },
+        } => {
             let password = match password {
                 Some(p) => p,
                 None => {
                     let mut line = String::new();
-                    std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
+                    std::io::stdin()
+                        .lock()
+                        .read_line(&mut line)
+                        .map_err(|e| e.to_string())?;
                     line.trim_end_matches(['\r', '\n']).to_owned()
                 }
             };
             if password.is_empty() {
                 return Err("a password is required (--password or standard input)".into());
             }
-            let services = Services::new(config, db);
-            let user_id = services.users.check_available(&localpart).await.map_err(|e| e.to_string())?;
-            services.users.register(&user_id, Some(password), admin, None, None).await.map_err(|e| e.to_string())?;
-            println!("myelin: created {user_id}{}", if admin { " (admin)" } else { "" });
+            let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
+            let user_id = services
+                .users
+                .check_available(&localpart)
+                .await
+                .map_err(|e| e.to_string())?;
+            services
+                .users
+                .register(&user_id, Some(password), admin, None, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!(
+                "myelin: created {user_id}{}",
+                if admin { " (admin)" } else { "" }
+            );
             Ok(())
         }
     }

@@ -18,13 +18,22 @@ use crate::service::sessions::Caller;
 
 const CORS_HEADERS: [(&str, &str); 3] = [
     ("access-control-allow-origin", "*"),
-    ("access-control-allow-methods", "GET, POST, PUT, DELETE, OPTIONS"),
-    ("access-control-allow-headers", "X-Requested-With, Content-Type, Authorization"),
+    (
+        "access-control-allow-methods",
+        "GET, POST, PUT, DELETE, OPTIONS",
+    ),
+    (
+        "access-control-allow-headers",
+        "X-Requested-With, Content-Type, Authorization",
+    ),
 ];
 
 fn add_cors(headers: &mut actix_web::http::header::HeaderMap) {
     for (name, value) in CORS_HEADERS {
-        headers.insert(HeaderName::from_static(name), HeaderValue::from_static(value));
+        headers.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
     }
 }
 
@@ -52,8 +61,15 @@ pub async fn trace(
     let method = req.method().to_string();
     let span = tracing::info_span!("request", %method, path = tracing::field::Empty, user = tracing::field::Empty);
     let response = next.call(req).instrument(span.clone()).await?;
-    let path = response.request().match_pattern().unwrap_or_else(|| "<unmatched>".to_owned());
-    let user = response.request().extensions().get::<Caller>().map(|c| c.user_id.to_string());
+    let path = response
+        .request()
+        .match_pattern()
+        .unwrap_or_else(|| "<unmatched>".to_owned());
+    let user = response
+        .request()
+        .extensions()
+        .get::<Caller>()
+        .map(|c| c.user_id.to_string());
     span.record("path", path.as_str());
     if let Some(user) = &user {
         span.record("user", user.as_str());

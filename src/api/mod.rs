@@ -8,11 +8,11 @@ pub mod ruma;
 
 use std::collections::BTreeMap;
 
+use ::ruma::api::{path_builder::PathBuilder, IncomingRequest};
 use actix_web::{
     http::{Method, StatusCode},
     web, FromRequest, Handler, HttpResponse, Responder, Route,
 };
-use ::ruma::api::{path_builder::PathBuilder, IncomingRequest};
 
 use crate::error::Error;
 
@@ -32,9 +32,18 @@ impl RouteTable {
         Args: FromRequest + 'static,
         F::Output: Responder + 'static,
     {
-        let method = Method::from_bytes(R::METHOD.as_str().as_bytes()).expect("ruma methods are valid");
-        for path in R::PATH_BUILDER.all_paths().filter(|p| !p.contains("/unstable/")) {
+        let method =
+            Method::from_bytes(R::METHOD.as_str().as_bytes()).expect("ruma methods are valid");
+        for path in R::PATH_BUILDER
+            .all_paths()
+            .filter(|p| !p.contains("/unstable/"))
+        {
             self.raw(method.clone(), path, handler.clone());
+            // The spec lets clients omit an empty state key, with or without the trailing slash.
+            if let Some(without_key) = path.strip_suffix("/{state_key}") {
+                self.raw(method.clone(), without_key, handler.clone());
+                self.raw(method.clone(), &format!("{without_key}/"), handler.clone());
+            }
         }
         self
     }
@@ -46,8 +55,13 @@ impl RouteTable {
         Args: FromRequest + 'static,
         F::Output: Responder + 'static,
     {
-        let route = self.build_handlers.then(|| web::method(method.clone()).to(handler));
-        self.routes.entry(path.to_owned()).or_default().push((method, route));
+        let route = self
+            .build_handlers
+            .then(|| web::method(method.clone()).to(handler));
+        self.routes
+            .entry(path.to_owned())
+            .or_default()
+            .push((method, route));
         self
     }
 
@@ -56,7 +70,11 @@ impl RouteTable {
         let mut list: Vec<_> = self
             .routes
             .iter()
-            .flat_map(|(path, methods)| methods.iter().map(move |(m, _)| (m.to_string(), path.clone())))
+            .flat_map(|(path, methods)| {
+                methods
+                    .iter()
+                    .map(move |(m, _)| (m.to_string(), path.clone()))
+            })
             .collect();
         list.sort();
         list
@@ -87,14 +105,26 @@ fn routes(t: &mut RouteTable) {
     use ::ruma::api::client as r;
     use client::*;
 
-    t.raw(Method::GET, "/.well-known/matrix/client", discovery::well_known_client_route);
-    t.raw(Method::GET, "/.well-known/matrix/server", discovery::well_known_server_route);
+    t.raw(
+        Method::GET,
+        "/.well-known/matrix/client",
+        discovery::well_known_client_route,
+    );
+    t.raw(
+        Method::GET,
+        "/.well-known/matrix/server",
+        discovery::well_known_server_route,
+    );
     t.ruma::<r::discovery::get_supported_versions::Request, _, _>(discovery::versions_route);
     t.ruma::<r::discovery::get_capabilities::v3::Request, _, _>(discovery::capabilities_route);
 
     t.ruma::<r::account::register::v3::Request, _, _>(register::register_route);
-    t.ruma::<r::account::get_username_availability::v3::Request, _, _>(register::username_available_route);
-    t.ruma::<r::account::check_registration_token_validity::v1::Request, _, _>(register::token_validity_route);
+    t.ruma::<r::account::get_username_availability::v3::Request, _, _>(
+        register::username_available_route,
+    );
+    t.ruma::<r::account::check_registration_token_validity::v1::Request, _, _>(
+        register::token_validity_route,
+    );
 
     t.ruma::<r::session::get_login_types::v3::Request, _, _>(session::get_login_types_route);
     t.ruma::<r::session::login::v3::Request, _, _>(session::login_route);
@@ -109,7 +139,9 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::profile::get_profile::v3::Request, _, _>(profile::get_profile_route);
     t.ruma::<r::profile::get_profile_field::v3::Request, _, _>(profile::get_profile_field_route);
     t.ruma::<r::profile::set_profile_field::v3::Request, _, _>(profile::set_profile_field_route);
-    t.ruma::<r::profile::delete_profile_field::v3::Request, _, _>(profile::delete_profile_field_route);
+    t.ruma::<r::profile::delete_profile_field::v3::Request, _, _>(
+        profile::delete_profile_field_route,
+    );
 
     t.ruma::<r::device::get_devices::v3::Request, _, _>(devices::get_devices_route);
     t.ruma::<r::device::get_device::v3::Request, _, _>(devices::get_device_route);
@@ -125,12 +157,52 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::filter::get_filter::v3::Request, _, _>(filters::get_filter_route);
     t.ruma::<r::push::get_pushrules_all::v3::Request, _, _>(push_rules::get_pushrules_all_route);
 
+    t.ruma::<r::room::create_room::v3::Request, _, _>(rooms::create_room_route);
+    t.ruma::<r::membership::join_room_by_id_or_alias::v3::Request, _, _>(
+        rooms::join_by_id_or_alias_route,
+    );
+    t.ruma::<r::membership::join_room_by_id::v3::Request, _, _>(rooms::join_by_id_route);
+    t.ruma::<r::knock::knock_room::v3::Request, _, _>(rooms::knock_route);
+    t.ruma::<r::membership::leave_room::v3::Request, _, _>(rooms::leave_route);
+    t.ruma::<r::membership::invite_user::v3::Request, _, _>(rooms::invite_route);
+    t.ruma::<r::membership::kick_user::v3::Request, _, _>(rooms::kick_route);
+    t.ruma::<r::membership::ban_user::v3::Request, _, _>(rooms::ban_route);
+    t.ruma::<r::membership::unban_user::v3::Request, _, _>(rooms::unban_route);
+    t.ruma::<r::membership::forget_room::v3::Request, _, _>(rooms::forget_route);
+    t.ruma::<r::membership::joined_rooms::v3::Request, _, _>(rooms::joined_rooms_route);
+    t.ruma::<r::membership::joined_members::v3::Request, _, _>(rooms::joined_members_route);
+    t.ruma::<r::membership::get_member_events::v3::Request, _, _>(rooms::members_route);
+
+    t.ruma::<r::message::send_message_event::v3::Request, _, _>(events::send_message_route);
+    t.ruma::<r::state::send_state_event::v3::Request, _, _>(events::send_state_route);
+    t.ruma::<r::state::get_state_events::v3::Request, _, _>(events::get_state_route);
+    t.ruma::<r::state::get_state_event_for_key::v3::Request, _, _>(events::get_state_event_route);
+    t.ruma::<r::redact::redact_event::v3::Request, _, _>(events::redact_route);
+    t.ruma::<r::room::get_room_event::v3::Request, _, _>(events::get_event_route);
+    t.ruma::<r::context::get_context::v3::Request, _, _>(events::context_route);
+    t.ruma::<r::room::get_event_by_timestamp::v1::Request, _, _>(events::timestamp_to_event_route);
+
+    t.ruma::<r::alias::create_alias::v3::Request, _, _>(directory::create_alias_route);
+    t.ruma::<r::alias::get_alias::v3::Request, _, _>(directory::get_alias_route);
+    t.ruma::<r::alias::delete_alias::v3::Request, _, _>(directory::delete_alias_route);
+    t.ruma::<r::room::aliases::v3::Request, _, _>(directory::room_aliases_route);
+    t.ruma::<r::directory::get_room_visibility::v3::Request, _, _>(directory::get_visibility_route);
+    t.ruma::<r::directory::set_room_visibility::v3::Request, _, _>(directory::set_visibility_route);
+    t.ruma::<r::directory::get_public_rooms::v3::Request, _, _>(directory::public_rooms_route);
+    t.ruma::<r::directory::get_public_rooms_filtered::v3::Request, _, _>(
+        directory::public_rooms_filtered_route,
+    );
+    t.ruma::<r::user_directory::search_users::v3::Request, _, _>(directory::search_users_route);
+
     admin::routes(t);
 }
 
 /// Registers every route on an actix app.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    let mut table = RouteTable { build_handlers: true, ..Default::default() };
+    let mut table = RouteTable {
+        build_handlers: true,
+        ..Default::default()
+    };
     routes(&mut table);
     table.register(cfg);
 }

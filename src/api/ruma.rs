@@ -5,12 +5,14 @@
 use std::{any::TypeId, future::Future, pin::Pin};
 
 use actix_web::{
-    dev::Payload, http::StatusCode, web, FromRequest, HttpMessage, HttpRequest, HttpResponse, Responder,
+    dev::Payload, http::StatusCode, web, FromRequest, HttpMessage, HttpRequest, HttpResponse,
+    Responder,
 };
 use futures_util::StreamExt;
 use ruma::api::{
     auth_scheme::{AccessToken, AccessTokenOptional, AppserviceToken, AppserviceTokenOptional},
     error::{DeserializationError, FromHttpRequestError},
+    path_builder::PathBuilder,
     IncomingRequest, IncomingRequestExt, OutgoingResponse, OutgoingResponseExt,
 };
 use serde::de::DeserializeOwned;
@@ -58,29 +60,41 @@ impl<T: OutgoingResponse> Responder for RumaResponse<T> {
                 }
                 builder.body(body)
             }
-            Err(err) => actix_web::ResponseError::error_response(&Error::internal(format!("response: {err}"))),
+            Err(err) => actix_web::ResponseError::error_response(&Error::internal(format!(
+                "response: {err}"
+            ))),
         }
     }
 }
 
 /// The shared services, from the app data.
 pub fn services(req: &HttpRequest) -> Result<web::Data<Services>> {
-    req.app_data::<web::Data<Services>>().cloned().ok_or_else(|| Error::internal("services missing"))
+    req.app_data::<web::Data<Services>>()
+        .cloned()
+        .ok_or_else(|| Error::internal("services missing"))
 }
 
 /// Reads the whole body, refusing more than the configured limit with `M_TOO_LARGE`.
 pub async fn read_body(req: &HttpRequest, payload: &mut Payload, limit: usize) -> Result<Vec<u8>> {
-    if let Some(length) = req.headers().get("content-length").and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+    if let Some(length) = req
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
     {
         if length > limit {
-            return Err(Error::too_large(format!("Request body is larger than {limit} bytes")));
+            return Err(Error::too_large(format!(
+                "Request body is larger than {limit} bytes"
+            )));
         }
     }
     let mut body = Vec::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| Error::bad_json(format!("Could not read request body: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| Error::bad_json(format!("Could not read request body: {e}")))?;
         if body.len() + chunk.len() > limit {
-            return Err(Error::too_large(format!("Request body is larger than {limit} bytes")));
+            return Err(Error::too_large(format!(
+                "Request body is larger than {limit} bytes"
+            )));
         }
         body.extend_from_slice(&chunk);
     }
@@ -97,19 +111,34 @@ fn access_token(req: &HttpRequest) -> Result<Option<String>> {
             .ok_or_else(|| Error::unknown_token(false))?;
         return Ok(Some(token.trim().to_owned()));
     }
-    let query = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
-        .map(|q| q.into_inner())
-        .unwrap_or_default();
+    let query =
+        web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+            .map(|q| q.into_inner())
+            .unwrap_or_default();
     Ok(query.get("access_token").cloned())
 }
 
 /// Authenticates a request by access token; `required` decides whether a missing token is an error.
-pub async fn authenticate(req: &HttpRequest, services: &Services, required: bool) -> Result<Option<Caller>> {
+pub async fn authenticate(
+    req: &HttpRequest,
+    services: &Services,
+    required: bool,
+) -> Result<Option<Caller>> {
     let Some(token) = access_token(req)? else {
-        return if required { Err(Error::missing_token()) } else { Ok(None) };
+        return if required {
+            Err(Error::missing_token())
+        } else {
+            Ok(None)
+        };
     };
-    let ip = req.connection_info().realip_remote_addr().map(str::to_owned);
-    let caller = services.sessions.authenticate(&token, ip.as_deref()).await?;
+    let ip = req
+        .connection_info()
+        .realip_remote_addr()
+        .map(str::to_owned);
+    let caller = services
+        .sessions
+        .authenticate(&token, ip.as_deref())
+        .await?;
     req.extensions_mut().insert(caller.clone());
     Ok(Some(caller))
 }
@@ -117,7 +146,9 @@ pub async fn authenticate(req: &HttpRequest, services: &Services, required: bool
 /// Maps ruma's parse failures onto Matrix errors.
 fn request_error(err: FromHttpRequestError) -> Error {
     match err {
-        FromHttpRequestError::MethodMismatch { .. } => Error::unrecognized(StatusCode::METHOD_NOT_ALLOWED),
+        FromHttpRequestError::MethodMismatch { .. } => {
+            Error::unrecognized(StatusCode::METHOD_NOT_ALLOWED)
+        }
         FromHttpRequestError::Deserialization(err) => match err {
             DeserializationError::Json(e) => Error::bad_json(e.to_string()),
             DeserializationError::Query(e) => {
@@ -148,7 +179,9 @@ fn to_http_request(req: &HttpRequest, body: &[u8]) -> Result<http::Request<Vec<u
     for (name, value) in req.headers() {
         builder = builder.header(name.as_str(), value.as_bytes());
     }
-    builder.body(body.to_vec()).map_err(|e| Error::bad_json(format!("Malformed request: {e}")))
+    builder
+        .body(body.to_vec())
+        .map_err(|e| Error::bad_json(format!("Malformed request: {e}")))
 }
 
 /// The decoded path arguments in the order they appear in the route's template.
@@ -199,7 +232,13 @@ where
             }
             let http_request = to_http_request(&req, &body)?;
             let (parts, body) = http_request.into_parts();
-            let args = path_args(&req)?;
+            let mut args = path_args(&req)?;
+            // Routes registered without a trailing `{state_key}` stand for the empty state key.
+            let expected = T::PATH_BUILDER
+                .all_paths()
+                .next()
+                .map_or(0, |p| p.matches('{').count());
+            args.resize(expected.max(args.len()), String::new());
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             // A few ruma deserializers index JSON maps and panic on a missing key (e.g. `type`
             // in a login body); bad input must never take a worker down, so a panic is a 400.
@@ -208,7 +247,10 @@ where
             }))
             .map_err(|_| Error::bad_json("Malformed request body"))?
             .map_err(request_error)?;
-            Ok(Ruma { body: parsed, caller })
+            Ok(Ruma {
+                body: parsed,
+                caller,
+            })
         })
     }
 }
@@ -226,10 +268,16 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
         Box::pin(async move {
             let services = services(&req)?;
             let body = read_body(&req, &mut payload, services.config.max_request_size).await?;
-            let body = if body.is_empty() { b"{}".to_vec() } else { body };
+            let body = if body.is_empty() {
+                b"{}".to_vec()
+            } else {
+                body
+            };
             let value: serde_json::Value =
                 serde_json::from_slice(&body).map_err(|_| Error::not_json("Content not JSON"))?;
-            serde_json::from_value(value).map(JsonBody).map_err(|e| Error::bad_json(e.to_string()))
+            serde_json::from_value(value)
+                .map(JsonBody)
+                .map_err(|e| Error::bad_json(e.to_string()))
         })
     }
 }
@@ -245,7 +293,9 @@ impl FromRequest for Authenticated {
         let req = req.clone();
         Box::pin(async move {
             let services = services(&req)?;
-            let caller = authenticate(&req, &services, true).await?.ok_or_else(Error::missing_token)?;
+            let caller = authenticate(&req, &services, true)
+                .await?
+                .ok_or_else(Error::missing_token)?;
             Ok(Authenticated(caller))
         })
     }

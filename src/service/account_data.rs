@@ -1,5 +1,6 @@
 //! Account data (global and per room) and stored filters.
 
+use diesel_async::AsyncConnection;
 use ruma::{api::client::filter::FilterDefinition, RoomId, UserId};
 use serde_json::Value;
 
@@ -23,7 +24,12 @@ impl AccountData {
     }
 
     /// Reads an entry (`room_id` `None` for global); `M_NOT_FOUND` when unset.
-    pub async fn get(&self, user_id: &UserId, room_id: Option<&RoomId>, data_type: &str) -> Result<Value> {
+    pub async fn get(
+        &self,
+        user_id: &UserId,
+        room_id: Option<&RoomId>,
+        data_type: &str,
+    ) -> Result<Value> {
         let mut conn = self.db.conn().await?;
         let room = room_id.map_or(store::GLOBAL, |r| r.as_str());
         store::get_account_data(&mut conn, user_id.as_str(), room, data_type)
@@ -32,7 +38,13 @@ impl AccountData {
     }
 
     /// Writes an entry; the content must be a JSON object and the type not server-managed.
-    pub async fn set(&self, user_id: &UserId, room_id: Option<&RoomId>, data_type: &str, content: &Value) -> Result<()> {
+    pub async fn set(
+        &self,
+        user_id: &UserId,
+        room_id: Option<&RoomId>,
+        data_type: &str,
+        content: &Value,
+    ) -> Result<()> {
         if RESERVED_TYPES.contains(&data_type) {
             return Err(Error::matrix(
                 actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
@@ -41,19 +53,26 @@ impl AccountData {
             ));
         }
         if !content.is_object() {
-            return Err(Error::bad_json("Account data content must be a JSON object"));
+            return Err(Error::bad_json(
+                "Account data content must be a JSON object",
+            ));
         }
         let mut conn = self.db.conn().await?;
         let room = room_id.map_or(store::GLOBAL, |r| r.as_str());
-        store::set_account_data(&mut conn, user_id.as_str(), room, data_type, content).await?;
-        Ok(())
+        conn.transaction::<_, Error, _>(async |conn| {
+            store::set_account_data(conn, user_id.as_str(), room, data_type, content).await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Validates and stores a filter, returning its ID.
     pub async fn create_filter(&self, user_id: &UserId, filter: &Value) -> Result<String> {
         validate_filter(filter)?;
         let mut conn = self.db.conn().await?;
-        Ok(store::insert_filter(&mut conn, user_id.as_str(), filter).await?.to_string())
+        Ok(store::insert_filter(&mut conn, user_id.as_str(), filter)
+            .await?
+            .to_string())
     }
 
     /// Loads a stored filter; `M_NOT_FOUND` for unknown or malformed IDs.
@@ -61,7 +80,9 @@ impl AccountData {
         let not_found = || Error::not_found("No such filter");
         let id: i64 = filter_id.parse().map_err(|_| not_found())?;
         let mut conn = self.db.conn().await?;
-        store::get_filter(&mut conn, user_id.as_str(), id).await?.ok_or_else(not_found)
+        store::get_filter(&mut conn, user_id.as_str(), id)
+            .await?
+            .ok_or_else(not_found)
     }
 }
 
@@ -70,10 +91,15 @@ pub fn validate_filter(filter: &Value) -> Result<FilterDefinition> {
     if !filter.is_object() {
         return Err(Error::bad_json("Filter must be a JSON object"));
     }
-    let parsed: FilterDefinition =
-        serde_json::from_value(filter.clone()).map_err(|e| Error::bad_json(format!("Invalid filter: {e}")))?;
+    let parsed: FilterDefinition = serde_json::from_value(filter.clone())
+        .map_err(|e| Error::bad_json(format!("Invalid filter: {e}")))?;
     let room = &parsed.room;
-    for limit in [room.timeline.limit, room.state.limit, room.ephemeral.limit, room.account_data.limit] {
+    for limit in [
+        room.timeline.limit,
+        room.state.limit,
+        room.ephemeral.limit,
+        room.account_data.limit,
+    ] {
         if limit.is_some_and(|l| l == ruma::UInt::from(0u32)) {
             return Err(Error::invalid_param("Filter limit must be positive"));
         }

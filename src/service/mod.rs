@@ -1,9 +1,11 @@
 //! Domain logic. Handlers call services; services call storage.
 
 pub mod account_data;
+pub mod keys;
 pub mod passwords;
 pub mod rate_limit;
 pub mod registration_tokens;
+pub mod rooms;
 pub mod sessions;
 pub mod uia;
 pub mod users;
@@ -30,14 +32,21 @@ pub struct Services {
     pub account_data: account_data::AccountData,
     /// Registration tokens (admin-managed).
     pub registration_tokens: registration_tokens::RegistrationTokens,
+    /// The server's signing key.
+    pub keys: Arc<keys::ServerKeys>,
+    /// Rooms, events, state and membership.
+    pub rooms: rooms::Rooms,
 }
 
 impl Services {
-    /// Builds the services over a database pool.
-    pub fn new(config: Config, db: Db) -> Arc<Self> {
+    /// Builds the services over a database pool (loading or creating the signing key).
+    pub async fn new(config: Config, db: Db) -> crate::error::Result<Arc<Self>> {
         let config = Arc::new(config);
+        let keys = Arc::new(keys::ServerKeys::load_or_create(&db).await?);
         let sessions = Arc::new(sessions::Sessions::new(db.clone(), config.clone()));
-        Arc::new(Services {
+        Ok(Arc::new(Services {
+            rooms: rooms::Rooms::new(db.clone(), config.clone(), keys.clone()),
+            keys,
             users: users::Users::new(db.clone(), config.clone(), sessions.clone()),
             uia: uia::Uia::new(db.clone(), config.clone()),
             rate_limit: rate_limit::RateLimiter::new(&config),
@@ -46,6 +55,6 @@ impl Services {
             sessions,
             config,
             db,
-        })
+        }))
     }
 }

@@ -53,8 +53,10 @@ impl RateLimiter {
         };
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let bucket = buckets
-            .get_or_insert_mut((action, key.to_owned()), || Bucket { tokens: limit.burst, updated: now });
+        let bucket = buckets.get_or_insert_mut((action, key.to_owned()), || Bucket {
+            tokens: limit.burst,
+            updated: now,
+        });
         let elapsed = now.duration_since(bucket.updated).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * limit.per_second).min(limit.burst);
         bucket.updated = now;

@@ -78,7 +78,11 @@ pub fn hash_token(token: &str) -> TokenHash {
 impl Sessions {
     /// Creates the service with an empty cache.
     pub fn new(db: Db, config: Arc<Config>) -> Self {
-        Sessions { db, config, cache: Mutex::new(LruCache::new(NonZeroUsize::new(10_000).expect("non-zero"))) }
+        Sessions {
+            db,
+            config,
+            cache: Mutex::new(LruCache::new(NonZeroUsize::new(10_000).expect("non-zero"))),
+        }
     }
 
     /// Issues tokens for an existing device inside the caller's transaction.
@@ -95,7 +99,11 @@ impl Sessions {
             let token = generate_token("mylr");
             let hash = hash_token(&token);
             devices::insert_refresh_token(conn, &hash, user_id, device_id, now).await?;
-            (Some(token), Some(hash), Some(self.config.refreshable_access_token_lifetime_ms))
+            (
+                Some(token),
+                Some(hash),
+                Some(self.config.refreshable_access_token_lifetime_ms),
+            )
         } else {
             (None, None, None)
         };
@@ -110,7 +118,11 @@ impl Sessions {
             now,
         )
         .await?;
-        Ok(IssuedTokens { access_token, refresh_token, expires_in_ms })
+        Ok(IssuedTokens {
+            access_token,
+            refresh_token,
+            expires_in_ms,
+        })
     }
 
     /// Resolves an access token to its caller, or fails with `M_UNKNOWN_TOKEN`.
@@ -132,10 +144,19 @@ impl Sessions {
             Some(owner) => owner,
             None => {
                 let mut conn = self.db.conn().await?;
-                let owner = devices::get_token_owner(&mut conn, &hash).await?.ok_or(Error::unknown_token(false))?;
-                devices::touch_device(&mut conn, &owner.user_id, &owner.device_id, now_ms(), ip).await?;
+                let owner = devices::get_token_owner(&mut conn, &hash)
+                    .await?
+                    .ok_or(Error::unknown_token(false))?;
+                devices::touch_device(&mut conn, &owner.user_id, &owner.device_id, now_ms(), ip)
+                    .await?;
                 let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-                cache.put(hash, CachedOwner { owner: owner.clone(), fetched: Instant::now() });
+                cache.put(
+                    hash,
+                    CachedOwner {
+                        owner: owner.clone(),
+                        fetched: Instant::now(),
+                    },
+                );
                 owner
             }
         };

@@ -9,7 +9,10 @@ use std::sync::Arc;
 
 use actix_web::http::StatusCode;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use ruma::{api::client::uiaa::{AuthData, UserIdentifier}, UserId};
+use ruma::{
+    api::client::uiaa::{AuthData, UserIdentifier},
+    UserId,
+};
 use serde_json::{json, Value};
 
 use super::{passwords, sessions::generate_token};
@@ -60,12 +63,18 @@ impl Uia {
         Uia { db, config }
     }
 
-    async fn flows(&self, conn: &mut AsyncPgConnection, purpose: Purpose<'_>) -> Result<Vec<Vec<&'static str>>> {
+    async fn flows(
+        &self,
+        conn: &mut AsyncPgConnection,
+        purpose: Purpose<'_>,
+    ) -> Result<Vec<Vec<&'static str>>> {
         Ok(match purpose {
             Purpose::Register => match self.config.registration {
                 RegistrationMode::Open => vec![vec![DUMMY]],
                 RegistrationMode::Token => vec![vec![REGISTRATION_TOKEN]],
-                RegistrationMode::Closed => return Err(Error::forbidden("Registration is disabled")),
+                RegistrationMode::Closed => {
+                    return Err(Error::forbidden("Registration is disabled"))
+                }
             },
             Purpose::Account(user_id) => {
                 let user = users::get_user(conn, user_id.as_str()).await?;
@@ -85,7 +94,9 @@ impl Uia {
         let mut conn = self.db.conn().await?;
         let flows = self.flows(&mut conn, purpose).await?;
         let outcome = conn
-            .transaction::<_, Error, _>(async |conn| self.process(conn, auth, purpose, &flows).await)
+            .transaction::<_, Error, _>(async |conn| {
+                self.process(conn, auth, purpose, &flows).await
+            })
             .await?;
         match outcome {
             Ok(completed) => Ok(completed),
@@ -112,7 +123,9 @@ impl Uia {
                 let row = registration::get_uia_session_for_update(conn, id)
                     .await?
                     .filter(|row| row.created_ts + SESSION_LIFETIME_MS > now_ms())
-                    .ok_or_else(|| Error::matrix(StatusCode::BAD_REQUEST, "M_UNKNOWN", "Unknown session ID"))?;
+                    .ok_or_else(|| {
+                        Error::matrix(StatusCode::BAD_REQUEST, "M_UNKNOWN", "Unknown session ID")
+                    })?;
                 if row.user_id.as_deref() != owner {
                     return Err(Error::forbidden("This session belongs to another request"));
                 }
@@ -122,7 +135,8 @@ impl Uia {
         };
         let (session_id, mut done, mut token) = match existing {
             Some(row) => {
-                let done: Vec<String> = serde_json::from_value(row.completed_stages).unwrap_or_default();
+                let done: Vec<String> =
+                    serde_json::from_value(row.completed_stages).unwrap_or_default();
                 (row.session_id, done, row.registration_token)
             }
             None => {
@@ -136,21 +150,35 @@ impl Uia {
         if let Some(auth) = auth {
             match self.run_stage(conn, auth, purpose, flows).await? {
                 StageResult::Done => {
-                    let stage = auth.auth_type().map(|t| t.as_str().to_owned()).unwrap_or_default();
+                    let stage = auth
+                        .auth_type()
+                        .map(|t| t.as_str().to_owned())
+                        .unwrap_or_default();
                     if let AuthData::RegistrationToken(t) = auth {
                         token = Some(t.token.clone());
                     }
                     if !done.contains(&stage) {
                         done.push(stage);
                     }
-                    registration::update_uia_session(conn, &session_id, &json!(done), token.as_deref()).await?;
+                    registration::update_uia_session(
+                        conn,
+                        &session_id,
+                        &json!(done),
+                        token.as_deref(),
+                    )
+                    .await?;
                 }
                 StageResult::Failed(err) => failure = Some(err),
             }
         }
-        let finished = flows.iter().any(|flow| flow.iter().all(|stage| done.iter().any(|d| d == stage)));
+        let finished = flows
+            .iter()
+            .any(|flow| flow.iter().all(|stage| done.iter().any(|d| d == stage)));
         if finished && failure.is_none() {
-            Ok(Ok(Completed { session_id, registration_token: token }))
+            Ok(Ok(Completed {
+                session_id,
+                registration_token: token,
+            }))
         } else {
             Ok(Err((session_id, done, failure)))
         }
@@ -163,16 +191,25 @@ impl Uia {
         purpose: Purpose<'_>,
         flows: &[Vec<&'static str>],
     ) -> Result<StageResult> {
-        let stage = auth.auth_type().map(|t| t.as_str().to_owned()).unwrap_or_default();
+        let stage = auth
+            .auth_type()
+            .map(|t| t.as_str().to_owned())
+            .unwrap_or_default();
         if !flows.iter().flatten().any(|s| *s == stage) {
-            let err = Error::matrix(StatusCode::UNAUTHORIZED, "M_UNRECOGNIZED", format!("Unsupported stage {stage}"));
+            let err = Error::matrix(
+                StatusCode::UNAUTHORIZED,
+                "M_UNRECOGNIZED",
+                format!("Unsupported stage {stage}"),
+            );
             return Ok(StageResult::Failed(err));
         }
         Ok(match auth {
             AuthData::Dummy(_) => StageResult::Done,
             AuthData::Password(password) => {
                 let Purpose::Account(user_id) = purpose else {
-                    return Ok(StageResult::Failed(Error::forbidden("Password authentication needs an account")));
+                    return Ok(StageResult::Failed(Error::forbidden(
+                        "Password authentication needs an account",
+                    )));
                 };
                 let same_user = match &password.identifier {
                     UserIdentifier::Matrix(id) => {
@@ -180,9 +217,13 @@ impl Uia {
                     }
                     _ => false,
                 };
-                let hash = users::get_user(conn, user_id.as_str()).await?.and_then(|u| u.password_hash);
+                let hash = users::get_user(conn, user_id.as_str())
+                    .await?
+                    .and_then(|u| u.password_hash);
                 let valid = match (same_user, hash) {
-                    (true, Some(hash)) => passwords::verify_password(password.password.clone(), hash).await?,
+                    (true, Some(hash)) => {
+                        passwords::verify_password(password.password.clone(), hash).await?
+                    }
                     _ => false,
                 };
                 if valid {
@@ -195,18 +236,31 @@ impl Uia {
                 if registration::reserve_registration_token(conn, &t.token, now_ms()).await? {
                     StageResult::Done
                 } else {
-                    let err = Error::matrix(StatusCode::UNAUTHORIZED, "M_UNAUTHORIZED", "Invalid registration token");
+                    let err = Error::matrix(
+                        StatusCode::UNAUTHORIZED,
+                        "M_UNAUTHORIZED",
+                        "Invalid registration token",
+                    );
                     StageResult::Failed(err)
                 }
             }
-            _ => StageResult::Failed(Error::matrix(StatusCode::UNAUTHORIZED, "M_UNRECOGNIZED", "Unsupported stage")),
+            _ => StageResult::Failed(Error::matrix(
+                StatusCode::UNAUTHORIZED,
+                "M_UNRECOGNIZED",
+                "Unsupported stage",
+            )),
         })
     }
 
     /// Consumes a completed session inside the protected operation's transaction.
     pub async fn finish(&self, conn: &mut AsyncPgConnection, completed: &Completed) -> Result<()> {
-        if registration::get_uia_session_for_update(conn, &completed.session_id).await?.is_none() {
-            return Err(Error::forbidden("This authentication session was already used"));
+        if registration::get_uia_session_for_update(conn, &completed.session_id)
+            .await?
+            .is_none()
+        {
+            return Err(Error::forbidden(
+                "This authentication session was already used",
+            ));
         }
         registration::delete_uia_session(conn, &completed.session_id).await?;
         if let Some(token) = &completed.registration_token {
@@ -216,14 +270,22 @@ impl Uia {
     }
 }
 
-fn uia_error(flows: &[Vec<&'static str>], session: &str, completed: &[String], failure: Option<Error>) -> Error {
+fn uia_error(
+    flows: &[Vec<&'static str>],
+    session: &str,
+    completed: &[String],
+    failure: Option<Error>,
+) -> Error {
     let mut body = json!({
         "flows": flows.iter().map(|stages| json!({ "stages": stages })).collect::<Vec<_>>(),
         "params": {},
         "session": session,
         "completed": completed,
     });
-    if let Some(Error::Matrix { errcode, message, .. }) = failure {
+    if let Some(Error::Matrix {
+        errcode, message, ..
+    }) = failure
+    {
         body["errcode"] = Value::from(errcode);
         body["error"] = Value::from(message);
     }

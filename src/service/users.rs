@@ -64,7 +64,11 @@ fn generate_device_id() -> OwnedDeviceId {
 impl Users {
     /// Creates the service.
     pub fn new(db: Db, config: Arc<Config>, sessions: Arc<Sessions>) -> Self {
-        Users { db, config, sessions }
+        Users {
+            db,
+            config,
+            sessions,
+        }
     }
 
     /// Checks a requested localpart and turns it into a user ID on this server.
@@ -75,7 +79,8 @@ impl Users {
         if localpart.starts_with('_') {
             return Err(Error::invalid_username("User ID may not begin with _"));
         }
-        let allowed = |c: char| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '=' | '-' | '/' | '+');
+        let allowed =
+            |c: char| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '=' | '-' | '/' | '+');
         if !localpart.chars().all(allowed) {
             return Err(Error::invalid_username(
                 "User ID can only contain characters a-z, 0-9, or '=_-./+'",
@@ -102,7 +107,9 @@ impl Users {
     pub async fn generate_localpart(&self) -> Result<String> {
         let mut conn = self.db.conn().await?;
         for _ in 0..10 {
-            let candidate = rand::rng().random_range(10_000_000u64..100_000_000).to_string();
+            let candidate = rand::rng()
+                .random_range(10_000_000u64..100_000_000)
+                .to_string();
             if !users::localpart_exists(&mut conn, &candidate).await? {
                 return Ok(candidate);
             }
@@ -137,10 +144,19 @@ impl Users {
                 created_ts: now_ms(),
             };
             users::insert_user(conn, &new_user).await.map_err(|e| {
-                if is_unique_violation(&e) { Error::user_in_use() } else { e.into() }
+                if is_unique_violation(&e) {
+                    Error::user_in_use()
+                } else {
+                    e.into()
+                }
             })?;
-            users::set_profile_field(conn, user_id.as_str(), "displayname", &Value::from(user_id.localpart()))
-                .await?;
+            users::set_profile_field(
+                conn,
+                user_id.as_str(),
+                "displayname",
+                &Value::from(user_id.localpart()),
+            )
+            .await?;
             match device {
                 Some(device) => Ok(Some(self.open_session(conn, user_id, device).await?)),
                 None => Ok(None),
@@ -158,18 +174,38 @@ impl Users {
         device: DeviceRequest,
     ) -> Result<LoginSession> {
         let device_id = device.device_id.unwrap_or_else(generate_device_id);
-        devices::upsert_device(conn, user_id.as_str(), device_id.as_str(), device.display_name.as_deref(), now_ms())
-            .await?;
-        let revoked = devices::delete_device_tokens(conn, user_id.as_str(), device_id.as_str()).await?;
+        devices::upsert_device(
+            conn,
+            user_id.as_str(),
+            device_id.as_str(),
+            device.display_name.as_deref(),
+            now_ms(),
+        )
+        .await?;
+        let revoked =
+            devices::delete_device_tokens(conn, user_id.as_str(), device_id.as_str()).await?;
         self.sessions.forget_cached(&revoked);
-        let tokens = self.sessions.issue_tokens(conn, user_id.as_str(), device_id.as_str(), device.refresh_token).await?;
-        Ok(LoginSession { user_id: user_id.to_owned(), device_id, tokens })
+        let tokens = self
+            .sessions
+            .issue_tokens(
+                conn,
+                user_id.as_str(),
+                device_id.as_str(),
+                device.refresh_token,
+            )
+            .await?;
+        Ok(LoginSession {
+            user_id: user_id.to_owned(),
+            device_id,
+            tokens,
+        })
     }
 
     /// Logs a user in on a (new or existing) device.
     pub async fn login(&self, user_id: &UserId, device: DeviceRequest) -> Result<LoginSession> {
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| self.open_session(conn, user_id, device).await).await
+        conn.transaction::<_, Error, _>(async |conn| self.open_session(conn, user_id, device).await)
+            .await
     }
 
     /// Resolves an `m.id.user` identifier (localpart or full ID) to a local user ID.
@@ -182,7 +218,8 @@ impl Users {
             }
             Ok(user_id)
         } else {
-            self.user_id_for(&user.to_lowercase()).map_err(|_| forbidden())
+            self.user_id_for(&user.to_lowercase())
+                .map_err(|_| forbidden())
         }
     }
 
@@ -190,7 +227,9 @@ impl Users {
     pub async fn check_password(&self, user_id: &UserId, password: &str) -> Result<()> {
         let forbidden = || Error::forbidden("Invalid username or password");
         let mut conn = self.db.conn().await?;
-        let user = users::get_user(&mut conn, user_id.as_str()).await?.ok_or_else(forbidden)?;
+        let user = users::get_user(&mut conn, user_id.as_str())
+            .await?
+            .ok_or_else(forbidden)?;
         if user.deactivated {
             return Err(Error::user_deactivated());
         }
@@ -205,15 +244,23 @@ impl Users {
     /// Validates a JWT (`org.matrix.login.jwt`) and returns the user it names, creating the
     /// account on first login as Synapse does.
     pub async fn check_jwt(&self, token: &str) -> Result<OwnedUserId> {
-        let jwt = self.config.jwt.as_ref().ok_or_else(|| Error::unknown("JWT login is not enabled"))?;
+        let jwt = self
+            .config
+            .jwt
+            .as_ref()
+            .ok_or_else(|| Error::unknown("JWT login is not enabled"))?;
         let key = match jwt.algorithm {
-            jsonwebtoken::Algorithm::HS256 | jsonwebtoken::Algorithm::HS384 | jsonwebtoken::Algorithm::HS512 => {
+            jsonwebtoken::Algorithm::HS256
+            | jsonwebtoken::Algorithm::HS384
+            | jsonwebtoken::Algorithm::HS512 => {
                 jsonwebtoken::DecodingKey::from_secret(jwt.secret.as_bytes())
             }
             jsonwebtoken::Algorithm::ES256 | jsonwebtoken::Algorithm::ES384 => {
                 jsonwebtoken::DecodingKey::from_ec_pem(jwt.secret.as_bytes())
             }
-            jsonwebtoken::Algorithm::EdDSA => jsonwebtoken::DecodingKey::from_ed_pem(jwt.secret.as_bytes()),
+            jsonwebtoken::Algorithm::EdDSA => {
+                jsonwebtoken::DecodingKey::from_ed_pem(jwt.secret.as_bytes())
+            }
             _ => jsonwebtoken::DecodingKey::from_rsa_pem(jwt.secret.as_bytes()),
         }
         .map_err(|e| Error::internal(format!("JWT key: {e}")))?;
@@ -246,7 +293,10 @@ impl Users {
                 match self.register(&user_id, None, false, None, None).await {
                     Ok(_) => Ok(user_id),
                     // Two first logins raced; the account exists now, which is all we need.
-                    Err(Error::Matrix { errcode: "M_USER_IN_USE", .. }) => Ok(user_id),
+                    Err(Error::Matrix {
+                        errcode: "M_USER_IN_USE",
+                        ..
+                    }) => Ok(user_id),
                     Err(e) => Err(e),
                 }
             }
@@ -275,8 +325,11 @@ impl Users {
                         .into_iter()
                         .filter(|d| !keep.contains(d))
                         .collect();
-                    let mut revoked = devices::delete_devices(conn, user_id.as_str(), &others).await?;
-                    revoked.extend(devices::delete_user_tokens(conn, user_id.as_str(), keep_device).await?);
+                    let mut revoked =
+                        devices::delete_devices(conn, user_id.as_str(), &others).await?;
+                    revoked.extend(
+                        devices::delete_user_tokens(conn, user_id.as_str(), keep_device).await?,
+                    );
                     Ok(revoked)
                 } else {
                     Ok(Vec::new())
@@ -288,7 +341,11 @@ impl Users {
     }
 
     /// Deactivates an account: no more logins, every device and token gone, profile erased.
-    pub async fn deactivate(&self, user_id: &UserId, uia: Option<(&Uia, &Completed)>) -> Result<()> {
+    pub async fn deactivate(
+        &self,
+        user_id: &UserId,
+        uia: Option<(&Uia, &Completed)>,
+    ) -> Result<()> {
         let mut conn = self.db.conn().await?;
         let revoked = conn
             .transaction::<_, Error, _>(async |conn| {
@@ -305,10 +362,22 @@ impl Users {
         Ok(())
     }
 
+    /// Sets or lifts a shadow ban; `M_NOT_FOUND` for unknown users.
+    pub async fn set_shadow_banned(&self, user_id: &UserId, banned: bool) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        if users::set_shadow_banned(&mut conn, user_id.as_str(), banned).await? {
+            Ok(())
+        } else {
+            Err(Error::not_found("Unknown user"))
+        }
+    }
+
     /// Whether the user exists on this server.
     pub async fn exists(&self, user_id: &UserId) -> Result<bool> {
         let mut conn = self.db.conn().await?;
-        Ok(users::get_user(&mut conn, user_id.as_str()).await?.is_some())
+        Ok(users::get_user(&mut conn, user_id.as_str())
+            .await?
+            .is_some())
     }
 
     /// The user's profile fields; `M_NOT_FOUND` when the user does not exist.
@@ -324,7 +393,10 @@ impl Users {
     /// One profile field; `M_NOT_FOUND` when the user or the field does not exist.
     pub async fn get_profile_field(&self, user_id: &UserId, field: &str) -> Result<Value> {
         let mut conn = self.db.conn().await?;
-        if users::get_user(&mut conn, user_id.as_str()).await?.is_none() {
+        if users::get_user(&mut conn, user_id.as_str())
+            .await?
+            .is_none()
+        {
             return Err(Error::not_found("Profile not found"));
         }
         users::get_profile_field(&mut conn, user_id.as_str(), field)
@@ -333,10 +405,17 @@ impl Users {
     }
 
     /// Sets (or with `None` deletes) one of the caller's own profile fields.
-    pub async fn set_profile_field(&self, user_id: &UserId, field: &str, value: Option<&Value>) -> Result<()> {
+    pub async fn set_profile_field(
+        &self,
+        user_id: &UserId,
+        field: &str,
+        value: Option<&Value>,
+    ) -> Result<()> {
         let mut conn = self.db.conn().await?;
         match value {
-            Some(value) => users::set_profile_field(&mut conn, user_id.as_str(), field, value).await?,
+            Some(value) => {
+                users::set_profile_field(&mut conn, user_id.as_str(), field, value).await?
+            }
             None => users::delete_profile_fields(&mut conn, user_id.as_str(), Some(field)).await?,
         }
         Ok(())
@@ -357,7 +436,12 @@ impl Users {
     }
 
     /// Renames a device; `M_NOT_FOUND` when it does not exist.
-    pub async fn rename_device(&self, user_id: &UserId, device_id: &str, name: Option<&str>) -> Result<()> {
+    pub async fn rename_device(
+        &self,
+        user_id: &UserId,
+        device_id: &str,
+        name: Option<&str>,
+    ) -> Result<()> {
         let mut conn = self.db.conn().await?;
         if devices::rename_device(&mut conn, user_id.as_str(), device_id, name).await? {
             Ok(())
@@ -400,7 +484,8 @@ impl Users {
     /// Logs out one device (`/logout`): its tokens die and the device is removed, as Synapse does.
     pub async fn logout(&self, user_id: &UserId, device_id: &str) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        let revoked = devices::delete_devices(&mut conn, user_id.as_str(), &[device_id.to_owned()]).await?;
+        let revoked =
+            devices::delete_devices(&mut conn, user_id.as_str(), &[device_id.to_owned()]).await?;
         self.sessions.forget_cached(&revoked);
         Ok(())
     }

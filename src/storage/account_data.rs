@@ -24,7 +24,8 @@ pub async fn get_account_data(
         .optional()
 }
 
-/// Sets an account-data entry, moving it to a new stream position.
+/// Sets an account-data entry at a new stream position. Run it inside a transaction: the
+/// stream counter stays locked until commit, so positions become visible in order.
 pub async fn set_account_data(
     conn: &mut AsyncPgConnection,
     user_id: &str,
@@ -32,28 +33,36 @@ pub async fn set_account_data(
     data_type: &str,
     content: &Value,
 ) -> QueryResult<i64> {
+    let position = super::streams::next_position(conn, super::streams::ACCOUNT_DATA).await?;
     diesel::insert_into(account_data::table)
         .values((
             account_data::user_id.eq(user_id),
             account_data::room_id.eq(room_id),
             account_data::data_type.eq(data_type),
             account_data::content.eq(content),
+            account_data::stream_ordering.eq(position),
         ))
-        .on_conflict((account_data::user_id, account_data::room_id, account_data::data_type))
+        .on_conflict((
+            account_data::user_id,
+            account_data::room_id,
+            account_data::data_type,
+        ))
         .do_update()
         .set((
             account_data::content.eq(content),
-            account_data::stream_ordering.eq(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-                "nextval('account_data_stream_seq')",
-            )),
+            account_data::stream_ordering.eq(position),
         ))
-        .returning(account_data::stream_ordering)
-        .get_result(conn)
-        .await
+        .execute(conn)
+        .await?;
+    Ok(position)
 }
 
 /// Stores a filter and returns its ID.
-pub async fn insert_filter(conn: &mut AsyncPgConnection, user_id: &str, content: &Value) -> QueryResult<i64> {
+pub async fn insert_filter(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    content: &Value,
+) -> QueryResult<i64> {
     diesel::insert_into(filters::table)
         .values((filters::user_id.eq(user_id), filters::content.eq(content)))
         .returning(filters::filter_id)
@@ -62,7 +71,11 @@ pub async fn insert_filter(conn: &mut AsyncPgConnection, user_id: &str, content:
 }
 
 /// Loads a stored filter.
-pub async fn get_filter(conn: &mut AsyncPgConnection, user_id: &str, filter_id: i64) -> QueryResult<Option<Value>> {
+pub async fn get_filter(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    filter_id: i64,
+) -> QueryResult<Option<Value>> {
     filters::table
         .find((user_id, filter_id))
         .select(filters::content)

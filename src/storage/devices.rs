@@ -62,7 +62,10 @@ pub async fn upsert_device(
 }
 
 /// All devices of a user, oldest first.
-pub async fn get_devices(conn: &mut AsyncPgConnection, user_id: &str) -> QueryResult<Vec<DeviceRow>> {
+pub async fn get_devices(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Vec<DeviceRow>> {
     devices::table
         .filter(devices::user_id.eq(user_id))
         .order(devices::created_ts)
@@ -112,7 +115,9 @@ pub async fn delete_devices(
         .load(conn)
         .await?;
     diesel::delete(
-        devices::table.filter(devices::user_id.eq(user_id)).filter(devices::device_id.eq_any(device_ids)),
+        devices::table
+            .filter(devices::user_id.eq(user_id))
+            .filter(devices::device_id.eq_any(device_ids)),
     )
     .execute(conn)
     .await?;
@@ -120,7 +125,10 @@ pub async fn delete_devices(
 }
 
 /// IDs of all devices of a user.
-pub async fn get_device_ids(conn: &mut AsyncPgConnection, user_id: &str) -> QueryResult<Vec<String>> {
+pub async fn get_device_ids(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Vec<String>> {
     devices::table
         .filter(devices::user_id.eq(user_id))
         .select(devices::device_id)
@@ -188,12 +196,20 @@ pub async fn insert_refresh_token(
 }
 
 /// Resolves an access token hash to its owner (deactivated users resolve to nothing).
-pub async fn get_token_owner(conn: &mut AsyncPgConnection, token_hash: &[u8]) -> QueryResult<Option<TokenOwner>> {
+pub async fn get_token_owner(
+    conn: &mut AsyncPgConnection,
+    token_hash: &[u8],
+) -> QueryResult<Option<TokenOwner>> {
     access_tokens::table
         .inner_join(users::table.on(users::user_id.eq(access_tokens::user_id)))
         .filter(access_tokens::token_hash.eq(token_hash))
         .filter(users::deactivated.eq(false))
-        .select((access_tokens::user_id, access_tokens::device_id, access_tokens::expires_ts, users::is_admin))
+        .select((
+            access_tokens::user_id,
+            access_tokens::device_id,
+            access_tokens::expires_ts,
+            users::is_admin,
+        ))
         .first::<(String, String, Option<i64>, bool)>(conn)
         .await
         .optional()
@@ -213,10 +229,12 @@ pub async fn take_refresh_token(
     token_hash: &[u8],
 ) -> QueryResult<Option<(String, String, Vec<Vec<u8>>)>> {
     // Access tokens first: deleting the refresh token would cascade to them silently.
-    let access = diesel::delete(access_tokens::table.filter(access_tokens::refresh_token_hash.eq(token_hash)))
-        .returning(access_tokens::token_hash)
-        .get_results(conn)
-        .await?;
+    let access = diesel::delete(
+        access_tokens::table.filter(access_tokens::refresh_token_hash.eq(token_hash)),
+    )
+    .returning(access_tokens::token_hash)
+    .get_results(conn)
+    .await?;
     let owner = diesel::delete(refresh_tokens::table.find(token_hash))
         .returning((refresh_tokens::user_id, refresh_tokens::device_id))
         .get_result::<(String, String)>(conn)
@@ -239,7 +257,9 @@ pub async fn delete_device_tokens(
     .execute(conn)
     .await?;
     diesel::delete(
-        access_tokens::table.filter(access_tokens::user_id.eq(user_id)).filter(access_tokens::device_id.eq(device_id)),
+        access_tokens::table
+            .filter(access_tokens::user_id.eq(user_id))
+            .filter(access_tokens::device_id.eq(device_id)),
     )
     .returning(access_tokens::token_hash)
     .get_results(conn)
@@ -261,7 +281,9 @@ pub async fn delete_user_tokens(
     .execute(conn)
     .await?;
     diesel::delete(
-        access_tokens::table.filter(access_tokens::user_id.eq(user_id)).filter(access_tokens::device_id.ne(keep)),
+        access_tokens::table
+            .filter(access_tokens::user_id.eq(user_id))
+            .filter(access_tokens::device_id.ne(keep)),
     )
     .returning(access_tokens::token_hash)
     .get_results(conn)

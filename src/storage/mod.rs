@@ -6,7 +6,10 @@
 pub mod account_data;
 pub mod devices;
 pub mod registration;
+pub mod rooms;
 pub mod schema;
+pub mod state;
+pub mod streams;
 pub mod users;
 
 use diesel_async::{
@@ -37,7 +40,10 @@ impl Db {
     /// Builds a pool for `url`; connections are made lazily.
     pub fn connect(url: &str, max_size: usize) -> Result<Self> {
         let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
-        let pool = Pool::builder(manager).max_size(max_size).build().map_err(Error::internal)?;
+        let pool = Pool::builder(manager)
+            .max_size(max_size)
+            .build()
+            .map_err(Error::internal)?;
         Ok(Db { pool })
     }
 
@@ -51,9 +57,12 @@ impl Db {
 pub async fn run_migrations(url: &str) -> Result<usize, String> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || {
-        let mut conn = <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)
-            .map_err(|e| format!("cannot connect to the database: {e}"))?;
-        let applied = conn.run_pending_migrations(MIGRATIONS).map_err(|e| format!("migration failed: {e}"))?;
+        let mut conn =
+            <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)
+                .map_err(|e| format!("cannot connect to the database: {e}"))?;
+        let applied = conn
+            .run_pending_migrations(MIGRATIONS)
+            .map_err(|e| format!("migration failed: {e}"))?;
         Ok(applied.len())
     })
     .await

@@ -60,7 +60,9 @@ pub async fn insert_registration_token(
 }
 
 /// All registration tokens.
-pub async fn get_registration_tokens(conn: &mut AsyncPgConnection) -> QueryResult<Vec<RegistrationTokenRow>> {
+pub async fn get_registration_tokens(
+    conn: &mut AsyncPgConnection,
+) -> QueryResult<Vec<RegistrationTokenRow>> {
     registration_tokens::table
         .order(registration_tokens::created_ts)
         .select(RegistrationTokenRow::as_select())
@@ -83,13 +85,21 @@ pub async fn get_registration_token(
 
 /// Reserves one use of a token for a registration in progress, if it is still valid.
 /// Returns false when the token is unknown, expired or used up (counting pending uses).
-pub async fn reserve_registration_token(conn: &mut AsyncPgConnection, token: &str, now: i64) -> QueryResult<bool> {
+pub async fn reserve_registration_token(
+    conn: &mut AsyncPgConnection,
+    token: &str,
+    now: i64,
+) -> QueryResult<bool> {
     use registration_tokens::dsl as t;
     let updated = diesel::update(
         t::registration_tokens
             .filter(t::token.eq(token))
             .filter(t::expiry_ts.is_null().or(t::expiry_ts.gt(now)))
-            .filter(t::uses_allowed.is_null().or(t::uses_allowed.assume_not_null().gt(t::pending + t::completed))),
+            .filter(
+                t::uses_allowed.is_null().or(t::uses_allowed
+                    .assume_not_null()
+                    .gt(t::pending + t::completed)),
+            ),
     )
     .set(t::pending.eq(t::pending + 1))
     .execute(conn)
@@ -98,18 +108,30 @@ pub async fn reserve_registration_token(conn: &mut AsyncPgConnection, token: &st
 }
 
 /// Turns a pending use of a token into a completed one.
-pub async fn complete_registration_token(conn: &mut AsyncPgConnection, token: &str) -> QueryResult<()> {
+pub async fn complete_registration_token(
+    conn: &mut AsyncPgConnection,
+    token: &str,
+) -> QueryResult<()> {
     use registration_tokens::dsl as t;
     diesel::update(t::registration_tokens.find(token))
-        .set((t::pending.eq(t::pending - 1), t::completed.eq(t::completed + 1)))
+        .set((
+            t::pending.eq(t::pending - 1),
+            t::completed.eq(t::completed + 1),
+        ))
         .execute(conn)
         .await
         .map(drop)
 }
 
 /// Deletes a registration token; returns false when it did not exist.
-pub async fn delete_registration_token(conn: &mut AsyncPgConnection, token: &str) -> QueryResult<bool> {
-    Ok(diesel::delete(registration_tokens::table.find(token)).execute(conn).await? > 0)
+pub async fn delete_registration_token(
+    conn: &mut AsyncPgConnection,
+    token: &str,
+) -> QueryResult<bool> {
+    Ok(diesel::delete(registration_tokens::table.find(token))
+        .execute(conn)
+        .await?
+        > 0)
 }
 
 /// Creates a UIA session.
@@ -164,5 +186,8 @@ pub async fn update_uia_session(
 
 /// Deletes a finished UIA session.
 pub async fn delete_uia_session(conn: &mut AsyncPgConnection, session_id: &str) -> QueryResult<()> {
-    diesel::delete(uia_sessions::table.find(session_id)).execute(conn).await.map(drop)
+    diesel::delete(uia_sessions::table.find(session_id))
+        .execute(conn)
+        .await
+        .map(drop)
 }

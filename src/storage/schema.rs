@@ -86,6 +86,113 @@ diesel::table! {
         is_admin -> Bool,
         deactivated -> Bool,
         created_ts -> Int8,
+        shadow_banned -> Bool,
+    }
+}
+
+diesel::table! {
+    event_txns (user_id, device_id, txn_id) {
+        user_id -> Text,
+        device_id -> Text,
+        txn_id -> Text,
+        event_id -> Text,
+        created_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    events (event_id) {
+        event_id -> Text,
+        room_id -> Text,
+        stream_ordering -> Int8,
+        depth -> Int8,
+        sender -> Text,
+        event_type -> Text,
+        state_key -> Nullable<Text>,
+        origin_server_ts -> Int8,
+        pdu -> Jsonb,
+        state_group -> Int8,
+        redacted_by -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    room_aliases (room_alias) {
+        room_alias -> Text,
+        room_id -> Text,
+        creator -> Text,
+        created_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    room_current_state (room_id, event_type, state_key) {
+        room_id -> Text,
+        event_type -> Text,
+        state_key -> Text,
+        event_id -> Text,
+    }
+}
+
+diesel::table! {
+    room_forward_extremities (room_id, event_id) {
+        room_id -> Text,
+        event_id -> Text,
+    }
+}
+
+diesel::table! {
+    room_memberships (room_id, user_id) {
+        room_id -> Text,
+        user_id -> Text,
+        membership -> Text,
+        event_id -> Text,
+        stream_ordering -> Int8,
+        forgotten -> Bool,
+    }
+}
+
+diesel::table! {
+    rooms (room_id) {
+        room_id -> Text,
+        room_version -> Text,
+        creator -> Text,
+        is_public -> Bool,
+        current_state_group -> Int8,
+        created_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    server_signing_keys (key_id) {
+        key_id -> Text,
+        secret_der -> Bytea,
+        created_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    state_group_entries (state_group, event_type, state_key) {
+        state_group -> Int8,
+        event_type -> Text,
+        state_key -> Text,
+        event_id -> Text,
+    }
+}
+
+diesel::table! {
+    state_groups (state_group) {
+        state_group -> Int8,
+        room_id -> Text,
+        parent_group -> Nullable<Int8>,
+        chain_length -> Int4,
+    }
+}
+
+diesel::table! {
+    stream_positions (stream) {
+        stream -> Text,
+        position -> Int8,
     }
 }
 
@@ -93,10 +200,21 @@ diesel::allow_tables_to_appear_in_same_query!(
     access_tokens,
     account_data,
     devices,
+    event_txns,
+    events,
     filters,
     profile_fields,
     refresh_tokens,
     registration_tokens,
+    room_aliases,
+    room_current_state,
+    room_forward_extremities,
+    room_memberships,
+    rooms,
+    server_signing_keys,
+    state_group_entries,
+    state_groups,
+    stream_positions,
     uia_sessions,
     users,
 );

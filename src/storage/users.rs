@@ -38,7 +38,11 @@ pub struct NewUser<'a> {
 
 /// Inserts a user; a duplicate user ID fails with a unique violation.
 pub async fn insert_user(conn: &mut AsyncPgConnection, user: &NewUser<'_>) -> QueryResult<()> {
-    diesel::insert_into(users::table).values(user).execute(conn).await.map(drop)
+    diesel::insert_into(users::table)
+        .values(user)
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 /// Looks a user up by ID.
@@ -53,9 +57,11 @@ pub async fn get_user(conn: &mut AsyncPgConnection, user_id: &str) -> QueryResul
 
 /// Whether a localpart is taken (by an active or deactivated account).
 pub async fn localpart_exists(conn: &mut AsyncPgConnection, localpart: &str) -> QueryResult<bool> {
-    diesel::select(diesel::dsl::exists(users::table.filter(users::localpart.eq(localpart))))
-        .get_result(conn)
-        .await
+    diesel::select(diesel::dsl::exists(
+        users::table.filter(users::localpart.eq(localpart)),
+    ))
+    .get_result(conn)
+    .await
 }
 
 /// Replaces a user's password hash (`None` removes password login).
@@ -74,14 +80,20 @@ pub async fn set_password_hash(
 /// Marks a user deactivated and removes their password.
 pub async fn deactivate_user(conn: &mut AsyncPgConnection, user_id: &str) -> QueryResult<()> {
     diesel::update(users::table.find(user_id))
-        .set((users::deactivated.eq(true), users::password_hash.eq(None::<String>)))
+        .set((
+            users::deactivated.eq(true),
+            users::password_hash.eq(None::<String>),
+        ))
         .execute(conn)
         .await
         .map(drop)
 }
 
 /// All profile fields of a user.
-pub async fn get_profile(conn: &mut AsyncPgConnection, user_id: &str) -> QueryResult<Vec<(String, Value)>> {
+pub async fn get_profile(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Vec<(String, Value)>> {
     profile_fields::table
         .filter(profile_fields::user_id.eq(user_id))
         .select((profile_fields::field_name, profile_fields::value))
@@ -133,8 +145,84 @@ pub async fn delete_profile_fields(
 ) -> QueryResult<()> {
     let rows = profile_fields::table.filter(profile_fields::user_id.eq(user_id));
     match field {
-        Some(field) => diesel::delete(rows.filter(profile_fields::field_name.eq(field))).execute(conn).await,
+        Some(field) => {
+            diesel::delete(rows.filter(profile_fields::field_name.eq(field)))
+                .execute(conn)
+                .await
+        }
         None => diesel::delete(rows).execute(conn).await,
     }
     .map(drop)
+}
+
+/// Whether a user is shadow-banned.
+pub async fn is_shadow_banned(conn: &mut AsyncPgConnection, user_id: &str) -> QueryResult<bool> {
+    Ok(users::table
+        .find(user_id)
+        .select(users::shadow_banned)
+        .first::<bool>(conn)
+        .await
+        .optional()?
+        .unwrap_or(false))
+}
+
+/// Sets or clears a user's shadow ban; returns false for unknown users.
+pub async fn set_shadow_banned(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    banned: bool,
+) -> QueryResult<bool> {
+    Ok(diesel::update(users::table.find(user_id))
+        .set(users::shadow_banned.eq(banned))
+        .execute(conn)
+        .await?
+        > 0)
+}
+
+/// A user directory hit.
+#[derive(Debug, diesel::QueryableByName)]
+pub struct DirectoryUser {
+    /// User ID.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub user_id: String,
+    /// Display name.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub displayname: Option<String>,
+    /// Avatar URL.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub avatar_url: Option<String>,
+}
+
+/// Users matching `term` (in ID or display name) whom `searcher` may discover: those sharing a
+/// joined room with them, or joined to a room published in the directory.
+pub async fn search_user_directory(
+    conn: &mut AsyncPgConnection,
+    searcher: &str,
+    term: &str,
+    limit: i64,
+) -> QueryResult<Vec<DirectoryUser>> {
+    let escaped = term
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    diesel::sql_query(
+        "SELECT u.user_id, dn.value #>> '{}' AS displayname, av.value #>> '{}' AS avatar_url \
+         FROM users u \
+         LEFT JOIN profile_fields dn ON dn.user_id = u.user_id AND dn.field_name = 'displayname' \
+         LEFT JOIN profile_fields av ON av.user_id = u.user_id AND av.field_name = 'avatar_url' \
+         WHERE NOT u.deactivated \
+           AND (u.user_id ILIKE $1 OR dn.value #>> '{}' ILIKE $1) \
+           AND (u.user_id = $2 \
+                OR EXISTS (SELECT 1 FROM room_memberships a JOIN room_memberships b ON a.room_id = b.room_id \
+                           WHERE a.user_id = u.user_id AND a.membership = 'join' \
+                             AND b.user_id = $2 AND b.membership = 'join') \
+                OR EXISTS (SELECT 1 FROM room_memberships a JOIN rooms r ON r.room_id = a.room_id \
+                           WHERE a.user_id = u.user_id AND a.membership = 'join' AND r.is_public)) \
+         ORDER BY u.user_id LIMIT $3",
+    )
+    .bind::<diesel::sql_types::Text, _>(format!("%{escaped}%"))
+    .bind::<diesel::sql_types::Text, _>(searcher)
+    .bind::<diesel::sql_types::BigInt, _>(limit)
+    .load(conn)
+    .await
 }

@@ -10,10 +10,18 @@ const REGISTER: &str = "/_matrix/client/v3/register";
 async fn register_without_auth_gets_uia_challenge_then_completes_with_dummy() {
     let server = TestServer::start().await;
     let client = server.client();
-    let challenge = client.post(REGISTER, json!({ "username": "alice", "password": "pw" })).await;
+    let challenge = client
+        .post(REGISTER, json!({ "username": "alice", "password": "pw" }))
+        .await;
     assert_eq!(challenge.status, 401);
-    assert_eq!(challenge.body["flows"], json!([{ "stages": ["m.login.dummy"] }]));
-    let session = challenge.body["session"].as_str().expect("session").to_owned();
+    assert_eq!(
+        challenge.body["flows"],
+        json!([{ "stages": ["m.login.dummy"] }])
+    );
+    let session = challenge.body["session"]
+        .as_str()
+        .expect("session")
+        .to_owned();
 
     let done = client
         .post(
@@ -23,7 +31,10 @@ async fn register_without_auth_gets_uia_challenge_then_completes_with_dummy() {
         .await
         .ok();
     assert_eq!(done["user_id"], "@alice:localhost");
-    assert!(done["access_token"].as_str().unwrap().len() >= 43, "token has at least 256 bits");
+    assert!(
+        done["access_token"].as_str().unwrap().len() >= 43,
+        "token has at least 256 bits"
+    );
     let alice = client.with_session(&done);
     let whoami = alice.get("/_matrix/client/v3/account/whoami").await.ok();
     assert_eq!(whoami["user_id"], "@alice:localhost");
@@ -33,7 +44,12 @@ async fn register_without_auth_gets_uia_challenge_then_completes_with_dummy() {
     let replay = client
         .post(REGISTER, json!({ "username": "mallory", "auth": { "type": "m.login.dummy", "session": session } }))
         .await;
-    assert_eq!(replay.status.as_u16() / 100, 4, "replayed session must fail: {}", replay.body);
+    assert_eq!(
+        replay.status.as_u16() / 100,
+        4,
+        "replayed session must fail: {}",
+        replay.body
+    );
 }
 
 #[tokio::test]
@@ -41,12 +57,28 @@ async fn taken_and_invalid_usernames_are_refused() {
     let server = TestServer::start().await;
     server.register("bob").await;
     let client = server.client();
-    let again = client.post(REGISTER, json!({ "username": "bob", "auth": { "type": "m.login.dummy" } })).await;
+    let again = client
+        .post(
+            REGISTER,
+            json!({ "username": "bob", "auth": { "type": "m.login.dummy" } }),
+        )
+        .await;
     again.assert_error(400, "M_USER_IN_USE");
-    let bad = client.post(REGISTER, json!({ "username": "b@d!", "auth": { "type": "m.login.dummy" } })).await;
+    let bad = client
+        .post(
+            REGISTER,
+            json!({ "username": "b@d!", "auth": { "type": "m.login.dummy" } }),
+        )
+        .await;
     bad.assert_error(400, "M_INVALID_USERNAME");
-    client.get("/_matrix/client/v3/register/available?username=bob").await.assert_error(400, "M_USER_IN_USE");
-    let free = client.get("/_matrix/client/v3/register/available?username=carol").await.ok();
+    client
+        .get("/_matrix/client/v3/register/available?username=bob")
+        .await
+        .assert_error(400, "M_USER_IN_USE");
+    let free = client
+        .get("/_matrix/client/v3/register/available?username=carol")
+        .await
+        .ok();
     assert_eq!(free["available"], true);
 }
 
@@ -65,14 +97,22 @@ async fn inhibit_login_registers_without_a_session() {
 
 #[tokio::test]
 async fn closed_registration_is_forbidden() {
-    let server = TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "closed")).await;
-    let response = server.client().post(REGISTER, json!({ "username": "x", "auth": { "type": "m.login.dummy" } })).await;
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "closed")).await;
+    let response = server
+        .client()
+        .post(
+            REGISTER,
+            json!({ "username": "x", "auth": { "type": "m.login.dummy" } }),
+        )
+        .await;
     response.assert_error(403, "M_FORBIDDEN");
 }
 
 #[tokio::test]
 async fn token_registration_uses_admin_created_tokens_and_counts_uses() {
-    let server = TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "token")).await;
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "token")).await;
     // The admin is created with the CLI, as a self-hoster would.
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
         .args(["user", "create", "root", "--password", "rootpw", "--admin"])
@@ -82,25 +122,48 @@ async fn token_registration_uses_admin_created_tokens_and_counts_uses() {
     assert!(status.success());
     let admin = server.client().login("root", "rootpw").await;
     let token = admin
-        .post("/_synapse/admin/v1/registration_tokens/new", json!({ "token": "letmein", "uses_allowed": 1 }))
+        .post(
+            "/_synapse/admin/v1/registration_tokens/new",
+            json!({ "token": "letmein", "uses_allowed": 1 }),
+        )
         .await
         .ok();
     assert_eq!(token["token"], "letmein");
 
     let client = server.client();
     let validity = "/_matrix/client/v1/register/m.login.registration_token/validity";
-    assert_eq!(client.get(&format!("{validity}?token=letmein")).await.ok()["valid"], true);
-    assert_eq!(client.get(&format!("{validity}?token=nope")).await.ok()["valid"], false);
+    assert_eq!(
+        client.get(&format!("{validity}?token=letmein")).await.ok()["valid"],
+        true
+    );
+    assert_eq!(
+        client.get(&format!("{validity}?token=nope")).await.ok()["valid"],
+        false
+    );
 
-    let challenge = client.post(REGISTER, json!({ "username": "newbie", "password": "pw" })).await;
-    assert_eq!(challenge.body["flows"], json!([{ "stages": ["m.login.registration_token"] }]));
+    let challenge = client
+        .post(REGISTER, json!({ "username": "newbie", "password": "pw" }))
+        .await;
+    assert_eq!(
+        challenge.body["flows"],
+        json!([{ "stages": ["m.login.registration_token"] }])
+    );
     let wrong = client
         .post(REGISTER, json!({ "username": "newbie", "password": "pw", "auth": { "type": "m.login.registration_token", "token": "nope" } }))
         .await;
     assert_eq!(wrong.status, 401);
     assert_eq!(wrong.body["errcode"], "M_UNAUTHORIZED");
-    let dummy = client.post(REGISTER, json!({ "username": "newbie", "auth": { "type": "m.login.dummy" } })).await;
-    assert_eq!(dummy.status, 401, "dummy is not enough in token mode: {}", dummy.body);
+    let dummy = client
+        .post(
+            REGISTER,
+            json!({ "username": "newbie", "auth": { "type": "m.login.dummy" } }),
+        )
+        .await;
+    assert_eq!(
+        dummy.status, 401,
+        "dummy is not enough in token mode: {}",
+        dummy.body
+    );
 
     let ok = client
         .post(REGISTER, json!({ "username": "newbie", "password": "pw", "auth": { "type": "m.login.registration_token", "token": "letmein" } }))
@@ -108,12 +171,20 @@ async fn token_registration_uses_admin_created_tokens_and_counts_uses() {
         .ok();
     assert_eq!(ok["user_id"], "@newbie:localhost");
     // The single use is spent.
-    assert_eq!(client.get(&format!("{validity}?token=letmein")).await.ok()["valid"], false);
-    let listed = admin.get("/_synapse/admin/v1/registration_tokens").await.ok();
+    assert_eq!(
+        client.get(&format!("{validity}?token=letmein")).await.ok()["valid"],
+        false
+    );
+    let listed = admin
+        .get("/_synapse/admin/v1/registration_tokens")
+        .await
+        .ok();
     assert_eq!(listed["registration_tokens"][0]["completed"], 1);
     // Non-admins cannot manage tokens.
     let user = client.with_session(&ok);
-    user.get("/_synapse/admin/v1/registration_tokens").await.assert_error(403, "M_FORBIDDEN");
+    user.get("/_synapse/admin/v1/registration_tokens")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
 }
 
 #[tokio::test]
@@ -124,10 +195,22 @@ async fn login_accepts_localpart_and_full_id_and_rejects_bad_passwords() {
     let by_localpart = client.login_response("dave", "password").await.ok();
     assert_eq!(by_localpart["user_id"], "@dave:localhost");
     assert!(by_localpart["well_known"]["m.homeserver"]["base_url"].is_string());
-    let by_id = client.login_response("@dave:localhost", "password").await.ok();
-    assert_ne!(by_id["device_id"], by_localpart["device_id"], "each login is a new device");
-    client.login_response("dave", "wrong").await.assert_error(403, "M_FORBIDDEN");
-    client.login_response("nobody", "password").await.assert_error(403, "M_FORBIDDEN");
+    let by_id = client
+        .login_response("@dave:localhost", "password")
+        .await
+        .ok();
+    assert_ne!(
+        by_id["device_id"], by_localpart["device_id"],
+        "each login is a new device"
+    );
+    client
+        .login_response("dave", "wrong")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    client
+        .login_response("nobody", "password")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
     let flows = client.get("/_matrix/client/v3/login").await.ok();
     assert_eq!(flows["flows"][0]["type"], "m.login.password");
 }
@@ -149,34 +232,61 @@ async fn logout_all_revokes_every_device() {
     let first = server.register("fay").await;
     let second = server.client().login("fay", "password").await;
     first.get("/_matrix/client/v3/account/whoami").await.ok();
-    second.post("/_matrix/client/v3/logout/all", json!({})).await.ok();
-    first.get("/_matrix/client/v3/account/whoami").await.assert_error(401, "M_UNKNOWN_TOKEN");
-    second.get("/_matrix/client/v3/account/whoami").await.assert_error(401, "M_UNKNOWN_TOKEN");
+    second
+        .post("/_matrix/client/v3/logout/all", json!({}))
+        .await
+        .ok();
+    first
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_UNKNOWN_TOKEN");
+    second
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_UNKNOWN_TOKEN");
 }
 
 #[tokio::test]
 async fn refresh_tokens_rotate_and_expired_tokens_are_soft_logged_out() {
-    let server = TestServer::start_with(ServerOptions::default().env("MYELIN_REFRESHABLE_ACCESS_TOKEN_LIFETIME", "2")).await;
+    let server = TestServer::start_with(
+        ServerOptions::default().env("MYELIN_REFRESHABLE_ACCESS_TOKEN_LIFETIME", "2"),
+    )
+    .await;
     let body = server
         .client()
         .post(REGISTER, json!({ "username": "gus", "password": "pw", "refresh_token": true, "auth": { "type": "m.login.dummy" } }))
         .await
         .ok();
     assert_eq!(body["expires_in_ms"], 2000);
-    let refresh = body["refresh_token"].as_str().expect("refresh token").to_owned();
+    let refresh = body["refresh_token"]
+        .as_str()
+        .expect("refresh token")
+        .to_owned();
     let gus = server.client().with_session(&body);
     gus.get("/_matrix/client/v3/account/whoami").await.ok();
 
-    let rotated = server.client().post("/_matrix/client/v3/refresh", json!({ "refresh_token": refresh })).await.ok();
+    let rotated = server
+        .client()
+        .post(
+            "/_matrix/client/v3/refresh",
+            json!({ "refresh_token": refresh }),
+        )
+        .await
+        .ok();
     let new_gus = gus.with_session(&json!({
         "access_token": rotated["access_token"], "user_id": gus.user_id, "device_id": gus.device_id
     }));
     new_gus.get("/_matrix/client/v3/account/whoami").await.ok();
-    gus.get("/_matrix/client/v3/account/whoami").await.assert_error(401, "M_UNKNOWN_TOKEN");
+    gus.get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_UNKNOWN_TOKEN");
     // A refresh token works once.
     server
         .client()
-        .post("/_matrix/client/v3/refresh", json!({ "refresh_token": refresh }))
+        .post(
+            "/_matrix/client/v3/refresh",
+            json!({ "refresh_token": refresh }),
+        )
         .await
         .assert_error(401, "M_UNKNOWN_TOKEN");
 
@@ -195,18 +305,36 @@ async fn password_change_needs_the_old_password_and_logs_out_other_devices() {
 
     let challenge = main.post(path, json!({ "new_password": "new" })).await;
     assert_eq!(challenge.status, 401);
-    assert_eq!(challenge.body["flows"], json!([{ "stages": ["m.login.password"] }]));
+    assert_eq!(
+        challenge.body["flows"],
+        json!([{ "stages": ["m.login.password"] }])
+    );
     let session = challenge.body["session"].as_str().unwrap();
-    let wrong = main.post(path, json!({ "new_password": "new", "auth": main.password_auth("bad", Some(session)) })).await;
+    let wrong = main
+        .post(
+            path,
+            json!({ "new_password": "new", "auth": main.password_auth("bad", Some(session)) }),
+        )
+        .await;
     assert_eq!(wrong.status, 401);
     assert_eq!(wrong.body["errcode"], "M_FORBIDDEN");
 
-    main.post(path, json!({ "new_password": "new", "auth": main.password_auth("password", Some(session)) }))
-        .await
-        .ok();
+    main.post(
+        path,
+        json!({ "new_password": "new", "auth": main.password_auth("password", Some(session)) }),
+    )
+    .await
+    .ok();
     main.get("/_matrix/client/v3/account/whoami").await.ok();
-    other.get("/_matrix/client/v3/account/whoami").await.assert_error(401, "M_UNKNOWN_TOKEN");
-    server.client().login_response("hana", "password").await.assert_error(403, "M_FORBIDDEN");
+    other
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_UNKNOWN_TOKEN");
+    server
+        .client()
+        .login_response("hana", "password")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
     server.client().login("hana", "new").await;
 }
 
@@ -215,9 +343,17 @@ async fn deactivated_accounts_cannot_log_in_and_their_tokens_die() {
     let server = TestServer::start().await;
     let ivan = server.register("ivan").await;
     let path = "/_matrix/client/v3/account/deactivate";
-    let done = ivan.post(path, json!({ "auth": ivan.password_auth("password", None) })).await.ok();
+    let done = ivan
+        .post(
+            path,
+            json!({ "auth": ivan.password_auth("password", None) }),
+        )
+        .await
+        .ok();
     assert_eq!(done["id_server_unbind_result"], "no-support");
-    ivan.get("/_matrix/client/v3/account/whoami").await.assert_error(401, "M_UNKNOWN_TOKEN");
+    ivan.get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_UNKNOWN_TOKEN");
     let login = server.client().login_response("ivan", "password").await;
     assert_eq!(login.status, 403, "{}", login.body);
     // The name stays taken.
@@ -231,9 +367,17 @@ async fn deactivated_accounts_cannot_log_in_and_their_tokens_die() {
 #[tokio::test]
 async fn jwt_login_creates_and_logs_in_the_user() {
     let secret = "test-secret";
-    let server = TestServer::start_with(ServerOptions::default().env("MYELIN_JWT_SECRET", secret)).await;
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_JWT_SECRET", secret)).await;
     let flows = server.client().get("/_matrix/client/v3/login").await.ok();
-    assert!(flows["flows"].as_array().unwrap().iter().any(|f| f["type"] == "org.matrix.login.jwt"), "{flows}");
+    assert!(
+        flows["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["type"] == "org.matrix.login.jwt"),
+        "{flows}"
+    );
     let claims = json!({ "sub": "jwtuser", "exp": 4_000_000_000u64 });
     let token = jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
@@ -243,7 +387,10 @@ async fn jwt_login_creates_and_logs_in_the_user() {
     .unwrap();
     let login = server
         .client()
-        .post("/_matrix/client/v3/login", json!({ "type": "org.matrix.login.jwt", "token": token }))
+        .post(
+            "/_matrix/client/v3/login",
+            json!({ "type": "org.matrix.login.jwt", "token": token }),
+        )
         .await
         .ok();
     assert_eq!(login["user_id"], "@jwtuser:localhost");
@@ -255,14 +402,18 @@ async fn jwt_login_creates_and_logs_in_the_user() {
     .unwrap();
     server
         .client()
-        .post("/_matrix/client/v3/login", json!({ "type": "org.matrix.login.jwt", "token": forged }))
+        .post(
+            "/_matrix/client/v3/login",
+            json!({ "type": "org.matrix.login.jwt", "token": forged }),
+        )
         .await
         .assert_error(403, "M_FORBIDDEN");
 }
 
 #[tokio::test]
 async fn login_is_rate_limited_when_limits_are_on() {
-    let server = TestServer::start_with(ServerOptions::default().env("MYELIN_RATE_LIMITS", "on")).await;
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_RATE_LIMITS", "on")).await;
     let client = server.client();
     let mut limited = None;
     for _ in 0..10 {

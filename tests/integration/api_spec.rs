@@ -5,7 +5,11 @@ use std::collections::BTreeSet;
 use crate::support::TestServer;
 
 fn documented() -> BTreeSet<(String, String)> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/api-spec/openapi.yaml")).unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/api-spec/openapi.yaml"
+    ))
+    .unwrap();
     let spec: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
     let mut routes = BTreeSet::new();
     for (path, item) in spec["paths"].as_mapping().expect("paths") {
@@ -23,7 +27,25 @@ fn documented() -> BTreeSet<(String, String)> {
 fn served() -> BTreeSet<(String, String)> {
     myelin::api::served_routes()
         .into_iter()
-        .map(|(method, path)| (method, path.replace("/_matrix/client/r0/", "/_matrix/client/v3/")))
+        .map(|(method, path)| {
+            (
+                method,
+                path.replace("/_matrix/client/r0/", "/_matrix/client/v3/"),
+            )
+        })
+        // `/state/{type}` and `/state/{type}/` are the empty-state-key forms of `/state/{type}/{key}`.
+        .map(|(method, path)| {
+            match path
+                .strip_suffix('/')
+                .unwrap_or(&path)
+                .strip_suffix("/{event_type}")
+            {
+                Some(prefix) if prefix.ends_with("/state") => {
+                    (method, format!("{prefix}/{{event_type}}/{{state_key}}"))
+                }
+                _ => (method, path),
+            }
+        })
         .map(|(method, path)| (method, rename_params(&path)))
         .collect()
 }
@@ -31,24 +53,26 @@ fn served() -> BTreeSet<(String, String)> {
 /// ruma names path parameters in snake_case; the spec uses camelCase.
 fn rename_params(path: &str) -> String {
     path.split('/')
-        .map(|segment| match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-            Some(name) => {
-                let mut out = String::from("{");
-                let mut upper = false;
-                for c in name.chars() {
-                    if c == '_' {
-                        upper = true;
-                    } else if upper {
-                        out.extend(c.to_uppercase());
-                        upper = false;
-                    } else {
-                        out.push(c);
+        .map(
+            |segment| match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                Some(name) => {
+                    let mut out = String::from("{");
+                    let mut upper = false;
+                    for c in name.chars() {
+                        if c == '_' {
+                            upper = true;
+                        } else if upper {
+                            out.extend(c.to_uppercase());
+                            upper = false;
+                        } else {
+                            out.push(c);
+                        }
                     }
+                    out + "}"
                 }
-                out + "}"
-            }
-            None => segment.to_owned(),
-        })
+                None => segment.to_owned(),
+            },
+        )
         .collect::<Vec<_>>()
         .join("/")
 }
@@ -59,8 +83,14 @@ fn every_served_route_is_documented_and_every_documented_route_is_served() {
     let served = served();
     let undocumented: Vec<_> = served.difference(&documented).collect();
     let unserved: Vec<_> = documented.difference(&served).collect();
-    assert!(undocumented.is_empty(), "served but not in api-spec/openapi.yaml: {undocumented:#?}");
-    assert!(unserved.is_empty(), "in api-spec/openapi.yaml but not served: {unserved:#?}");
+    assert!(
+        undocumented.is_empty(),
+        "served but not in api-spec/openapi.yaml: {undocumented:#?}"
+    );
+    assert!(
+        unserved.is_empty(),
+        "in api-spec/openapi.yaml but not served: {unserved:#?}"
+    );
 }
 
 #[tokio::test]
@@ -74,8 +104,19 @@ async fn every_documented_route_answers_with_something_other_than_unrecognized()
             .collect::<Vec<_>>()
             .join("/");
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let response = client.request(method.clone(), &concrete, Some(serde_json::json!({}))).await;
-        assert_ne!(response.body["errcode"], "M_UNRECOGNIZED", "{method} {path} is not routed: {}", response.body);
-        assert_ne!(response.status.as_u16(), 500, "{method} {path} failed: {}", response.body);
+        let response = client
+            .request(method.clone(), &concrete, Some(serde_json::json!({})))
+            .await;
+        assert_ne!(
+            response.body["errcode"], "M_UNRECOGNIZED",
+            "{method} {path} is not routed: {}",
+            response.body
+        );
+        assert_ne!(
+            response.status.as_u16(),
+            500,
+            "{method} {path} failed: {}",
+            response.body
+        );
     }
 }

@@ -9,33 +9,68 @@ use crate::support::{ServerOptions, TestServer};
 async fn unknown_paths_and_wrong_methods_are_unrecognized() {
     let server = TestServer::start().await;
     let client = server.client();
-    client.get("/_matrix/client/v3/no/such/endpoint").await.assert_error(404, "M_UNRECOGNIZED");
-    client.get("/nothing").await.assert_error(404, "M_UNRECOGNIZED");
-    client.request(Method::DELETE, "/_matrix/client/versions", None).await.assert_error(405, "M_UNRECOGNIZED");
-    client.get("/_matrix/client/v3/logout").await.assert_error(405, "M_UNRECOGNIZED");
+    client
+        .get("/_matrix/client/v3/no/such/endpoint")
+        .await
+        .assert_error(404, "M_UNRECOGNIZED");
+    client
+        .get("/nothing")
+        .await
+        .assert_error(404, "M_UNRECOGNIZED");
+    client
+        .request(Method::DELETE, "/_matrix/client/versions", None)
+        .await
+        .assert_error(405, "M_UNRECOGNIZED");
+    client
+        .get("/_matrix/client/v3/logout")
+        .await
+        .assert_error(405, "M_UNRECOGNIZED");
 }
 
 #[tokio::test]
 async fn malformed_bodies_get_not_json_or_bad_json() {
     let server = TestServer::start().await;
     let client = server.client();
-    client.raw(Method::POST, "/_matrix/client/v3/login", b"{not json".to_vec()).await.assert_error(400, "M_NOT_JSON");
     client
-        .post("/_matrix/client/v3/login", json!({ "type": "m.login.password", "password": 5 }))
+        .raw(
+            Method::POST,
+            "/_matrix/client/v3/login",
+            b"{not json".to_vec(),
+        )
+        .await
+        .assert_error(400, "M_NOT_JSON");
+    client
+        .post(
+            "/_matrix/client/v3/login",
+            json!({ "type": "m.login.password", "password": 5 }),
+        )
         .await
         .assert_error(400, "M_BAD_JSON");
-    client.post("/_matrix/client/v3/register", json!({ "username": 12 })).await.assert_error(400, "M_BAD_JSON");
+    client
+        .post("/_matrix/client/v3/register", json!({ "username": 12 }))
+        .await
+        .assert_error(400, "M_BAD_JSON");
     let alice = server.register("alice").await;
     alice
-        .post("/_matrix/client/v3/user/@alice:localhost/filter", json!({ "room": { "timeline": { "limit": "ten" } } }))
+        .post(
+            "/_matrix/client/v3/user/@alice:localhost/filter",
+            json!({ "room": { "timeline": { "limit": "ten" } } }),
+        )
         .await
         .assert_error(400, "M_BAD_JSON");
     alice
-        .raw(Method::PUT, "/_matrix/client/v3/user/@alice:localhost/account_data/x.y", b"[1,2".to_vec())
+        .raw(
+            Method::PUT,
+            "/_matrix/client/v3/user/@alice:localhost/account_data/x.y",
+            b"[1,2".to_vec(),
+        )
         .await
         .assert_error(400, "M_NOT_JSON");
     alice
-        .put("/_matrix/client/v3/user/@alice:localhost/account_data/x.y", json!([1, 2]))
+        .put(
+            "/_matrix/client/v3/user/@alice:localhost/account_data/x.y",
+            json!([1, 2]),
+        )
         .await
         .assert_error(400, "M_BAD_JSON");
 }
@@ -44,30 +79,53 @@ async fn malformed_bodies_get_not_json_or_bad_json() {
 async fn missing_and_unknown_tokens_are_told_apart() {
     let server = TestServer::start().await;
     let mut client = server.client();
-    client.get("/_matrix/client/v3/account/whoami").await.assert_error(401, "M_MISSING_TOKEN");
+    client
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_MISSING_TOKEN");
     client.token = Some("myl_forged".into());
-    client.get("/_matrix/client/v3/account/whoami").await.assert_error(401, "M_UNKNOWN_TOKEN");
-    let by_query = server.client().get("/_matrix/client/v3/account/whoami?access_token=nope").await;
+    client
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_UNKNOWN_TOKEN");
+    let by_query = server
+        .client()
+        .get("/_matrix/client/v3/account/whoami?access_token=nope")
+        .await;
     by_query.assert_error(401, "M_UNKNOWN_TOKEN");
 }
 
 #[tokio::test]
 async fn oversized_bodies_are_too_large() {
-    let server = TestServer::start_with(ServerOptions::default().env("MYELIN_MAX_REQUEST_SIZE", "1024")).await;
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_MAX_REQUEST_SIZE", "1024"))
+            .await;
     let body = json!({ "username": "x".repeat(4096) });
-    server.client().post("/_matrix/client/v3/register", body).await.assert_error(413, "M_TOO_LARGE");
+    server
+        .client()
+        .post("/_matrix/client/v3/register", body)
+        .await
+        .assert_error(413, "M_TOO_LARGE");
 }
 
 #[tokio::test]
 async fn cors_preflight_and_headers_are_served() {
     let server = TestServer::start().await;
     let client = server.client();
-    let preflight = client.request(Method::OPTIONS, "/_matrix/client/v3/login", None).await;
+    let preflight = client
+        .request(Method::OPTIONS, "/_matrix/client/v3/login", None)
+        .await;
     assert_eq!(preflight.status.as_u16() / 100, 2);
     assert_eq!(preflight.headers["access-control-allow-origin"], "*");
-    assert!(preflight.headers["access-control-allow-headers"].to_str().unwrap().contains("Authorization"));
+    assert!(preflight.headers["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .contains("Authorization"));
     let error = client.get("/_matrix/client/v3/account/whoami").await;
-    assert_eq!(error.headers["access-control-allow-origin"], "*", "errors carry CORS headers too");
+    assert_eq!(
+        error.headers["access-control-allow-origin"], "*",
+        "errors carry CORS headers too"
+    );
 }
 
 #[tokio::test]
@@ -76,13 +134,25 @@ async fn acting_on_another_users_data_is_forbidden() {
     let alice = server.register("alice").await;
     server.register("bob").await;
     alice
-        .put("/_matrix/client/v3/user/@bob:localhost/account_data/x.y", json!({}))
+        .put(
+            "/_matrix/client/v3/user/@bob:localhost/account_data/x.y",
+            json!({}),
+        )
         .await
         .assert_error(403, "M_FORBIDDEN");
-    alice.get("/_matrix/client/v3/user/@bob:localhost/filter/1").await.assert_error(403, "M_FORBIDDEN");
     alice
-        .put("/_matrix/client/v3/profile/@bob:localhost/displayname", json!({ "displayname": "pwned" }))
+        .get("/_matrix/client/v3/user/@bob:localhost/filter/1")
         .await
         .assert_error(403, "M_FORBIDDEN");
-    alice.get("/_matrix/client/v3/profile/not-a-user-id").await.assert_error(400, "M_INVALID_PARAM");
+    alice
+        .put(
+            "/_matrix/client/v3/profile/@bob:localhost/displayname",
+            json!({ "displayname": "pwned" }),
+        )
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    alice
+        .get("/_matrix/client/v3/profile/not-a-user-id")
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
 }

@@ -8,5 +8,7 @@ mod api_spec;
 mod devices;
 mod errors;
 mod profile_and_account_data;
+mod rooms;
 mod startup;
 mod support;
+mod write_path;

@@ -9,19 +9,49 @@ async fn display_name_and_avatar_are_set_and_read() {
     let server = TestServer::start().await;
     let mia = server.register("mia").await;
     let anon = server.client();
-    let profile = anon.get("/_matrix/client/v3/profile/@mia:localhost").await.ok();
-    assert_eq!(profile["displayname"], "mia", "display name defaults to the localpart");
-    mia.put("/_matrix/client/v3/profile/@mia:localhost/displayname", json!({ "displayname": "Mia M." })).await.ok();
-    mia.put("/_matrix/client/v3/profile/@mia:localhost/avatar_url", json!({ "avatar_url": "mxc://localhost/abc" }))
+    let profile = anon
+        .get("/_matrix/client/v3/profile/@mia:localhost")
         .await
         .ok();
-    let name = anon.get("/_matrix/client/v3/profile/@mia:localhost/displayname").await.ok();
+    assert_eq!(
+        profile["displayname"], "mia",
+        "display name defaults to the localpart"
+    );
+    mia.put(
+        "/_matrix/client/v3/profile/@mia:localhost/displayname",
+        json!({ "displayname": "Mia M." }),
+    )
+    .await
+    .ok();
+    mia.put(
+        "/_matrix/client/v3/profile/@mia:localhost/avatar_url",
+        json!({ "avatar_url": "mxc://localhost/abc" }),
+    )
+    .await
+    .ok();
+    let name = anon
+        .get("/_matrix/client/v3/profile/@mia:localhost/displayname")
+        .await
+        .ok();
     assert_eq!(name, json!({ "displayname": "Mia M." }));
-    let profile = anon.get("/_matrix/client/v3/profile/@mia:localhost").await.ok();
+    let profile = anon
+        .get("/_matrix/client/v3/profile/@mia:localhost")
+        .await
+        .ok();
     assert_eq!(profile["avatar_url"], "mxc://localhost/abc");
-    anon.get("/_matrix/client/v3/profile/@ghost:localhost").await.assert_error(404, "M_NOT_FOUND");
-    mia.request(reqwest::Method::DELETE, "/_matrix/client/v3/profile/@mia:localhost/avatar_url", None).await.ok();
-    anon.get("/_matrix/client/v3/profile/@mia:localhost/avatar_url").await.assert_error(404, "M_NOT_FOUND");
+    anon.get("/_matrix/client/v3/profile/@ghost:localhost")
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    mia.request(
+        reqwest::Method::DELETE,
+        "/_matrix/client/v3/profile/@mia:localhost/avatar_url",
+        None,
+    )
+    .await
+    .ok();
+    anon.get("/_matrix/client/v3/profile/@mia:localhost/avatar_url")
+        .await
+        .assert_error(404, "M_NOT_FOUND");
 }
 
 #[tokio::test]
@@ -34,11 +64,15 @@ async fn account_data_round_trips_globally_and_per_room() {
     ned.put(global, json!({ "theme": "light" })).await.ok();
     assert_eq!(ned.get(global).await.ok(), json!({ "theme": "light" }));
 
-    let room = "/_matrix/client/v3/user/@ned:localhost/rooms/!room:localhost/account_data/m.tag.like";
+    let room =
+        "/_matrix/client/v3/user/@ned:localhost/rooms/!room:localhost/account_data/m.tag.like";
     ned.put(room, json!({ "x": 1 })).await.ok();
     assert_eq!(ned.get(room).await.ok(), json!({ "x": 1 }));
-    let fully_read = "/_matrix/client/v3/user/@ned:localhost/rooms/!room:localhost/account_data/m.fully_read";
-    ned.put(fully_read, json!({ "event_id": "$x" })).await.assert_error(405, "M_BAD_JSON");
+    let fully_read =
+        "/_matrix/client/v3/user/@ned:localhost/rooms/!room:localhost/account_data/m.fully_read";
+    ned.put(fully_read, json!({ "event_id": "$x" }))
+        .await
+        .assert_error(405, "M_BAD_JSON");
 }
 
 #[tokio::test]
@@ -46,16 +80,36 @@ async fn filters_are_stored_validated_and_private() {
     let server = TestServer::start().await;
     let olga = server.register("olga").await;
     let filter = json!({ "room": { "timeline": { "limit": 10, "types": ["m.room.message"] } }, "event_fields": ["content.body"] });
-    let created = olga.post("/_matrix/client/v3/user/@olga:localhost/filter", filter).await.ok();
-    let id = created["filter_id"].as_str().expect("filter_id is a string");
-    let stored = olga.get(&format!("/_matrix/client/v3/user/@olga:localhost/filter/{id}")).await.ok();
-    assert_eq!(stored["room"]["timeline"]["limit"], 10);
-    assert_eq!(stored["room"]["timeline"]["types"], json!(["m.room.message"]));
-    olga.get("/_matrix/client/v3/user/@olga:localhost/filter/999999").await.assert_error(404, "M_NOT_FOUND");
-    olga.get("/_matrix/client/v3/user/@olga:localhost/filter/abc").await.assert_error(404, "M_NOT_FOUND");
-    olga.post("/_matrix/client/v3/user/@olga:localhost/filter", json!({ "room": { "timeline": { "limit": 0 } } }))
+    let created = olga
+        .post("/_matrix/client/v3/user/@olga:localhost/filter", filter)
         .await
-        .assert_error(400, "M_INVALID_PARAM");
+        .ok();
+    let id = created["filter_id"]
+        .as_str()
+        .expect("filter_id is a string");
+    let stored = olga
+        .get(&format!(
+            "/_matrix/client/v3/user/@olga:localhost/filter/{id}"
+        ))
+        .await
+        .ok();
+    assert_eq!(stored["room"]["timeline"]["limit"], 10);
+    assert_eq!(
+        stored["room"]["timeline"]["types"],
+        json!(["m.room.message"])
+    );
+    olga.get("/_matrix/client/v3/user/@olga:localhost/filter/999999")
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    olga.get("/_matrix/client/v3/user/@olga:localhost/filter/abc")
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    olga.post(
+        "/_matrix/client/v3/user/@olga:localhost/filter",
+        json!({ "room": { "timeline": { "limit": 0 } } }),
+    )
+    .await
+    .assert_error(400, "M_INVALID_PARAM");
 }
 
 #[tokio::test]
@@ -64,15 +118,24 @@ async fn push_rules_capabilities_versions_and_well_known() {
     let pat = server.register("pat").await;
     let rules = pat.get("/_matrix/client/v3/pushrules/").await.ok();
     let overrides = rules["global"]["override"].as_array().unwrap();
-    assert!(overrides.iter().any(|r| r["rule_id"] == ".m.rule.master"), "{rules}");
+    assert!(
+        overrides.iter().any(|r| r["rule_id"] == ".m.rule.master"),
+        "{rules}"
+    );
     let caps = pat.get("/_matrix/client/v3/capabilities").await.ok();
     // `m.change_password` defaults to enabled when absent, as the spec says.
     assert_ne!(caps["capabilities"]["m.change_password"]["enabled"], false);
     assert_eq!(caps["capabilities"]["m.room_versions"]["default"], "12");
     let versions = server.client().get("/_matrix/client/versions").await.ok();
-    assert!(versions["versions"].as_array().unwrap().contains(&json!("v1.1")));
+    assert!(versions["versions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("v1.1")));
     let well_known = server.client().get("/.well-known/matrix/client").await.ok();
-    assert!(well_known["m.homeserver"]["base_url"].as_str().unwrap().starts_with("http"));
+    assert!(well_known["m.homeserver"]["base_url"]
+        .as_str()
+        .unwrap()
+        .starts_with("http"));
     let server_wk = server.client().get("/.well-known/matrix/server").await.ok();
     assert!(server_wk["m.server"].as_str().unwrap().contains(':'));
 }

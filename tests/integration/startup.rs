@@ -17,7 +17,10 @@ fn invalid_configuration_stops_with_one_line_naming_the_setting() {
 
 #[test]
 fn help_explains_the_subcommands() {
-    let output = Command::new(env!("CARGO_BIN_EXE_myelin")).arg("--help").output().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_myelin"))
+        .arg("--help")
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&output.stdout);
     for word in ["serve", "migrate", "user"] {
         assert!(help.contains(word), "{help}");

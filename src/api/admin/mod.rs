@@ -15,9 +15,31 @@ use crate::{
 
 /// Registers the admin routes.
 pub fn routes(t: &mut RouteTable) {
-    t.raw(Method::GET, "/_synapse/admin/v1/registration_tokens", list_registration_tokens_route);
-    t.raw(Method::POST, "/_synapse/admin/v1/registration_tokens/new", create_registration_token_route);
-    t.raw(Method::DELETE, "/_synapse/admin/v1/registration_tokens/{token}", delete_registration_token_route);
+    t.raw(
+        Method::GET,
+        "/_synapse/admin/v1/registration_tokens",
+        list_registration_tokens_route,
+    );
+    t.raw(
+        Method::POST,
+        "/_synapse/admin/v1/registration_tokens/new",
+        create_registration_token_route,
+    );
+    t.raw(
+        Method::DELETE,
+        "/_synapse/admin/v1/registration_tokens/{token}",
+        delete_registration_token_route,
+    );
+    t.raw(
+        Method::POST,
+        "/_synapse/admin/v1/users/{userId}/shadow_ban",
+        shadow_ban_route,
+    );
+    t.raw(
+        Method::DELETE,
+        "/_synapse/admin/v1/users/{userId}/shadow_ban",
+        shadow_unban_route,
+    );
 }
 
 fn ensure_admin(caller: &Caller) -> Result<()> {
@@ -53,8 +75,15 @@ pub async fn create_registration_token_route(
     body: JsonBody<NewRegistrationToken>,
 ) -> Result<HttpResponse> {
     ensure_admin(&caller.0)?;
-    let NewRegistrationToken { token, uses_allowed, expiry_time } = body.0;
-    let created = services.registration_tokens.create(token, uses_allowed, expiry_time).await?;
+    let NewRegistrationToken {
+        token,
+        uses_allowed,
+        expiry_time,
+    } = body.0;
+    let created = services
+        .registration_tokens
+        .create(token, uses_allowed, expiry_time)
+        .await?;
     Ok(HttpResponse::Ok().json(created))
 }
 
@@ -66,5 +95,38 @@ pub async fn delete_registration_token_route(
 ) -> Result<HttpResponse> {
     ensure_admin(&caller.0)?;
     services.registration_tokens.delete(&token).await?;
+    Ok(HttpResponse::Ok().json(json!({})))
+}
+
+fn parse_user(user_id: &str) -> Result<ruma::OwnedUserId> {
+    ruma::UserId::parse(user_id).map_err(|_| Error::invalid_param("Invalid user ID"))
+}
+
+/// `POST /_synapse/admin/v1/users/{userId}/shadow_ban`: the user keeps getting success
+/// responses, but nothing they send reaches anyone else.
+pub async fn shadow_ban_route(
+    services: Data<Services>,
+    caller: Authenticated,
+    user_id: web::Path<String>,
+) -> Result<HttpResponse> {
+    ensure_admin(&caller.0)?;
+    services
+        .users
+        .set_shadow_banned(&parse_user(&user_id)?, true)
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({})))
+}
+
+/// `DELETE /_synapse/admin/v1/users/{userId}/shadow_ban`
+pub async fn shadow_unban_route(
+    services: Data<Services>,
+    caller: Authenticated,
+    user_id: web::Path<String>,
+) -> Result<HttpResponse> {
+    ensure_admin(&caller.0)?;
+    services
+        .users
+        .set_shadow_banned(&parse_user(&user_id)?, false)
+        .await?;
     Ok(HttpResponse::Ok().json(json!({})))
 }

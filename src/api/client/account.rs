@@ -26,7 +26,10 @@ pub async fn change_password_route(
     body: Ruma<change_password::Request>,
 ) -> Result<RumaResponse<change_password::Response>> {
     let caller = body.caller()?;
-    let completed = services.uia.check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id)).await?;
+    let completed = services
+        .uia
+        .check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id))
+        .await?;
     services
         .users
         .change_password(
@@ -46,7 +49,13 @@ pub async fn deactivate_route(
     body: Ruma<deactivate::Request>,
 ) -> Result<RumaResponse<deactivate::Response>> {
     let caller = body.caller()?;
-    let completed = services.uia.check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id)).await?;
-    services.users.deactivate(&caller.user_id, Some((&services.uia, &completed))).await?;
+    let completed = services
+        .uia
+        .check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id))
+        .await?;
+    services
+        .users
+        .deactivate(&caller.user_id, Some((&services.uia, &completed)))
+        .await?;
     Ok(deactivate::Response::new(ThirdPartyIdRemovalStatus::NoSupport).into())
 }

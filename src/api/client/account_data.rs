@@ -18,7 +18,9 @@ use crate::{
 };
 
 fn to_raw<T>(value: &Value) -> Result<Raw<T>> {
-    Ok(Raw::from_json(to_raw_value(value).map_err(Error::internal)?))
+    Ok(Raw::from_json(
+        to_raw_value(value).map_err(Error::internal)?,
+    ))
 }
 
 fn from_raw<T>(raw: &Raw<T>) -> Result<Value> {
@@ -32,7 +34,10 @@ pub async fn get_global_route(
 ) -> Result<RumaResponse<get_global::Response>> {
     let caller = body.caller()?;
     ensure_self(&caller.user_id, &body.body.user_id, "get account data")?;
-    let content = services.account_data.get(&caller.user_id, None, &body.body.event_type.to_string()).await?;
+    let content = services
+        .account_data
+        .get(&caller.user_id, None, &body.body.event_type.to_string())
+        .await?;
     Ok(get_global::Response::new(to_raw(&content)?).into())
 }
 
@@ -44,7 +49,15 @@ pub async fn set_global_route(
     let caller = body.caller()?;
     ensure_self(&caller.user_id, &body.body.user_id, "add account data")?;
     let content = from_raw(&body.body.data)?;
-    services.account_data.set(&caller.user_id, None, &body.body.event_type.to_string(), &content).await?;
+    services
+        .account_data
+        .set(
+            &caller.user_id,
+            None,
+            &body.body.event_type.to_string(),
+            &content,
+        )
+        .await?;
     Ok(set_global::Response::new().into())
 }
 
@@ -56,8 +69,14 @@ pub async fn get_room_route(
     let caller = body.caller()?;
     ensure_self(&caller.user_id, &body.body.user_id, "get account data")?;
     let request = &body.body;
-    let content =
-        services.account_data.get(&caller.user_id, Some(&request.room_id), &request.event_type.to_string()).await?;
+    let content = services
+        .account_data
+        .get(
+            &caller.user_id,
+            Some(&request.room_id),
+            &request.event_type.to_string(),
+        )
+        .await?;
     Ok(get_room::Response::new(to_raw(&content)?).into())
 }
 
@@ -72,7 +91,12 @@ pub async fn set_room_route(
     let content = from_raw(&request.data)?;
     services
         .account_data
-        .set(&caller.user_id, Some(&request.room_id), &request.event_type.to_string(), &content)
+        .set(
+            &caller.user_id,
+            Some(&request.room_id),
+            &request.event_type.to_string(),
+            &content,
+        )
         .await?;
     Ok(set_room::Response::new().into())
 }

@@ -3,8 +3,9 @@
 use actix_web::web::Data;
 use ruma::{
     api::client::device::{
-        delete_device::v3 as delete_device, delete_devices::v3 as delete_devices, get_device::v3 as get_device,
-        get_devices::v3 as get_devices, update_device::v3 as update_device, Device,
+        delete_device::v3 as delete_device, delete_devices::v3 as delete_devices,
+        get_device::v3 as get_device, get_devices::v3 as get_devices,
+        update_device::v3 as update_device, Device,
     },
     MilliSecondsSinceUnixEpoch, UInt,
 };
@@ -19,8 +20,10 @@ fn to_ruma(row: users::Device) -> Device {
     let mut device = Device::new(row.device_id.into());
     device.display_name = row.display_name;
     device.last_seen_ip = row.last_seen_ip;
-    device.last_seen_ts =
-        row.last_seen_ts.and_then(|ts| UInt::new(ts as u64)).map(MilliSecondsSinceUnixEpoch);
+    device.last_seen_ts = row
+        .last_seen_ts
+        .and_then(|ts| UInt::new(ts as u64))
+        .map(MilliSecondsSinceUnixEpoch);
     device
 }
 
@@ -30,7 +33,13 @@ pub async fn get_devices_route(
     body: Ruma<get_devices::Request>,
 ) -> Result<RumaResponse<get_devices::Response>> {
     let caller = body.caller()?;
-    let devices = services.users.get_devices(&caller.user_id).await?.into_iter().map(to_ruma).collect();
+    let devices = services
+        .users
+        .get_devices(&caller.user_id)
+        .await?
+        .into_iter()
+        .map(to_ruma)
+        .collect();
     Ok(get_devices::Response::new(devices).into())
 }
 
@@ -40,7 +49,10 @@ pub async fn get_device_route(
     body: Ruma<get_device::Request>,
 ) -> Result<RumaResponse<get_device::Response>> {
     let caller = body.caller()?;
-    let device = services.users.get_device(&caller.user_id, body.body.device_id.as_str()).await?;
+    let device = services
+        .users
+        .get_device(&caller.user_id, body.body.device_id.as_str())
+        .await?;
     Ok(get_device::Response::new(to_ruma(device)).into())
 }
 
@@ -51,7 +63,14 @@ pub async fn update_device_route(
 ) -> Result<RumaResponse<update_device::Response>> {
     let caller = body.caller()?;
     let request = &body.body;
-    services.users.rename_device(&caller.user_id, request.device_id.as_str(), request.display_name.as_deref()).await?;
+    services
+        .users
+        .rename_device(
+            &caller.user_id,
+            request.device_id.as_str(),
+            request.display_name.as_deref(),
+        )
+        .await?;
     Ok(update_device::Response::new().into())
 }
 
@@ -62,9 +81,22 @@ pub async fn delete_device_route(
 ) -> Result<RumaResponse<delete_device::Response>> {
     let caller = body.caller()?;
     let device_id = body.body.device_id.as_str();
-    services.users.get_device(&caller.user_id, device_id).await?;
-    let completed = services.uia.check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id)).await?;
-    services.users.delete_devices(&caller.user_id, &[device_id.to_owned()], (&services.uia, &completed)).await?;
+    services
+        .users
+        .get_device(&caller.user_id, device_id)
+        .await?;
+    let completed = services
+        .uia
+        .check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id))
+        .await?;
+    services
+        .users
+        .delete_devices(
+            &caller.user_id,
+            &[device_id.to_owned()],
+            (&services.uia, &completed),
+        )
+        .await?;
     Ok(delete_device::Response::new().into())
 }
 
@@ -74,8 +106,14 @@ pub async fn delete_devices_route(
     body: Ruma<delete_devices::Request>,
 ) -> Result<RumaResponse<delete_devices::Response>> {
     let caller = body.caller()?;
-    let completed = services.uia.check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id)).await?;
+    let completed = services
+        .uia
+        .check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id))
+        .await?;
     let ids: Vec<String> = body.body.devices.iter().map(|d| d.to_string()).collect();
-    services.users.delete_devices(&caller.user_id, &ids, (&services.uia, &completed)).await?;
+    services
+        .users
+        .delete_devices(&caller.user_id, &ids, (&services.uia, &completed))
+        .await?;
     Ok(delete_devices::Response::new().into())
 }

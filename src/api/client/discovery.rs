@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use actix_web::{web::Data, HttpResponse};
 use ruma::{
     api::client::discovery::{
-        get_capabilities::v3::{self as capabilities, Capabilities, ProfileFieldsCapability, RoomVersionStability, RoomVersionsCapability},
+        get_capabilities::v3::{
+            self as capabilities, Capabilities, ProfileFieldsCapability, RoomVersionStability,
+            RoomVersionsCapability,
+        },
         get_supported_versions,
     },
     RoomVersionId,
@@ -19,18 +22,25 @@ use crate::{
 };
 
 /// Matrix versions whose Client-Server wire formats we follow for every endpoint we serve.
-const SUPPORTED_VERSIONS: &[&str] =
-    &["r0.5.0", "r0.6.0", "r0.6.1", "v1.1", "v1.2", "v1.3", "v1.4", "v1.5", "v1.6", "v1.7", "v1.8", "v1.9", "v1.10"];
+const SUPPORTED_VERSIONS: &[&str] = &[
+    "r0.5.0", "r0.6.0", "r0.6.1", "v1.1", "v1.2", "v1.3", "v1.4", "v1.5", "v1.6", "v1.7", "v1.8",
+    "v1.9", "v1.10",
+];
 
 /// `GET /.well-known/matrix/client`
 pub async fn well_known_client_route(services: Data<Services>) -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "m.homeserver": { "base_url": services.config.public_baseurl } }))
+    HttpResponse::Ok()
+        .json(json!({ "m.homeserver": { "base_url": services.config.public_baseurl } }))
 }
 
 /// `GET /.well-known/matrix/server`
 pub async fn well_known_server_route(services: Data<Services>) -> HttpResponse {
     let base = &services.config.public_baseurl;
-    let host = base.split("://").nth(1).unwrap_or_default().trim_end_matches('/');
+    let host = base
+        .split("://")
+        .nth(1)
+        .unwrap_or_default()
+        .trim_end_matches('/');
     let delegated = if host.contains(':') || host.ends_with(']') {
         host.to_owned()
     } else {

@@ -18,7 +18,10 @@ pub async fn create_filter_route(
     let caller = body.caller()?;
     ensure_self(&caller.user_id, &body.body.user_id, "create filters")?;
     let filter = serde_json::to_value(&body.body.filter).map_err(Error::internal)?;
-    let filter_id = services.account_data.create_filter(&caller.user_id, &filter).await?;
+    let filter_id = services
+        .account_data
+        .create_filter(&caller.user_id, &filter)
+        .await?;
     Ok(create_filter::Response::new(filter_id).into())
 }
 
@@ -29,7 +32,10 @@ pub async fn get_filter_route(
 ) -> Result<RumaResponse<get_filter::Response>> {
     let caller = body.caller()?;
     ensure_self(&caller.user_id, &body.body.user_id, "get filters")?;
-    let stored = services.account_data.get_filter(&caller.user_id, &body.body.filter_id).await?;
+    let stored = services
+        .account_data
+        .get_filter(&caller.user_id, &body.body.filter_id)
+        .await?;
     let filter = serde_json::from_value(stored).map_err(Error::internal)?;
     Ok(get_filter::Response::new(filter).into())
 }

@@ -3,11 +3,14 @@
 pub mod account;
 pub mod account_data;
 pub mod devices;
+pub mod directory;
 pub mod discovery;
+pub mod events;
 pub mod filters;
 pub mod profile;
 pub mod push_rules;
 pub mod register;
+pub mod rooms;
 pub mod session;
 
 use ruma::UserId;

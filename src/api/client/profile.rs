@@ -3,8 +3,8 @@
 use actix_web::web::Data;
 use ruma::{
     api::client::profile::{
-        delete_profile_field::v3 as delete_field, get_profile::v3 as get_profile, get_profile_field::v3 as get_field,
-        set_profile_field::v3 as set_field,
+        delete_profile_field::v3 as delete_field, get_profile::v3 as get_profile,
+        get_profile_field::v3 as get_field, set_profile_field::v3 as set_field,
     },
     profile::ProfileFieldValue,
 };
@@ -39,7 +39,10 @@ pub async fn get_profile_field_route(
     body: Ruma<get_field::Request>,
 ) -> Result<RumaResponse<get_field::Response>> {
     let field = body.body.field.as_str();
-    let value = services.users.get_profile_field(&body.body.user_id, field).await?;
+    let value = services
+        .users
+        .get_profile_field(&body.body.user_id, field)
+        .await?;
     let value = ProfileFieldValue::new(field, value).map_err(Error::internal)?;
     Ok(get_field::Response::new(value).into())
 }
@@ -54,12 +57,22 @@ pub async fn set_profile_field_route(
     let field = body.body.value.field_name();
     let value = body.body.value.value().into_owned();
     if field.as_str().len() > MAX_FIELD_NAME_BYTES {
-        return Err(Error::matrix(actix_web::http::StatusCode::BAD_REQUEST, "M_KEY_TOO_LARGE", "Field name too long"));
+        return Err(Error::matrix(
+            actix_web::http::StatusCode::BAD_REQUEST,
+            "M_KEY_TOO_LARGE",
+            "Field name too long",
+        ));
     }
     if serde_json::to_vec(&value).map_or(0, |v| v.len()) > MAX_FIELD_VALUE_BYTES {
         return Err(Error::too_large("Profile field value is too large"));
     }
-    services.users.set_profile_field(&caller.user_id, field.as_str(), Some(&value)).await?;
+    services
+        .users
+        .set_profile_field(&caller.user_id, field.as_str(), Some(&value))
+        .await?;
+    if matches!(field.as_str(), "displayname" | "avatar_url") {
+        services.rooms.propagate_profile(&caller.user_id).await?;
+    }
     Ok(set_field::Response::new().into())
 }
 
@@ -70,6 +83,13 @@ pub async fn delete_profile_field_route(
 ) -> Result<RumaResponse<delete_field::Response>> {
     let caller = body.caller()?;
     ensure_self(&caller.user_id, &body.body.user_id, "change the profile")?;
-    services.users.set_profile_field(&caller.user_id, body.body.field.as_str(), None).await?;
+    let field = body.body.field.as_str();
+    services
+        .users
+        .set_profile_field(&caller.user_id, field, None)
+        .await?;
+    if matches!(field, "displayname" | "avatar_url") {
+        services.rooms.propagate_profile(&caller.user_id).await?;
+    }
     Ok(delete_field::Response::new().into())
 }

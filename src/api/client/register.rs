@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use actix_web::{web::Data, HttpRequest};
 use ruma::api::client::account::{
-    check_registration_token_validity::v1 as token_validity, get_username_availability::v3 as availability,
+    check_registration_token_validity::v1 as token_validity,
+    get_username_availability::v3 as availability,
     register::{v3 as register, RegistrationKind},
 };
 
@@ -16,7 +17,10 @@ use crate::{
 };
 
 fn client_ip(req: &HttpRequest) -> String {
-    req.connection_info().realip_remote_addr().unwrap_or("unknown").to_owned()
+    req.connection_info()
+        .realip_remote_addr()
+        .unwrap_or("unknown")
+        .to_owned()
 }
 
 /// `POST /_matrix/client/v3/register`
@@ -32,16 +36,23 @@ pub async fn register_route(
     if services.config.registration == RegistrationMode::Closed {
         return Err(Error::forbidden("Registration has been disabled"));
     }
-    services.rate_limit.check(Action::Registration, &client_ip(&req))?;
+    services
+        .rate_limit
+        .check(Action::Registration, &client_ip(&req))?;
     // Refuse a taken or invalid name before any UIA stage is spent on it.
     let user_id = match &request.username {
         Some(name) => Some(services.users.check_available(&name.to_lowercase()).await?),
         None => None,
     };
-    let completed = services.uia.check(request.auth.as_ref(), Purpose::Register).await?;
+    let completed = services
+        .uia
+        .check(request.auth.as_ref(), Purpose::Register)
+        .await?;
     let user_id = match user_id {
         Some(user_id) => user_id,
-        None => services.users.user_id_for(&services.users.generate_localpart().await?)?,
+        None => services
+            .users
+            .user_id_for(&services.users.generate_localpart().await?)?,
     };
     let device = if request.inhibit_login {
         None
@@ -54,7 +65,13 @@ pub async fn register_route(
     };
     let session = services
         .users
-        .register(&user_id, request.password, false, Some((&services.uia, &completed)), device)
+        .register(
+            &user_id,
+            request.password,
+            false,
+            Some((&services.uia, &completed)),
+            device,
+        )
         .await?;
     let mut response = register::Response::new(user_id);
     if let Some(session) = session {
@@ -72,8 +89,13 @@ pub async fn username_available_route(
     req: HttpRequest,
     body: Ruma<availability::Request>,
 ) -> Result<RumaResponse<availability::Response>> {
-    services.rate_limit.check(Action::Registration, &client_ip(&req))?;
-    services.users.check_available(&body.body.username.to_lowercase()).await?;
+    services
+        .rate_limit
+        .check(Action::Registration, &client_ip(&req))?;
+    services
+        .users
+        .check_available(&body.body.username.to_lowercase())
+        .await?;
     Ok(availability::Response::new(true).into())
 }
 
@@ -84,9 +106,16 @@ pub async fn token_validity_route(
     body: Ruma<token_validity::Request>,
 ) -> Result<RumaResponse<token_validity::Response>> {
     if services.config.registration != RegistrationMode::Token {
-        return Err(Error::forbidden("Registration tokens are not enabled on this server"));
+        return Err(Error::forbidden(
+            "Registration tokens are not enabled on this server",
+        ));
     }
-    services.rate_limit.check(Action::Registration, &client_ip(&req))?;
-    let valid = services.registration_tokens.is_valid(&body.body.token).await?;
+    services
+        .rate_limit
+        .check(Action::Registration, &client_ip(&req))?;
+    let valid = services
+        .registration_tokens
+        .is_valid(&body.body.token)
+        .await?;
     Ok(token_validity::Response::new(valid).into())
 }

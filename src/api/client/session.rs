@@ -42,7 +42,11 @@ pub async fn login_route(
     req: HttpRequest,
     body: Ruma<login::Request>,
 ) -> Result<RumaResponse<login::Response>> {
-    let ip = req.connection_info().realip_remote_addr().unwrap_or("unknown").to_owned();
+    let ip = req
+        .connection_info()
+        .realip_remote_addr()
+        .unwrap_or("unknown")
+        .to_owned();
     services.rate_limit.check(Action::Login, &ip)?;
     let request = body.body;
     let user_id = match &request.login_info {
@@ -51,12 +55,17 @@ pub async fn login_route(
             let name = match (&password.identifier, &password.user) {
                 (Some(UserIdentifier::Matrix(id)), _) => id.user.clone(),
                 (None, Some(user)) => user.clone(),
-                (Some(_), _) => return Err(Error::unknown("Only m.id.user identifiers are supported")),
+                (Some(_), _) => {
+                    return Err(Error::unknown("Only m.id.user identifiers are supported"))
+                }
                 (None, None) => return Err(Error::missing_param("Missing identifier")),
             };
             let user_id = services.users.resolve_identifier(&name)?;
             services.rate_limit.check(Action::Login, user_id.as_str())?;
-            services.users.check_password(&user_id, &password.password).await?;
+            services
+                .users
+                .check_password(&user_id, &password.password)
+                .await?;
             user_id
         }
         other if other.login_type() == JWT_LOGIN_TYPE => {
@@ -67,7 +76,12 @@ pub async fn login_route(
                 .ok_or_else(|| Error::forbidden("Token field for JWT is missing"))?;
             services.users.check_jwt(token).await?
         }
-        other => return Err(Error::unknown(format!("Unknown login type {}", other.login_type()))),
+        other => {
+            return Err(Error::unknown(format!(
+                "Unknown login type {}",
+                other.login_type()
+            )))
+        }
     };
     let device = DeviceRequest {
         device_id: request.device_id,
@@ -75,13 +89,18 @@ pub async fn login_route(
         refresh_token: request.refresh_token,
     };
     let session = services.users.login(&user_id, device).await?;
-    let mut response = login::Response::new(session.user_id, session.tokens.access_token, session.device_id);
+    let mut response = login::Response::new(
+        session.user_id,
+        session.tokens.access_token,
+        session.device_id,
+    );
     #[allow(deprecated)]
     {
         response.home_server = Some(services.config.server_name.clone());
     }
-    response.well_known =
-        Some(DiscoveryInfo::new(HomeserverInfo::new(services.config.public_baseurl.clone())));
+    response.well_known = Some(DiscoveryInfo::new(HomeserverInfo::new(
+        services.config.public_baseurl.clone(),
+    )));
     response.refresh_token = session.tokens.refresh_token;
     response.expires_in = session.tokens.expires_in_ms.map(Duration::from_millis);
     Ok(response.into())
@@ -93,7 +112,10 @@ pub async fn logout_route(
     body: Ruma<logout::Request>,
 ) -> Result<RumaResponse<logout::Response>> {
     let caller = body.caller()?;
-    services.users.logout(&caller.user_id, caller.device_id.as_str()).await?;
+    services
+        .users
+        .logout(&caller.user_id, caller.device_id.as_str())
+        .await?;
     Ok(logout::Response::new().into())
 }
 

@@ -32,16 +32,35 @@ impl Response {
     /// Asserts a 200 and returns the body.
     #[track_caller]
     pub fn ok(self) -> Value {
-        assert_eq!(self.status, StatusCode::OK, "expected 200, got {}: {}", self.status, self.body);
+        assert_eq!(
+            self.status,
+            StatusCode::OK,
+            "expected 200, got {}: {}",
+            self.status,
+            self.body
+        );
         self.body
     }
 
     /// Asserts a Matrix error with this status and errcode.
     #[track_caller]
     pub fn assert_error(&self, status: u16, errcode: &str) {
-        assert_eq!(self.status.as_u16(), status, "unexpected status; body: {}", self.body);
-        assert_eq!(self.body["errcode"], errcode, "unexpected errcode; body: {}", self.body);
-        assert!(self.body["error"].is_string(), "error text missing: {}", self.body);
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected status; body: {}",
+            self.body
+        );
+        assert_eq!(
+            self.body["errcode"], errcode,
+            "unexpected errcode; body: {}",
+            self.body
+        );
+        assert!(
+            self.body["error"].is_string(),
+            "error text missing: {}",
+            self.body
+        );
     }
 }
 
@@ -71,12 +90,19 @@ impl Client {
         let headers = response.headers().clone();
         let bytes = response.bytes().await.unwrap_or_default();
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Response { status, body, headers }
+        Response {
+            status,
+            body,
+            headers,
+        }
     }
 
     /// Sends raw bytes (for malformed-input tests).
     pub async fn raw(&self, method: Method, path: &str, body: Vec<u8>) -> Response {
-        let mut request = self.http.request(method, format!("{}{}", self.base, path)).body(body);
+        let mut request = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .body(body);
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
@@ -84,7 +110,11 @@ impl Client {
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = response.bytes().await.unwrap_or_default();
-        Response { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), headers }
+        Response {
+            status,
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            headers,
+        }
     }
 
     /// `GET`.
@@ -158,5 +188,70 @@ impl Client {
             auth["session"] = json!(session);
         }
         auth
+    }
+}
+
+/// Percent-encodes a path segment (room IDs, aliases and event IDs carry `!`, `#`, `$`, `:`).
+pub fn enc(segment: &str) -> String {
+    percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+impl Client {
+    /// Creates a room and returns its ID.
+    pub async fn create_room(&self, body: Value) -> String {
+        let created = self.post("/_matrix/client/v3/createRoom", body).await.ok();
+        created["room_id"].as_str().expect("room_id").to_owned()
+    }
+
+    /// Sends an `m.text` message and returns the raw response.
+    pub async fn send_text(&self, room_id: &str, txn_id: &str, text: &str) -> Response {
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/send/m.room.message/{}",
+            enc(room_id),
+            enc(txn_id)
+        );
+        self.put(&path, json!({ "msgtype": "m.text", "body": text }))
+            .await
+    }
+
+    /// Joins a room by ID or alias.
+    pub async fn join(&self, room: &str) -> Response {
+        self.post(&format!("/_matrix/client/v3/join/{}", enc(room)), json!({}))
+            .await
+    }
+
+    /// `POST /rooms/{roomId}/{action}` (invite, kick, ban, unban, leave, forget).
+    pub async fn room_action(&self, room_id: &str, action: &str, body: Value) -> Response {
+        self.post(
+            &format!("/_matrix/client/v3/rooms/{}/{action}", enc(room_id)),
+            body,
+        )
+        .await
+    }
+
+    /// Sets a state event.
+    pub async fn put_state(
+        &self,
+        room_id: &str,
+        kind: &str,
+        state_key: &str,
+        content: Value,
+    ) -> Response {
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/state/{kind}/{}",
+            enc(room_id),
+            enc(state_key)
+        );
+        self.put(&path, content).await
+    }
+
+    /// Fetches one event.
+    pub async fn get_event(&self, room_id: &str, event_id: &str) -> Response {
+        self.get(&format!(
+            "/_matrix/client/v3/rooms/{}/event/{}",
+            enc(room_id),
+            enc(event_id)
+        ))
+        .await
     }
 }

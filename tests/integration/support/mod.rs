@@ -38,18 +38,33 @@ fn template_name() -> String {
         }
     }
     let digest = hasher.finalize();
-    format!("myelin_tpl_{}", digest.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>())
+    format!(
+        "myelin_tpl_{}",
+        digest
+            .iter()
+            .take(6)
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
 }
 
 /// Replaces the database name in a URL (`postgres://.../db`) or key-value string (`dbname=db`).
 fn with_database(url: &str, database: &str) -> String {
     if url.contains("dbname=") {
         url.split_whitespace()
-            .map(|kv| if kv.starts_with("dbname=") { format!("dbname={database}") } else { kv.to_owned() })
+            .map(|kv| {
+                if kv.starts_with("dbname=") {
+                    format!("dbname={database}")
+                } else {
+                    kv.to_owned()
+                }
+            })
             .collect::<Vec<_>>()
             .join(" ")
     } else {
-        let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+        let (base, query) = url
+            .split_once('?')
+            .map_or((url, None), |(b, q)| (b, Some(q)));
         let base = base.rsplit_once('/').map_or(base, |(prefix, _)| prefix);
         match query {
             Some(q) => format!("{base}/{database}?{q}"),
@@ -60,7 +75,9 @@ fn with_database(url: &str, database: &str) -> String {
 
 fn start_embedded_cluster() -> String {
     let dir = std::env::temp_dir().join(format!("myelin-test-pg-{}", std::process::id()));
-    let pg = myelin::embedded_pg::EmbeddedPostgres::new(&dir).expect("PostgreSQL binaries").for_tests();
+    let pg = myelin::embedded_pg::EmbeddedPostgres::new(&dir)
+        .expect("PostgreSQL binaries")
+        .for_tests();
     pg.start().expect("start test cluster");
     // Stop the cluster and remove it once this test process is gone.
     let script = format!(
@@ -70,33 +87,65 @@ fn start_embedded_cluster() -> String {
         data = dir.join("postgres/data").display(),
         dir = dir.display(),
     );
-    Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).stdout(Stdio::null()).spawn().ok();
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .ok();
     pg.url("postgres")
 }
 
 async fn prepare_cluster() -> Cluster {
     let admin_url = match std::env::var("TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => url,
-        _ => tokio::task::spawn_blocking(start_embedded_cluster).await.unwrap(),
+        _ => tokio::task::spawn_blocking(start_embedded_cluster)
+            .await
+            .unwrap(),
     };
     let template = template_name();
-    let mut conn = AsyncPgConnection::establish(&admin_url).await.expect("connect to test PostgreSQL");
+    let mut conn = AsyncPgConnection::establish(&admin_url)
+        .await
+        .expect("connect to test PostgreSQL");
     // One process builds the template; the others wait on the lock and then find it.
-    diesel::sql_query("SELECT pg_advisory_lock(727274)").execute(&mut conn).await.unwrap();
-    let exists: Vec<Name> = diesel::sql_query(format!("SELECT datname FROM pg_database WHERE datname = '{template}'"))
-        .load(&mut conn)
+    diesel::sql_query("SELECT pg_advisory_lock(727274)")
+        .execute(&mut conn)
         .await
         .unwrap();
+    let exists: Vec<Name> = diesel::sql_query(format!(
+        "SELECT datname FROM pg_database WHERE datname = '{template}'"
+    ))
+    .load(&mut conn)
+    .await
+    .unwrap();
     if exists.is_empty() {
         let building = format!("{template}_building");
-        diesel::sql_query(format!("DROP DATABASE IF EXISTS {building}")).execute(&mut conn).await.unwrap();
-        diesel::sql_query(format!("CREATE DATABASE {building}")).execute(&mut conn).await.unwrap();
-        myelin::storage::run_migrations(&with_database(&admin_url, &building)).await.expect("migrate template");
-        diesel::sql_query(format!("ALTER DATABASE {building} RENAME TO {template}")).execute(&mut conn).await.unwrap();
+        diesel::sql_query(format!("DROP DATABASE IF EXISTS {building}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        diesel::sql_query(format!("CREATE DATABASE {building}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        myelin::storage::run_migrations(&with_database(&admin_url, &building))
+            .await
+            .expect("migrate template");
+        diesel::sql_query(format!("ALTER DATABASE {building} RENAME TO {template}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
     }
-    diesel::sql_query("SELECT pg_advisory_unlock(727274)").execute(&mut conn).await.unwrap();
+    diesel::sql_query("SELECT pg_advisory_unlock(727274)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
     let base = admin_url.clone();
-    Cluster { admin_url, url_for: Box::new(move |db| with_database(&base, db)), template }
+    Cluster {
+        admin_url,
+        url_for: Box::new(move |db| with_database(&base, db)),
+        template,
+    }
 }
 
 #[derive(diesel::QueryableByName)]
@@ -122,12 +171,17 @@ impl TestDb {
     pub async fn new() -> Self {
         let cluster = cluster().await;
         let name = format!("myelin_test_{:016x}", rand::rng().random::<u64>());
-        let mut conn = AsyncPgConnection::establish(&cluster.admin_url).await.unwrap();
+        let mut conn = AsyncPgConnection::establish(&cluster.admin_url)
+            .await
+            .unwrap();
         // CREATE DATABASE from one template may fail while another clone is in progress: retry.
         for attempt in 0.. {
-            let created = diesel::sql_query(format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template))
-                .execute(&mut conn)
-                .await;
+            let created = diesel::sql_query(format!(
+                "CREATE DATABASE {name} TEMPLATE {}",
+                cluster.template
+            ))
+            .execute(&mut conn)
+            .await;
             match created {
                 Ok(_) => break,
                 Err(e) if attempt < 50 => {
@@ -137,7 +191,10 @@ impl TestDb {
                 Err(e) => panic!("cannot create test database: {e}"),
             }
         }
-        TestDb { url: (cluster.url_for)(&name), name }
+        TestDb {
+            url: (cluster.url_for)(&name),
+            name,
+        }
     }
 }
 
@@ -148,12 +205,16 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop runs outside async context: use a private runtime on a helper thread.
         let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             runtime.block_on(async {
                 if let Ok(mut conn) = AsyncPgConnection::establish(&admin_url).await {
-                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut conn)
-                        .await;
+                    let _ =
+                        diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut conn)
+                            .await;
                 }
             });
         })
@@ -167,9 +228,52 @@ pub struct TestServer {
     pub base_url: String,
     child: Child,
     _db: TestDb,
+    options: ServerOptions,
+}
+
+#[derive(diesel::QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+async fn spawn_server(database_url: &str, options: &ServerOptions) -> (Child, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_myelin"));
+    command
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", database_url)
+        .env("MYELIN_LISTEN", "127.0.0.1:0")
+        .env(
+            "RUST_LOG",
+            std::env::var("MYELIN_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (key, value) in &options.env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().expect("start myelin");
+    let stdout = child.stdout.take().unwrap();
+    let base_url = tokio::task::spawn_blocking(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let base = lines.by_ref().map_while(Result::ok).find_map(|line| {
+            line.strip_prefix("myelin: listening on ")
+                .map(str::to_owned)
+        });
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        base
+    })
+    .await
+    .unwrap()
+    .expect("server did not report its address");
+    (child, base_url)
 }
 
 /// Settings a test can change before the server starts.
+#[derive(Clone)]
 pub struct ServerOptions {
     env: Vec<(String, String)>,
 }
@@ -204,34 +308,44 @@ impl TestServer {
     /// Starts a server with the given settings.
     pub async fn start_with(options: ServerOptions) -> Self {
         let db = TestDb::new().await;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_myelin"));
-        command
-            .arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("DATABASE_URL", &db.url)
-            .env("MYELIN_LISTEN", "127.0.0.1:0")
-            .env("RUST_LOG", std::env::var("MYELIN_TEST_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (key, value) in &options.env {
-            command.env(key, value);
+        let (child, base_url) = spawn_server(&db.url, &options).await;
+        TestServer {
+            base_url,
+            child,
+            _db: db,
+            options,
         }
-        let mut child = command.spawn().expect("start myelin");
-        let stdout = child.stdout.take().unwrap();
-        let base_url = tokio::task::spawn_blocking(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let base = lines.by_ref().map_while(Result::ok).find_map(|line| {
-                line.strip_prefix("myelin: listening on ").map(str::to_owned)
-            });
-            // Keep draining stdout so the server never blocks on a full pipe.
-            std::thread::spawn(move || for _ in lines {});
-            base
-        })
-        .await
-        .unwrap()
-        .expect("server did not report its address");
-        TestServer { base_url, child, _db: db }
+    }
+
+    /// Stops the server process and starts a new one on the same database (a restart).
+    pub async fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, base_url) = spawn_server(&self._db.url, &self.options).await;
+        self.child = child;
+        self.base_url = base_url;
+    }
+
+    /// Starts another server process on the same database (scale-out), stopped when dropped.
+    pub async fn second_process(&self) -> ExtraProcess {
+        let (child, base_url) = spawn_server(&self._db.url, &self.options).await;
+        ExtraProcess { base_url, child }
+    }
+
+    /// A direct connection to this server's database, for assertions on what was stored.
+    pub async fn db(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(&self._db.url)
+            .await
+            .expect("connect to the test database")
+    }
+
+    /// Counts rows with a SQL query returning one `BIGINT` column named `n`.
+    pub async fn count(&self, sql: &str) -> i64 {
+        let row: Count = diesel::sql_query(sql)
+            .get_result(&mut self.db().await)
+            .await
+            .unwrap();
+        row.n
     }
 
     /// The database URL this server uses (for running CLI commands against it).
@@ -247,6 +361,20 @@ impl TestServer {
     /// Registers a user (password `password`) and returns a logged-in client.
     pub async fn register(&self, localpart: &str) -> Client {
         self.client().register(localpart, "password").await
+    }
+}
+
+/// An additional server process sharing a [`TestServer`]'s database.
+pub struct ExtraProcess {
+    /// Base URL of this process.
+    pub base_url: String,
+    child: Child,
+}
+
+impl Drop for ExtraProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -1,0 +1,15 @@
+ALTER TABLE users DROP COLUMN shadow_banned;
+DROP TABLE room_aliases;
+DROP TABLE room_memberships;
+DROP TABLE room_current_state;
+DROP TABLE room_forward_extremities;
+DROP TABLE event_txns;
+DROP TABLE events;
+ALTER TABLE rooms DROP CONSTRAINT rooms_current_state_group_fkey;
+DROP TABLE state_group_entries;
+DROP TABLE state_groups;
+DROP TABLE rooms;
+CREATE SEQUENCE account_data_stream_seq;
+SELECT setval('account_data_stream_seq', GREATEST((SELECT position FROM stream_positions WHERE stream = 'account_data'), 1));
+ALTER TABLE account_data ALTER COLUMN stream_ordering SET DEFAULT nextval('account_data_stream_seq');
+DROP TABLE stream_positions;

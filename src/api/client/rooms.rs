@@ -1,0 +1,311 @@
+//! Creating rooms, membership and the joined-rooms list.
+
+use actix_web::web::Data;
+use ruma::{
+    api::client::{
+        knock::knock_room::v3 as knock,
+        membership::{
+            ban_user::v3 as ban,
+            forget_room::v3 as forget,
+            get_member_events::v3 as members,
+            invite_user::v3::{self as invite, InvitationRecipient},
+            join_room_by_id::v3 as join_by_id,
+            join_room_by_id_or_alias::v3 as join_by_id_or_alias,
+            joined_members::v3 as joined_members,
+            joined_rooms::v3 as joined_rooms,
+            kick_user::v3 as kick,
+            leave_room::v3 as leave,
+            unban_user::v3 as unban,
+        },
+        room::{create_room::v3 as create_room, Visibility},
+    },
+    room::RoomType,
+    serde::Raw,
+};
+use serde_json::{Map, Value};
+
+use crate::{
+    api::ruma::{Ruma, RumaResponse},
+    error::{Error, Result},
+    service::{
+        rooms::{
+            create::{CreateRoom, Preset},
+            membership::Change,
+        },
+        Services,
+    },
+};
+
+fn raw_object<T>(raw: &Raw<T>, what: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str(raw.json().get()) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(Error::bad_json(format!("{what} must be a JSON object"))),
+    }
+}
+
+/// `POST /_matrix/client/v3/createRoom`
+pub async fn create_room_route(
+    services: Data<Services>,
+    body: Ruma<create_room::Request>,
+) -> Result<RumaResponse<create_room::Response>> {
+    let caller = body.caller()?;
+    let request = &body.body;
+    let preset = request.preset.as_ref().map(|p| match p.as_str() {
+        "public_chat" => Ok(Preset::PublicChat),
+        "trusted_private_chat" => Ok(Preset::TrustedPrivateChat),
+        "private_chat" => Ok(Preset::PrivateChat),
+        other => Err(Error::bad_json(format!("Unknown preset {other}"))),
+    });
+    let mut initial_state = Vec::new();
+    for raw in &request.initial_state {
+        let event = raw_object(raw, "initial_state events")?;
+        let kind = event
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::bad_json("initial_state event without type"))?;
+        let state_key = event
+            .get("state_key")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let content = event
+            .get("content")
+            .cloned()
+            .ok_or_else(|| Error::bad_json("initial_state event without content"))?;
+        initial_state.push((kind.to_owned(), state_key.to_owned(), content));
+    }
+    let create = CreateRoom {
+        preset: preset.transpose()?,
+        public: request.visibility == Visibility::Public,
+        alias_name: request.room_alias_name.clone(),
+        name: request.name.clone(),
+        topic: request.topic.clone(),
+        invite: request.invite.clone(),
+        is_direct: request.is_direct,
+        room_version: request.room_version.clone(),
+        creation_content: request
+            .creation_content
+            .as_ref()
+            .map(|r| raw_object(r, "creation_content"))
+            .transpose()?,
+        initial_state,
+        power_level_content_override: request
+            .power_level_content_override
+            .as_ref()
+            .map(|r| raw_object(r, "power_level_content_override"))
+            .transpose()?,
+    };
+    let _ = RoomType::Space; // room `type` travels inside creation_content untouched
+    let room_id = services.rooms.create_room(&caller.user_id, create).await?;
+    Ok(create_room::Response::new(room_id).into())
+}
+
+/// `POST /_matrix/client/v3/join/{roomIdOrAlias}`
+pub async fn join_by_id_or_alias_route(
+    services: Data<Services>,
+    body: Ruma<join_by_id_or_alias::Request>,
+) -> Result<RumaResponse<join_by_id_or_alias::Response>> {
+    let caller = body.caller()?;
+    let room_id = services
+        .rooms
+        .join(
+            &caller.user_id,
+            &body.body.room_id_or_alias,
+            body.body.reason.as_deref(),
+        )
+        .await?;
+    Ok(join_by_id_or_alias::Response::new(room_id).into())
+}
+
+/// `POST /_matrix/client/v3/rooms/{roomId}/join`
+pub async fn join_by_id_route(
+    services: Data<Services>,
+    body: Ruma<join_by_id::Request>,
+) -> Result<RumaResponse<join_by_id::Response>> {
+    let caller = body.caller()?;
+    let room = ruma::OwnedRoomOrAliasId::from(body.body.room_id.clone());
+    let room_id = services
+        .rooms
+        .join(&caller.user_id, &room, body.body.reason.as_deref())
+        .await?;
+    Ok(join_by_id::Response::new(room_id).into())
+}
+
+/// `POST /_matrix/client/v3/knock/{roomIdOrAlias}`
+pub async fn knock_route(
+    services: Data<Services>,
+    body: Ruma<knock::Request>,
+) -> Result<RumaResponse<knock::Response>> {
+    let caller = body.caller()?;
+    let room_id = services
+        .rooms
+        .knock(
+            &caller.user_id,
+            &body.body.room_id_or_alias,
+            body.body.reason.as_deref(),
+        )
+        .await?;
+    Ok(knock::Response::new(room_id).into())
+}
+
+/// `POST /_matrix/client/v3/rooms/{roomId}/leave`
+pub async fn leave_route(
+    services: Data<Services>,
+    body: Ruma<leave::Request>,
+) -> Result<RumaResponse<leave::Response>> {
+    let caller = body.caller()?;
+    services
+        .rooms
+        .leave(
+            &caller.user_id,
+            &body.body.room_id,
+            body.body.reason.as_deref(),
+        )
+        .await?;
+    Ok(leave::Response::new().into())
+}
+
+/// `POST /_matrix/client/v3/rooms/{roomId}/invite`
+pub async fn invite_route(
+    services: Data<Services>,
+    body: Ruma<invite::Request>,
+) -> Result<RumaResponse<invite::Response>> {
+    let caller = body.caller()?;
+    let InvitationRecipient::UserId(recipient) = &body.body.recipient else {
+        return Err(Error::forbidden("Third-party invites are not supported"));
+    };
+    services
+        .rooms
+        .change_membership(
+            &caller.user_id,
+            &body.body.room_id,
+            &recipient.user_id,
+            Change::Invite,
+            recipient.reason.as_deref(),
+        )
+        .await?;
+    Ok(invite::Response::new().into())
+}
+
+/// `POST /_matrix/client/v3/rooms/{roomId}/kick`
+pub async fn kick_route(
+    services: Data<Services>,
+    body: Ruma<kick::Request>,
+) -> Result<RumaResponse<kick::Response>> {
+    let caller = body.caller()?;
+    let request = &body.body;
+    services
+        .rooms
+        .change_membership(
+            &caller.user_id,
+            &request.room_id,
+            &request.user_id,
+            Change::Kick,
+            request.reason.as_deref(),
+        )
+        .await?;
+    Ok(kick::Response::new().into())
+}
+
+/// `POST /_matrix/client/v3/rooms/{roomId}/ban`
+pub async fn ban_route(
+    services: Data<Services>,
+    body: Ruma<ban::Request>,
+) -> Result<RumaResponse<ban::Response>> {
+    let caller = body.caller()?;
+    let request = &body.body;
+    services
+        .rooms
+        .change_membership(
+            &caller.user_id,
+            &request.room_id,
+            &request.user_id,
+            Change::Ban,
+            request.reason.as_deref(),
+        )
+        .await?;
+    Ok(ban::Response::new().into())
+}
+
+/// `POST /_matrix/client/v3/rooms/{roomId}/unban`
+pub async fn unban_route(
+    services: Data<Services>,
+    body: Ruma<unban::Request>,
+) -> Result<RumaResponse<unban::Response>> {
+    let caller = body.caller()?;
+    let request = &body.body;
+    services
+        .rooms
+        .change_membership(
+            &caller.user_id,
+            &request.room_id,
+            &request.user_id,
+            Change::Unban,
+            request.reason.as_deref(),
+        )
+        .await?;
+    Ok(unban::Response::new().into())
+}
+
+/// `POST /_matrix/client/v3/rooms/{roomId}/forget`
+pub async fn forget_route(
+    services: Data<Services>,
+    body: Ruma<forget::Request>,
+) -> Result<RumaResponse<forget::Response>> {
+    let caller = body.caller()?;
+    services
+        .rooms
+        .forget(&caller.user_id, &body.body.room_id)
+        .await?;
+    Ok(forget::Response::new().into())
+}
+
+/// `GET /_matrix/client/v3/joined_rooms`
+pub async fn joined_rooms_route(
+    services: Data<Services>,
+    body: Ruma<joined_rooms::Request>,
+) -> Result<RumaResponse<joined_rooms::Response>> {
+    let caller = body.caller()?;
+    Ok(joined_rooms::Response::new(services.rooms.joined_rooms(&caller.user_id).await?).into())
+}
+
+/// `GET /_matrix/client/v3/rooms/{roomId}/joined_members`
+pub async fn joined_members_route(
+    services: Data<Services>,
+    body: Ruma<joined_members::Request>,
+) -> Result<RumaResponse<joined_members::Response>> {
+    let caller = body.caller()?;
+    let joined = services
+        .rooms
+        .joined_members(&caller.user_id, &body.body.room_id)
+        .await?;
+    let joined = serde_json::from_value(serde_json::to_value(joined).map_err(Error::internal)?)
+        .map_err(Error::internal)?;
+    Ok(joined_members::Response::new(joined).into())
+}
+
+/// `GET /_matrix/client/v3/rooms/{roomId}/members`
+pub async fn members_route(
+    services: Data<Services>,
+    body: Ruma<members::Request>,
+) -> Result<RumaResponse<members::Response>> {
+    let caller = body.caller()?;
+    let request = &body.body;
+    let events = services
+        .rooms
+        .members(
+            &caller.user_id,
+            &request.room_id,
+            request.membership.as_ref().map(|m| m.as_str()),
+            request.not_membership.as_ref().map(|m| m.as_str()),
+        )
+        .await?;
+    let chunk = events.iter().map(to_raw).collect::<Result<_>>()?;
+    Ok(members::Response::new(chunk).into())
+}
+
+/// Wraps a JSON value as a ruma `Raw`.
+pub(crate) fn to_raw<T>(value: &Value) -> Result<Raw<T>> {
+    Ok(Raw::from_json(
+        serde_json::value::to_raw_value(value).map_err(Error::internal)?,
+    ))
+}

@@ -1,0 +1,243 @@
+//! Room aliases and the public room directory.
+
+use ruma::{OwnedRoomId, RoomAliasId, RoomId, UserId};
+use serde_json::{json, Value};
+
+use super::Rooms;
+use crate::{
+    error::{Error, Result},
+    service::sessions::Caller,
+    storage::{is_unique_violation, now_ms, rooms as store, state as state_store},
+};
+
+impl Rooms {
+    /// Creates an alias on this server for a room the caller is in.
+    pub async fn create_alias(
+        &self,
+        user_id: &UserId,
+        alias: &RoomAliasId,
+        room_id: &RoomId,
+    ) -> Result<()> {
+        if alias.server_name() != self.config.server_name {
+            return Err(Error::invalid_param(
+                "Can only create aliases on this server",
+            ));
+        }
+        let mut conn = self.db.conn().await?;
+        if store::get_room(&mut conn, room_id.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(Error::not_found("Unknown room"));
+        }
+        if store::get_membership(&mut conn, room_id.as_str(), user_id.as_str())
+            .await?
+            .is_none_or(|(m, _)| m != "join")
+        {
+            return Err(Error::forbidden(
+                "You must be in the room to give it an alias",
+            ));
+        }
+        store::insert_alias(
+            &mut conn,
+            alias.as_str(),
+            room_id.as_str(),
+            user_id.as_str(),
+            now_ms(),
+        )
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                Error::matrix(
+                    actix_web::http::StatusCode::CONFLICT,
+                    "M_UNKNOWN",
+                    "Room alias already exists",
+                )
+            } else {
+                e.into()
+            }
+        })
+    }
+
+    /// Resolves a local alias.
+    pub async fn get_alias(&self, alias: &RoomAliasId) -> Result<OwnedRoomId> {
+        let mut conn = self.db.conn().await?;
+        let (room_id, _) = store::get_alias(&mut conn, alias.as_str())
+            .await?
+            .ok_or_else(|| Error::not_found("Room alias not found"))?;
+        RoomId::parse(room_id).map_err(Error::internal)
+    }
+
+    /// Deletes an alias: its creator, a server admin, or a room member allowed to change the canonical alias.
+    pub async fn delete_alias(&self, caller: &Caller, alias: &RoomAliasId) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        let (room_id, creator) = store::get_alias(&mut conn, alias.as_str())
+            .await?
+            .ok_or_else(|| Error::not_found("Room alias not found"))?;
+        let room_id = RoomId::parse(room_id).map_err(Error::internal)?;
+        let mut allowed = caller.is_admin || creator == caller.user_id.as_str();
+        if !allowed {
+            let levels = self.power_levels(&mut conn, &room_id).await?;
+            let needed = levels
+                .pointer("/events/m.room.canonical_alias")
+                .and_then(Value::as_i64)
+                .unwrap_or_else(|| {
+                    levels
+                        .get("state_default")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(50)
+                });
+            allowed = self
+                .user_level(&mut conn, &room_id, &caller.user_id, &levels)
+                .await?
+                >= needed;
+        }
+        if !allowed {
+            return Err(Error::forbidden("You may not delete this alias"));
+        }
+        store::delete_alias(&mut conn, alias.as_str()).await?;
+        Ok(())
+    }
+
+    /// Local aliases of a room the caller is in (or that is world-readable).
+    pub async fn room_aliases(&self, user_id: &UserId, room_id: &RoomId) -> Result<Vec<String>> {
+        // Reading the room's state applies the same membership rule as `/state`.
+        self.room_state(user_id, room_id).await?;
+        let mut conn = self.db.conn().await?;
+        Ok(store::get_room_aliases(&mut conn, room_id.as_str()).await?)
+    }
+
+    /// Whether a room is published in the directory.
+    pub async fn directory_visibility(&self, room_id: &RoomId) -> Result<bool> {
+        let mut conn = self.db.conn().await?;
+        Ok(store::get_room(&mut conn, room_id.as_str())
+            .await?
+            .ok_or_else(|| Error::not_found("Unknown room"))?
+            .is_public)
+    }
+
+    /// Publishes or hides a room; needs the power to change the canonical alias (or server admin).
+    pub async fn set_directory_visibility(
+        &self,
+        caller: &Caller,
+        room_id: &RoomId,
+        public: bool,
+    ) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        if store::get_room(&mut conn, room_id.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(Error::not_found("Unknown room"));
+        }
+        if !caller.is_admin {
+            let levels = self.power_levels(&mut conn, room_id).await?;
+            let needed = levels
+                .pointer("/events/m.room.canonical_alias")
+                .and_then(Value::as_i64)
+                .unwrap_or_else(|| {
+                    levels
+                        .get("state_default")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(50)
+                });
+            let joined =
+                store::get_membership(&mut conn, room_id.as_str(), caller.user_id.as_str())
+                    .await?
+                    .is_some_and(|(m, _)| m == "join");
+            if !joined
+                || self
+                    .user_level(&mut conn, room_id, &caller.user_id, &levels)
+                    .await?
+                    < needed
+            {
+                return Err(Error::forbidden(
+                    "You may not change this room's directory visibility",
+                ));
+            }
+        }
+        store::set_room_public(&mut conn, room_id.as_str(), public).await?;
+        Ok(())
+    }
+
+    /// One page of the public room directory: `(chunk, next_batch, prev_batch, total)`.
+    pub async fn public_rooms(
+        &self,
+        search: Option<&str>,
+        limit: Option<usize>,
+        since: Option<&str>,
+    ) -> Result<(Vec<Value>, Option<String>, Option<String>, usize)> {
+        let offset: usize = match since {
+            Some(token) => token
+                .strip_prefix('o')
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| Error::invalid_param("Invalid since token"))?,
+            None => 0,
+        };
+        let mut conn = self.db.conn().await?;
+        let mut rooms = Vec::new();
+        for room_id in store::get_public_room_ids(&mut conn).await? {
+            let Some(room) = store::get_room(&mut conn, &room_id).await? else {
+                continue;
+            };
+            let state = state_store::get_state_ids(&mut conn, room.current_state_group).await?;
+            let ids: Vec<String> = state
+                .iter()
+                .filter(|((t, _), _)| t != "m.room.member")
+                .map(|(_, id)| id.clone())
+                .collect();
+            let content = |kind: &str, rows: &[store::EventRow]| {
+                rows.iter()
+                    .find(|r| r.event_type == kind)
+                    .and_then(|r| r.pdu.get("content").cloned())
+                    .unwrap_or_default()
+            };
+            let rows = store::get_events(&mut conn, &ids).await?;
+            let joined = store::get_room_members(&mut conn, &room_id, "join")
+                .await?
+                .len();
+            let name = content("m.room.name", &rows).get("name").cloned();
+            let topic = content("m.room.topic", &rows).get("topic").cloned();
+            let alias = content("m.room.canonical_alias", &rows)
+                .get("alias")
+                .cloned();
+            if let Some(term) = search.map(str::to_lowercase).filter(|t| !t.is_empty()) {
+                let haystack = [&name, &topic, &alias]
+                    .iter()
+                    .filter_map(|v| v.as_ref().and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .to_lowercase();
+                if !haystack.contains(&term) {
+                    continue;
+                }
+            }
+            let mut entry = json!({
+                "room_id": room_id,
+                "num_joined_members": joined,
+                "world_readable": content("m.room.history_visibility", &rows).get("history_visibility") == Some(&json!("world_readable")),
+                "guest_can_join": content("m.room.guest_access", &rows).get("guest_access") == Some(&json!("can_join")),
+                "join_rule": content("m.room.join_rules", &rows).get("join_rule").cloned().unwrap_or(json!("public")),
+            });
+            for (key, value) in [("name", name), ("topic", topic), ("canonical_alias", alias)] {
+                if let Some(value) = value {
+                    entry[key] = value;
+                }
+            }
+            if let Some(avatar) = content("m.room.avatar", &rows).get("url").cloned() {
+                entry["avatar_url"] = avatar;
+            }
+            if let Some(kind) = content("m.room.create", &rows).get("type").cloned() {
+                entry["room_type"] = kind;
+            }
+            rooms.push(entry);
+        }
+        rooms.sort_by_key(|r| std::cmp::Reverse(r["num_joined_members"].as_u64().unwrap_or(0)));
+        let total = rooms.len();
+        let limit = limit.unwrap_or(total.max(1));
+        let page: Vec<Value> = rooms.into_iter().skip(offset).take(limit).collect();
+        let next = (offset + page.len() < total).then(|| format!("o{}", offset + page.len()));
+        let prev = (offset > 0).then(|| format!("o{}", offset.saturating_sub(limit)));
+        Ok((page, next, prev, total))
+    }
+}

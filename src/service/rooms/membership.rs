@@ -1,0 +1,450 @@
+//! Membership changes: invite, join, knock, leave, kick, ban, unban, forget.
+
+use diesel_async::AsyncPgConnection;
+use ruma::{OwnedEventId, OwnedRoomId, RoomAliasId, RoomId, RoomOrAliasId, UserId};
+use serde_json::{json, Map, Value};
+
+use super::{create::membership_content, send::Sender, Rooms};
+use crate::{
+    error::{Error, Result},
+    storage::{rooms as store, users},
+};
+
+/// A membership change one user makes for another (or themselves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Invite a user.
+    Invite,
+    /// Remove a user (leave on their behalf).
+    Kick,
+    /// Ban a user.
+    Ban,
+    /// Lift a ban (back to leave).
+    Unban,
+}
+
+impl Rooms {
+    /// Fails with `M_NOT_FOUND` unless the user is a local account.
+    pub(super) async fn ensure_local_user(
+        &self,
+        conn: &mut AsyncPgConnection,
+        user_id: &UserId,
+    ) -> Result<()> {
+        if user_id.server_name() != self.config.server_name {
+            return Err(Error::forbidden(
+                "Federation is not supported yet: only local users can be invited",
+            ));
+        }
+        if users::get_user(conn, user_id.as_str()).await?.is_none() {
+            return Err(Error::not_found(format!("User {user_id} does not exist")));
+        }
+        Ok(())
+    }
+
+    /// The display name and avatar that go into a user's member events.
+    pub(super) async fn member_profile(
+        &self,
+        conn: &mut AsyncPgConnection,
+        user_id: &UserId,
+    ) -> Result<Map<String, Value>> {
+        Ok(users::get_profile(conn, user_id.as_str())
+            .await?
+            .into_iter()
+            .filter(|(field, _)| field == "displayname" || field == "avatar_url")
+            .collect())
+    }
+
+    /// Resolves a room ID or a local alias to a room ID.
+    pub async fn resolve_room(&self, room: &RoomOrAliasId) -> Result<OwnedRoomId> {
+        match <&RoomId>::try_from(room) {
+            Ok(room_id) => Ok(room_id.to_owned()),
+            Err(alias) => {
+                let alias: &RoomAliasId = alias;
+                let mut conn = self.db.conn().await?;
+                let (room_id, _) = store::get_alias(&mut conn, alias.as_str())
+                    .await?
+                    .ok_or_else(|| Error::not_found(format!("Room alias {alias} not found")))?;
+                RoomId::parse(room_id).map_err(Error::internal)
+            }
+        }
+    }
+
+    /// Joins a room (by ID or alias). Joining a room one is already in changes nothing.
+    pub async fn join(
+        &self,
+        user_id: &UserId,
+        room: &RoomOrAliasId,
+        reason: Option<&str>,
+    ) -> Result<OwnedRoomId> {
+        let room_id = self.resolve_room(room).await?;
+        let mut conn = self.db.conn().await?;
+        if store::get_room(&mut conn, room_id.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(Error::not_found(
+                "No known servers for this room (federation is not supported yet)",
+            ));
+        }
+        if let Some((membership, _)) =
+            store::get_membership(&mut conn, room_id.as_str(), user_id.as_str()).await?
+        {
+            if membership == "join" {
+                return Ok(room_id);
+            }
+        }
+        let profile = self.member_profile(&mut conn, user_id).await?;
+        let mut content = membership_content("join", &profile, reason);
+        if let Some(authoriser) = self
+            .restricted_join_authoriser(&mut conn, user_id, &room_id)
+            .await?
+        {
+            content["join_authorised_via_users_server"] = json!(authoriser);
+        }
+        drop(conn);
+        self.set_membership(user_id, &room_id, user_id, content)
+            .await?;
+        Ok(room_id)
+    }
+
+    /// For `restricted` rooms: a local member who may invite, when the joiner is in an allowed room.
+    async fn restricted_join_authoriser(
+        &self,
+        conn: &mut AsyncPgConnection,
+        user_id: &UserId,
+        room_id: &RoomId,
+    ) -> Result<Option<String>> {
+        let Some(rules_id) =
+            store::get_current_state_id(conn, room_id.as_str(), "m.room.join_rules", "").await?
+        else {
+            return Ok(None);
+        };
+        let Some(rules) = store::get_event(conn, &rules_id).await? else {
+            return Ok(None);
+        };
+        let content = rules.pdu.get("content").cloned().unwrap_or_default();
+        let rule = content
+            .get("join_rule")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if rule != "restricted" && rule != "knock_restricted" {
+            return Ok(None);
+        }
+        if let Some((membership, _)) =
+            store::get_membership(conn, room_id.as_str(), user_id.as_str()).await?
+        {
+            if membership == "invite" || membership == "join" {
+                return Ok(None);
+            }
+        }
+        let allowed = content
+            .get("allow")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut in_allowed_room = false;
+        for entry in allowed {
+            if entry.get("type").and_then(Value::as_str) != Some("m.room_membership") {
+                continue;
+            }
+            let Some(allowed_room) = entry.get("room_id").and_then(Value::as_str) else {
+                continue;
+            };
+            if let Some((membership, _)) =
+                store::get_membership(conn, allowed_room, user_id.as_str()).await?
+            {
+                in_allowed_room |= membership == "join";
+            }
+        }
+        if !in_allowed_room {
+            return Err(Error::forbidden(
+                "You are not invited to this room, and not in a room that allows joining it",
+            ));
+        }
+        // Any joined local member whose power suffices to invite; the auth rules verify it.
+        let levels = self.power_levels(conn, room_id).await?;
+        let invite_level = levels.get("invite").and_then(Value::as_i64).unwrap_or(0);
+        for member in store::get_room_members(conn, room_id.as_str(), "join").await? {
+            let Ok(member_id) = UserId::parse(&member) else {
+                continue;
+            };
+            if member_id.server_name() == self.config.server_name
+                && self.user_level(conn, room_id, &member_id, &levels).await? >= invite_level
+            {
+                return Ok(Some(member));
+            }
+        }
+        Err(Error::forbidden(
+            "No local member of the room can authorise the join",
+        ))
+    }
+
+    /// The room's power-levels content (empty when unset).
+    pub(super) async fn power_levels(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_id: &RoomId,
+    ) -> Result<Value> {
+        let id =
+            store::get_current_state_id(conn, room_id.as_str(), "m.room.power_levels", "").await?;
+        Ok(match id {
+            Some(id) => store::get_event(conn, &id)
+                .await?
+                .and_then(|e| e.pdu.get("content").cloned())
+                .unwrap_or_default(),
+            None => Value::Object(Map::new()),
+        })
+    }
+
+    /// A user's power level; room creators are above everyone in room versions that privilege them.
+    pub(super) async fn user_level(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_id: &RoomId,
+        user_id: &UserId,
+        levels: &Value,
+    ) -> Result<i64> {
+        if let Some(room) = store::get_room(conn, room_id.as_str()).await? {
+            let privileged = super::writer::version_rules(
+                &ruma::RoomVersionId::try_from(room.room_version.as_str())
+                    .map_err(Error::internal)?,
+            )?
+            .authorization
+            .explicitly_privilege_room_creators;
+            if privileged && self.is_creator(conn, room_id, user_id).await? {
+                return Ok(i64::MAX);
+            }
+        }
+        Ok(levels
+            .get("users")
+            .and_then(|u| u.get(user_id.as_str()))
+            .and_then(Value::as_i64)
+            .unwrap_or_else(|| {
+                levels
+                    .get("users_default")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0)
+            }))
+    }
+
+    async fn is_creator(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_id: &RoomId,
+        user_id: &UserId,
+    ) -> Result<bool> {
+        let Some(id) =
+            store::get_current_state_id(conn, room_id.as_str(), "m.room.create", "").await?
+        else {
+            return Ok(false);
+        };
+        let Some(create) = store::get_event(conn, &id).await? else {
+            return Ok(false);
+        };
+        let additional = create
+            .pdu
+            .pointer("/content/additional_creators")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        Ok(create.sender == user_id.as_str()
+            || additional
+                .iter()
+                .any(|c| c.as_str() == Some(user_id.as_str())))
+    }
+
+    /// Leaves a room (or rejects an invite, or withdraws a knock).
+    pub async fn leave(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        reason: Option<&str>,
+    ) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        let current = store::get_membership(&mut conn, room_id.as_str(), user_id.as_str()).await?;
+        if !matches!(
+            current.as_ref().map(|(m, _)| m.as_str()),
+            Some("join" | "invite" | "knock")
+        ) {
+            return Err(Error::forbidden("You are not in this room"));
+        }
+        drop(conn);
+        let content = membership_content("leave", &Map::new(), reason);
+        self.set_membership(user_id, room_id, user_id, content)
+            .await
+            .map(drop)
+    }
+
+    /// Knocks on a room (by ID or alias).
+    pub async fn knock(
+        &self,
+        user_id: &UserId,
+        room: &RoomOrAliasId,
+        reason: Option<&str>,
+    ) -> Result<OwnedRoomId> {
+        let room_id = self.resolve_room(room).await?;
+        let mut conn = self.db.conn().await?;
+        if store::get_room(&mut conn, room_id.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(Error::not_found(
+                "No known servers for this room (federation is not supported yet)",
+            ));
+        }
+        let profile = self.member_profile(&mut conn, user_id).await?;
+        drop(conn);
+        self.set_membership(
+            user_id,
+            &room_id,
+            user_id,
+            membership_content("knock", &profile, reason),
+        )
+        .await?;
+        Ok(room_id)
+    }
+
+    /// Changes another user's membership; the auth rules decide whether the sender may.
+    pub async fn change_membership(
+        &self,
+        sender: &UserId,
+        room_id: &RoomId,
+        target: &UserId,
+        change: Change,
+        reason: Option<&str>,
+    ) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        if store::get_room(&mut conn, room_id.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(Error::not_found("Unknown room"));
+        }
+        let membership = match change {
+            Change::Invite => {
+                self.ensure_local_user(&mut conn, target).await?;
+                if let Some((current, _)) =
+                    store::get_membership(&mut conn, room_id.as_str(), target.as_str()).await?
+                {
+                    if current == "join" {
+                        return Err(Error::forbidden(format!("{target} is already in the room")));
+                    }
+                }
+                "invite"
+            }
+            Change::Kick => {
+                let current =
+                    store::get_membership(&mut conn, room_id.as_str(), target.as_str()).await?;
+                if !matches!(
+                    current.as_ref().map(|(m, _)| m.as_str()),
+                    Some("join" | "invite" | "knock")
+                ) {
+                    return Err(Error::forbidden(format!("{target} is not in the room")));
+                }
+                "leave"
+            }
+            Change::Ban => "ban",
+            Change::Unban => {
+                let current =
+                    store::get_membership(&mut conn, room_id.as_str(), target.as_str()).await?;
+                if current.as_ref().map(|(m, _)| m.as_str()) != Some("ban") {
+                    return Err(Error::forbidden(format!("{target} is not banned")));
+                }
+                "leave"
+            }
+        };
+        let mut content = membership_content(membership, &Map::new(), reason);
+        if change == Change::Invite {
+            // The invitee's profile, so the invite shows a name before they join.
+            let profile = self.member_profile(&mut conn, target).await?;
+            content = membership_content("invite", &profile, reason);
+        }
+        drop(conn);
+        self.set_membership(sender, room_id, target, content)
+            .await
+            .map(drop)
+    }
+
+    async fn set_membership(
+        &self,
+        sender: &UserId,
+        room_id: &RoomId,
+        target: &UserId,
+        content: Value,
+    ) -> Result<OwnedEventId> {
+        let sender = Sender {
+            user_id: sender,
+            txn: None,
+        };
+        self.send_event(
+            sender,
+            room_id,
+            "m.room.member",
+            Some(target.as_str()),
+            content,
+            None,
+        )
+        .await
+    }
+
+    /// Forgets a room the user has left.
+    pub async fn forget(&self, user_id: &UserId, room_id: &RoomId) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        match store::get_membership(&mut conn, room_id.as_str(), user_id.as_str()).await? {
+            None => Err(Error::not_found("You have never been in this room")),
+            Some(_)
+                if store::forget_room(&mut conn, room_id.as_str(), user_id.as_str()).await? =>
+            {
+                Ok(())
+            }
+            Some(_) => Err(Error::matrix(
+                actix_web::http::StatusCode::BAD_REQUEST,
+                "M_UNKNOWN",
+                "Leave the room before forgetting it",
+            )),
+        }
+    }
+}
+
+impl Rooms {
+    /// Sends fresh member events with the user's current profile to every room they are in.
+    pub async fn propagate_profile(&self, user_id: &UserId) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        let profile = self.member_profile(&mut conn, user_id).await?;
+        let rooms = store::get_rooms_for_user(&mut conn, user_id.as_str(), "join").await?;
+        drop(conn);
+        for room in rooms {
+            let Ok(room_id) = RoomId::parse(&room) else {
+                continue;
+            };
+            if let Err(err) = self
+                .set_membership(
+                    user_id,
+                    &room_id,
+                    user_id,
+                    membership_content("join", &profile, None),
+                )
+                .await
+            {
+                tracing::warn!(%room_id, "could not update the profile in a room: {err}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The user directory: `(hits, limited)`.
+    pub async fn search_users(
+        &self,
+        searcher: &UserId,
+        term: &str,
+        limit: usize,
+    ) -> Result<(Vec<users::DirectoryUser>, bool)> {
+        let mut conn = self.db.conn().await?;
+        let mut hits =
+            users::search_user_directory(&mut conn, searcher.as_str(), term, limit as i64 + 1)
+                .await?;
+        let limited = hits.len() > limit;
+        hits.truncate(limit);
+        Ok((hits, limited))
+    }
+}

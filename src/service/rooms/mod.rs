@@ -1,0 +1,71 @@
+//! Rooms: the event graph, state, membership, aliases and the room directory.
+
+pub mod alias;
+pub mod create;
+pub mod membership;
+pub mod pdu;
+pub mod read;
+pub mod send;
+pub mod visibility;
+pub mod writer;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use ruma::{RoomId, RoomVersionId};
+
+use super::keys::ServerKeys;
+use crate::{config::Config, storage::Db};
+
+/// Room versions this server creates and joins.
+pub const SUPPORTED_VERSIONS: [RoomVersionId; 3] =
+    [RoomVersionId::V10, RoomVersionId::V11, RoomVersionId::V12];
+
+/// The room version new rooms get unless the client asks for another.
+pub const DEFAULT_VERSION: RoomVersionId = RoomVersionId::V12;
+
+/// In-process per-room locks: writers of one room queue here before they take a database
+/// connection and the room's advisory lock.
+#[derive(Default)]
+pub struct RoomLocks {
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl RoomLocks {
+    /// Waits for the room's lock.
+    pub async fn lock(&self, room_id: &RoomId) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            if locks.len() > 10_000 {
+                locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            }
+            locks
+                .entry(room_id.as_str().to_owned())
+                .or_default()
+                .clone()
+        };
+        lock.lock_owned().await
+    }
+}
+
+/// The rooms service.
+pub struct Rooms {
+    db: Db,
+    config: Arc<Config>,
+    keys: Arc<ServerKeys>,
+    locks: RoomLocks,
+}
+
+impl Rooms {
+    /// Creates the service.
+    pub fn new(db: Db, config: Arc<Config>, keys: Arc<ServerKeys>) -> Self {
+        Rooms {
+            db,
+            config,
+            keys,
+            locks: RoomLocks::default(),
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! PDUs (persistent data units): building, signing and reading the events of the room DAG.
+
+use ruma::{
+    canonical_json::{redact, CanonicalJsonObject, CanonicalJsonValue},
+    events::TimelineEventType,
+    room_version_rules::RoomVersionRules,
+    signatures::{hash_and_sign_event, reference_hash, Ed25519KeyPair},
+    EventId, MilliSecondsSinceUnixEpoch, OwnedEventId, OwnedRoomId, OwnedUserId, RoomId, UInt,
+    UserId,
+};
+use serde::Deserialize;
+use serde_json::{value::RawValue as RawJsonValue, Map, Value};
+
+use crate::error::{Error, Result};
+
+/// Largest allowed PDU, in bytes of canonical JSON (spec).
+pub const MAX_PDU_BYTES: usize = 65_536;
+
+/// A parsed PDU, as the auth rules and readers need it.
+#[derive(Debug, Clone)]
+pub struct Pdu {
+    /// Event ID (reference hash).
+    pub event_id: OwnedEventId,
+    /// Room ID (absent in a v12 create event, where the room ID derives from the event ID).
+    pub room_id: Option<OwnedRoomId>,
+    /// Sender.
+    pub sender: OwnedUserId,
+    /// Origin timestamp.
+    pub origin_server_ts: MilliSecondsSinceUnixEpoch,
+    /// Event type.
+    pub kind: TimelineEventType,
+    /// Content, as raw JSON.
+    pub content: Box<RawJsonValue>,
+    /// State key, for state events.
+    pub state_key: Option<String>,
+    /// Previous events.
+    pub prev_events: Vec<OwnedEventId>,
+    /// Auth events.
+    pub auth_events: Vec<OwnedEventId>,
+    /// For redactions: the redacted event.
+    pub redacts: Option<OwnedEventId>,
+    /// Depth.
+    pub depth: i64,
+}
+
+#[derive(Deserialize)]
+struct PduFields {
+    room_id: Option<OwnedRoomId>,
+    sender: OwnedUserId,
+    origin_server_ts: MilliSecondsSinceUnixEpoch,
+    #[serde(rename = "type")]
+    kind: TimelineEventType,
+    content: Box<RawJsonValue>,
+    state_key: Option<String>,
+    #[serde(default)]
+    prev_events: Vec<OwnedEventId>,
+    #[serde(default)]
+    auth_events: Vec<OwnedEventId>,
+    redacts: Option<OwnedEventId>,
+    depth: i64,
+}
+
+impl Pdu {
+    /// Parses a stored PDU.
+    pub fn from_json(event_id: &str, json: &Value) -> Result<Self> {
+        let fields: PduFields = serde_json::from_value(json.clone())
+            .map_err(|e| Error::internal(format!("PDU {event_id}: {e}")))?;
+        // Since room v11 `redacts` lives in the content.
+        let redacts = fields.redacts.or_else(|| {
+            #[derive(Deserialize)]
+            struct Redacts {
+                redacts: Option<OwnedEventId>,
+            }
+            (fields.kind == TimelineEventType::RoomRedaction)
+                .then(|| {
+                    serde_json::from_str::<Redacts>(fields.content.get())
+                        .ok()?
+                        .redacts
+                })
+                .flatten()
+        });
+        Ok(Pdu {
+            event_id: EventId::parse(event_id).map_err(Error::internal)?,
+            room_id: fields.room_id,
+            sender: fields.sender,
+            origin_server_ts: fields.origin_server_ts,
+            kind: fields.kind,
+            content: fields.content,
+            state_key: fields.state_key,
+            prev_events: fields.prev_events,
+            auth_events: fields.auth_events,
+            redacts,
+            depth: fields.depth,
+        })
+    }
+
+    /// The content as a JSON value.
+    pub fn content_value(&self) -> Value {
+        serde_json::from_str(self.content.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl ruma::state_res::Event for Pdu {
+    type Id = OwnedEventId;
+
+    fn event_id(&self) -> &Self::Id {
+        &self.event_id
+    }
+    fn room_id(&self) -> Option<&RoomId> {
+        self.room_id.as_deref()
+    }
+    fn sender(&self) -> &UserId {
+        &self.sender
+    }
+    fn origin_server_ts(&self) -> MilliSecondsSinceUnixEpoch {
+        self.origin_server_ts
+    }
+    fn event_type(&self) -> &TimelineEventType {
+        &self.kind
+    }
+    fn content(&self) -> &RawJsonValue {
+        &self.content
+    }
+    fn state_key(&self) -> Option<&str> {
+        self.state_key.as_deref()
+    }
+    fn prev_events(&self) -> Box<dyn DoubleEndedIterator<Item = &Self::Id> + '_> {
+        Box::new(self.prev_events.iter())
+    }
+    fn auth_events(&self) -> Box<dyn DoubleEndedIterator<Item = &Self::Id> + '_> {
+        Box::new(self.auth_events.iter())
+    }
+    fn redacts(&self) -> Option<&Self::Id> {
+        self.redacts.as_ref()
+    }
+    fn rejected(&self) -> bool {
+        false
+    }
+}
+
+/// The unsigned fields of a new event, before hashing and signing.
+pub struct PduTemplate<'a> {
+    /// Room ID; `None` only for a v12 create event.
+    pub room_id: Option<&'a RoomId>,
+    /// Sender.
+    pub sender: &'a UserId,
+    /// Event type.
+    pub kind: &'a str,
+    /// State key, for state events.
+    pub state_key: Option<&'a str>,
+    /// Content (must be a JSON object).
+    pub content: &'a Value,
+    /// For v10 redactions, the top-level `redacts`.
+    pub redacts: Option<&'a EventId>,
+    /// Previous events.
+    pub prev_events: &'a [OwnedEventId],
+    /// Auth events.
+    pub auth_events: &'a [OwnedEventId],
+    /// Depth.
+    pub depth: i64,
+    /// Origin timestamp.
+    pub origin_server_ts: i64,
+}
+
+/// Converts JSON to canonical JSON; floats and out-of-range integers are `M_BAD_JSON`.
+pub fn to_canonical(value: &Value) -> Result<CanonicalJsonValue> {
+    CanonicalJsonValue::try_from(value.clone())
+        .map_err(|e| Error::bad_json(format!("Event content is not canonical JSON: {e}")))
+}
+
+/// Builds, hashes and signs a PDU; returns its event ID and full JSON.
+pub fn build_pdu(
+    template: &PduTemplate<'_>,
+    rules: &RoomVersionRules,
+    server_name: &str,
+    key_pair: &Ed25519KeyPair,
+) -> Result<(OwnedEventId, Value)> {
+    let ids = |list: &[OwnedEventId]| {
+        CanonicalJsonValue::Array(
+            list.iter()
+                .map(|id| CanonicalJsonValue::String(id.to_string()))
+                .collect(),
+        )
+    };
+    let mut object = CanonicalJsonObject::new();
+    object.insert("auth_events".into(), ids(template.auth_events));
+    object.insert("prev_events".into(), ids(template.prev_events));
+    object.insert("content".into(), to_canonical(template.content)?);
+    object.insert(
+        "depth".into(),
+        CanonicalJsonValue::Integer(template.depth.try_into().map_err(Error::internal)?),
+    );
+    object.insert(
+        "origin_server_ts".into(),
+        CanonicalJsonValue::Integer(
+            template
+                .origin_server_ts
+                .try_into()
+                .map_err(Error::internal)?,
+        ),
+    );
+    if let Some(room_id) = template.room_id {
+        object.insert(
+            "room_id".into(),
+            CanonicalJsonValue::String(room_id.to_string()),
+        );
+    }
+    object.insert(
+        "sender".into(),
+        CanonicalJsonValue::String(template.sender.to_string()),
+    );
+    object.insert(
+        "type".into(),
+        CanonicalJsonValue::String(template.kind.to_owned()),
+    );
+    if let Some(state_key) = template.state_key {
+        object.insert(
+            "state_key".into(),
+            CanonicalJsonValue::String(state_key.to_owned()),
+        );
+    }
+    if let Some(redacts) = template.redacts {
+        object.insert(
+            "redacts".into(),
+            CanonicalJsonValue::String(redacts.to_string()),
+        );
+    }
+    hash_and_sign_event(server_name, key_pair, &mut object, &rules.redaction).map_err(pdu_error)?;
+    let hash = reference_hash(&object, rules).map_err(pdu_error)?;
+    let event_id = EventId::parse(format!("${hash}")).map_err(Error::internal)?;
+    let json = serde_json::to_value(&object).map_err(Error::internal)?;
+    if json.to_string().len() > MAX_PDU_BYTES {
+        return Err(Error::too_large("Event is larger than 65536 bytes"));
+    }
+    Ok((event_id, json))
+}
+
+fn pdu_error(err: ruma::signatures::JsonError) -> Error {
+    match err {
+        ruma::signatures::JsonError::PduTooLarge => {
+            Error::too_large("Event is larger than 65536 bytes")
+        }
+        other => Error::bad_json(format!("Invalid event: {other}")),
+    }
+}
+
+/// The client-format event (what `/event`, `/state` and `/sync` serve) of a stored PDU.
+/// `redaction` is the redaction event's client form when the event was redacted.
+pub fn client_event(
+    event_id: &str,
+    room_id: &str,
+    pdu: &Value,
+    rules: &RoomVersionRules,
+    redaction: Option<Value>,
+    now: i64,
+) -> Value {
+    let pdu = match &redaction {
+        Some(_) => CanonicalJsonValue::try_from(pdu.clone())
+            .ok()
+            .and_then(|v| match v {
+                CanonicalJsonValue::Object(object) => redact(object, &rules.redaction, None).ok(),
+                _ => None,
+            })
+            .and_then(|object| serde_json::to_value(object).ok())
+            .unwrap_or_else(|| pdu.clone()),
+        None => pdu.clone(),
+    };
+    let mut event = Map::new();
+    for key in [
+        "content",
+        "origin_server_ts",
+        "sender",
+        "state_key",
+        "type",
+        "redacts",
+    ] {
+        if let Some(value) = pdu.get(key) {
+            event.insert(key.to_owned(), value.clone());
+        }
+    }
+    // Room v11+ moved `redacts` into the content; clients still read the top-level key.
+    if pdu.get("type").and_then(Value::as_str) == Some("m.room.redaction")
+        && !event.contains_key("redacts")
+    {
+        if let Some(redacts) = pdu.pointer("/content/redacts") {
+            event.insert("redacts".into(), redacts.clone());
+        }
+    }
+    event.insert("event_id".into(), Value::from(event_id));
+    event.insert("room_id".into(), Value::from(room_id));
+    let ts = pdu
+        .get("origin_server_ts")
+        .and_then(Value::as_i64)
+        .unwrap_or(now);
+    let mut unsigned = Map::new();
+    unsigned.insert("age".into(), Value::from((now - ts).max(0)));
+    if let Some(redaction) = redaction {
+        unsigned.insert("redacted_because".into(), redaction);
+    }
+    event.insert("unsigned".into(), Value::Object(unsigned));
+    Value::Object(event)
+}
+
+/// Milliseconds as `MilliSecondsSinceUnixEpoch`.
+pub fn millis(ms: i64) -> MilliSecondsSinceUnixEpoch {
+    MilliSecondsSinceUnixEpoch(UInt::new(ms.max(0) as u64).unwrap_or_default())
+}

@@ -1,0 +1,340 @@
+//! Reading rooms: state, members, single events, context, and timestamps.
+
+use std::collections::BTreeMap;
+
+use diesel_async::AsyncPgConnection;
+use ruma::{room_version_rules::RoomVersionRules, OwnedRoomId, RoomId, RoomVersionId, UserId};
+use serde_json::{json, Value};
+
+use super::{pdu::client_event, visibility::Visibility, writer::version_rules, Rooms};
+use crate::{
+    error::{Error, Result},
+    storage::{
+        now_ms,
+        rooms::{self as store, EventRow},
+        state as state_store,
+    },
+};
+
+/// Which state of a room a reader may see.
+enum View {
+    /// The current state (joined, or the room is world-readable).
+    Current,
+    /// The state when the reader left (or was kicked or banned).
+    AtGroup(i64),
+}
+
+/// `/context` result.
+pub struct Context {
+    /// Events before the target, newest first.
+    pub before: Vec<Value>,
+    /// The target event.
+    pub event: Value,
+    /// Events after the target, oldest first.
+    pub after: Vec<Value>,
+    /// State at the last returned event.
+    pub state: Vec<Value>,
+    /// Pagination token at the start.
+    pub start: String,
+    /// Pagination token at the end.
+    pub end: String,
+}
+
+impl Rooms {
+    /// Rooms the user is joined to.
+    pub async fn joined_rooms(&self, user_id: &UserId) -> Result<Vec<OwnedRoomId>> {
+        let mut conn = self.db.conn().await?;
+        let rooms = store::get_rooms_for_user(&mut conn, user_id.as_str(), "join").await?;
+        rooms
+            .into_iter()
+            .map(|r| RoomId::parse(r).map_err(Error::internal))
+            .collect()
+    }
+
+    async fn room_rules(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_id: &RoomId,
+    ) -> Result<(RoomVersionRules, i64)> {
+        let room = store::get_room(conn, room_id.as_str())
+            .await?
+            .ok_or_else(|| Error::forbidden("You are not in this room"))?;
+        let version =
+            RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
+        Ok((version_rules(&version)?, room.current_state_group))
+    }
+
+    /// Renders stored events for clients, with redactions applied.
+    pub(super) async fn render(
+        &self,
+        conn: &mut AsyncPgConnection,
+        rules: &RoomVersionRules,
+        rows: &[EventRow],
+    ) -> Result<Vec<Value>> {
+        let now = now_ms();
+        let redaction_ids: Vec<String> =
+            rows.iter().filter_map(|r| r.redacted_by.clone()).collect();
+        let redactions: BTreeMap<String, EventRow> = store::get_events(conn, &redaction_ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.event_id.clone(), r))
+            .collect();
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let redaction = row
+                    .redacted_by
+                    .as_ref()
+                    .and_then(|id| redactions.get(id))
+                    .map(|r| client_event(&r.event_id, &r.room_id, &r.pdu, rules, None, now));
+                client_event(&row.event_id, &row.room_id, &row.pdu, rules, redaction, now)
+            })
+            .collect())
+    }
+
+    /// What the user may see of the room's state; `M_FORBIDDEN` when nothing.
+    async fn view(
+        &self,
+        conn: &mut AsyncPgConnection,
+        user_id: &UserId,
+        room_id: &RoomId,
+        current_group: i64,
+    ) -> Result<View> {
+        match store::get_membership(conn, room_id.as_str(), user_id.as_str()).await? {
+            Some((m, _)) if m == "join" => return Ok(View::Current),
+            Some((m, event_id)) if m == "leave" || m == "ban" => {
+                if let Some(event) = store::get_event(conn, &event_id).await? {
+                    return Ok(View::AtGroup(event.state_group));
+                }
+            }
+            _ => {}
+        }
+        let state = state_store::get_state_ids(conn, current_group).await?;
+        if let Some(id) = state.get(&("m.room.history_visibility".to_owned(), String::new())) {
+            let visible = store::get_event(conn, id)
+                .await?
+                .and_then(|e| e.pdu.pointer("/content/history_visibility").cloned());
+            if visible == Some(json!("world_readable")) {
+                return Ok(View::Current);
+            }
+        }
+        Err(Error::forbidden("You are not in this room"))
+    }
+
+    async fn visible_state_rows(
+        &self,
+        conn: &mut AsyncPgConnection,
+        user_id: &UserId,
+        room_id: &RoomId,
+    ) -> Result<(RoomVersionRules, Vec<EventRow>)> {
+        let (rules, current_group) = self.room_rules(conn, room_id).await?;
+        let group = match self.view(conn, user_id, room_id, current_group).await? {
+            View::Current => current_group,
+            View::AtGroup(group) => group,
+        };
+        let ids: Vec<String> = state_store::get_state_ids(conn, group)
+            .await?
+            .into_values()
+            .collect();
+        let mut rows = store::get_events(conn, &ids).await?;
+        rows.sort_by_key(|r| r.stream_ordering);
+        Ok((rules, rows))
+    }
+
+    /// The room state the user may see (`GET /rooms/{id}/state`).
+    pub async fn room_state(&self, user_id: &UserId, room_id: &RoomId) -> Result<Vec<Value>> {
+        let mut conn = self.db.conn().await?;
+        let (rules, rows) = self.visible_state_rows(&mut conn, user_id, room_id).await?;
+        self.render(&mut conn, &rules, &rows).await
+    }
+
+    /// One state event (`GET /rooms/{id}/state/{type}/{key}`); `M_NOT_FOUND` when unset.
+    pub async fn room_state_event(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        kind: &str,
+        state_key: &str,
+    ) -> Result<Value> {
+        let mut conn = self.db.conn().await?;
+        let (rules, rows) = self.visible_state_rows(&mut conn, user_id, room_id).await?;
+        let row = rows
+            .into_iter()
+            .find(|r| r.event_type == kind && r.state_key.as_deref() == Some(state_key))
+            .ok_or_else(|| Error::not_found("Event not found"))?;
+        Ok(self.render(&mut conn, &rules, &[row]).await?.remove(0))
+    }
+
+    /// Member events (`GET /rooms/{id}/members`), filtered by membership.
+    pub async fn members(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        membership: Option<&str>,
+        not_membership: Option<&str>,
+    ) -> Result<Vec<Value>> {
+        let mut conn = self.db.conn().await?;
+        let (rules, rows) = self.visible_state_rows(&mut conn, user_id, room_id).await?;
+        let members: Vec<EventRow> = rows
+            .into_iter()
+            .filter(|r| r.event_type == "m.room.member")
+            .filter(|r| {
+                let m = r
+                    .pdu
+                    .pointer("/content/membership")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                membership.is_none_or(|want| want == m)
+                    && not_membership.is_none_or(|skip| skip != m)
+            })
+            .collect();
+        self.render(&mut conn, &rules, &members).await
+    }
+
+    /// Joined members with their profiles (`GET /rooms/{id}/joined_members`); joined users only.
+    pub async fn joined_members(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+    ) -> Result<BTreeMap<String, Value>> {
+        let mut conn = self.db.conn().await?;
+        let (_, current_group) = self.room_rules(&mut conn, room_id).await?;
+        if !matches!(
+            self.view(&mut conn, user_id, room_id, current_group)
+                .await?,
+            View::Current
+        ) {
+            return Err(Error::forbidden("You are not in this room"));
+        }
+        let state = state_store::get_state_ids(&mut conn, current_group).await?;
+        let ids: Vec<String> = state
+            .iter()
+            .filter(|((t, _), _)| t == "m.room.member")
+            .map(|(_, id)| id.clone())
+            .collect();
+        let mut joined = BTreeMap::new();
+        for row in store::get_events(&mut conn, &ids).await? {
+            let content = row.pdu.get("content").cloned().unwrap_or_default();
+            if content.get("membership").and_then(Value::as_str) == Some("join") {
+                let profile = json!({
+                    "display_name": content.get("displayname").cloned().unwrap_or(Value::Null),
+                    "avatar_url": content.get("avatar_url").cloned().unwrap_or(Value::Null),
+                });
+                joined.insert(row.state_key.unwrap_or_default(), profile);
+            }
+        }
+        Ok(joined)
+    }
+
+    /// One event the user may see (`GET /rooms/{id}/event/{eventId}`); `M_NOT_FOUND` otherwise.
+    pub async fn event(&self, user_id: &UserId, room_id: &RoomId, event_id: &str) -> Result<Value> {
+        let mut conn = self.db.conn().await?;
+        let (rules, row) = self
+            .visible_event(&mut conn, user_id, room_id, event_id)
+            .await?;
+        Ok(self.render(&mut conn, &rules, &[row]).await?.remove(0))
+    }
+
+    async fn visible_event(
+        &self,
+        conn: &mut AsyncPgConnection,
+        user_id: &UserId,
+        room_id: &RoomId,
+        event_id: &str,
+    ) -> Result<(RoomVersionRules, EventRow)> {
+        let not_found = || Error::not_found("Event not found");
+        let row = store::get_event(conn, event_id)
+            .await?
+            .filter(|r| r.room_id == room_id.as_str())
+            .ok_or_else(not_found)?;
+        if !Visibility::new(user_id).can_see(conn, &row).await? {
+            return Err(not_found());
+        }
+        let (rules, _) = self.room_rules(conn, room_id).await?;
+        Ok((rules, row))
+    }
+
+    /// Events around one event (`GET /rooms/{id}/context/{eventId}`), visibility-checked.
+    pub async fn context(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        event_id: &str,
+        limit: i64,
+    ) -> Result<Context> {
+        let mut conn = self.db.conn().await?;
+        let (rules, target) = self
+            .visible_event(&mut conn, user_id, room_id, event_id)
+            .await?;
+        let before_limit = limit / 2;
+        let after_limit = limit - before_limit;
+        let mut visibility = Visibility::new(user_id);
+        let mut before = Vec::new();
+        for row in store::get_room_events_before(
+            &mut conn,
+            room_id.as_str(),
+            target.stream_ordering,
+            before_limit,
+        )
+        .await?
+        {
+            if visibility.can_see(&mut conn, &row).await? {
+                before.push(row);
+            }
+        }
+        let mut after = Vec::new();
+        for row in store::get_room_events_between(
+            &mut conn,
+            room_id.as_str(),
+            target.stream_ordering,
+            i64::MAX,
+            after_limit,
+        )
+        .await?
+        {
+            if visibility.can_see(&mut conn, &row).await? {
+                after.push(row);
+            }
+        }
+        let start = before
+            .last()
+            .map_or(target.stream_ordering, |r| r.stream_ordering);
+        let last = after.last().unwrap_or(&target);
+        let end = last.stream_ordering;
+        let state_ids: Vec<String> = state_store::get_state_ids(&mut conn, last.state_group)
+            .await?
+            .into_values()
+            .collect();
+        let mut state_rows = store::get_events(&mut conn, &state_ids).await?;
+        state_rows.sort_by_key(|r| r.stream_ordering);
+        Ok(Context {
+            before: self.render(&mut conn, &rules, &before).await?,
+            event: self
+                .render(&mut conn, &rules, std::slice::from_ref(&target))
+                .await?
+                .remove(0),
+            after: self.render(&mut conn, &rules, &after).await?,
+            state: self.render(&mut conn, &rules, &state_rows).await?,
+            start: format!("t{start}"),
+            end: format!("t{end}"),
+        })
+    }
+
+    /// The visible event closest to a timestamp (`/timestamp_to_event`).
+    pub async fn event_near_timestamp(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        ts: i64,
+        forward: bool,
+    ) -> Result<(String, i64)> {
+        let mut conn = self.db.conn().await?;
+        let (event_id, origin_ts) =
+            store::get_event_near_ts(&mut conn, room_id.as_str(), ts, forward)
+                .await?
+                .ok_or_else(|| Error::not_found("No event found near that time"))?;
+        self.visible_event(&mut conn, user_id, room_id, &event_id)
+            .await?;
+        Ok((event_id, origin_ts))
+    }
+}

@@ -1,0 +1,246 @@
+//! Sending messages and state into a room, idempotently per client transaction.
+
+use diesel_async::AsyncConnection;
+use ruma::{EventId, OwnedEventId, RoomId, UserId};
+use serde_json::Value;
+
+use super::{
+    writer::{NewEvent, RoomWriter},
+    Rooms,
+};
+use crate::{
+    error::{Error, Result},
+    storage::{rooms as store, users},
+};
+
+/// Who is sending, from which device and transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct Sender<'a> {
+    /// The user.
+    pub user_id: &'a UserId,
+    /// Their device and the client's transaction ID, when sent through `/send`.
+    pub txn: Option<(&'a str, &'a str)>,
+}
+
+impl Rooms {
+    /// Appends one event, serialised with every other writer of the room.
+    /// With a transaction ID, a retry (however late, however concurrent) returns the first
+    /// event's ID and creates nothing.
+    pub async fn send_event(
+        &self,
+        sender: Sender<'_>,
+        room_id: &RoomId,
+        kind: &str,
+        state_key: Option<&str>,
+        content: Value,
+        redacts: Option<&EventId>,
+    ) -> Result<OwnedEventId> {
+        if !content.is_object() {
+            return Err(Error::bad_json("Event content must be a JSON object"));
+        }
+        let mut conn = self.db.conn().await?;
+        if let Some((device_id, txn_id)) = sender.txn {
+            if let Some(id) =
+                store::get_txn_event(&mut conn, sender.user_id.as_str(), device_id, txn_id).await?
+            {
+                return EventId::parse(id).map_err(Error::internal);
+            }
+        }
+        if users::is_shadow_banned(&mut conn, sender.user_id.as_str()).await?
+            && !is_membership_of_self(sender, kind, state_key)
+        {
+            return self.fake_send(&mut conn, sender).await;
+        }
+        let _room_lock = self.locks.lock(room_id).await;
+        let server_name = self.config.server_name.as_str();
+        let result = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let mut writer = RoomWriter::open(conn, &self.keys, server_name, room_id).await?;
+                if let Some((device_id, txn_id)) = sender.txn {
+                    // A concurrent retry of the same transaction committed while we waited.
+                    let existing = store::get_txn_event(
+                        writer.conn(),
+                        sender.user_id.as_str(),
+                        device_id,
+                        txn_id,
+                    )
+                    .await?;
+                    if let Some(id) = existing {
+                        return EventId::parse(id).map_err(Error::internal);
+                    }
+                }
+                self.check_content(&mut writer, kind, state_key, &content)
+                    .await?;
+                let event = NewEvent {
+                    sender: sender.user_id,
+                    kind,
+                    state_key,
+                    content: content.clone(),
+                    redacts,
+                    txn: sender.txn,
+                };
+                Ok(writer.append(event).await?.event_id)
+            })
+            .await;
+        match (result, sender.txn) {
+            (Ok(id), _) => Ok(id),
+            // The same transaction ID raced in through another room or process: its event wins.
+            (Err(err), Some((device_id, txn_id))) => {
+                match store::get_txn_event(&mut conn, sender.user_id.as_str(), device_id, txn_id)
+                    .await?
+                {
+                    Some(id) => EventId::parse(id).map_err(Error::internal),
+                    None => Err(err),
+                }
+            }
+            (Err(err), None) => Err(err),
+        }
+    }
+
+    /// What a shadow-banned sender gets: a plausible event ID, recorded against the transaction
+    /// so retries see the same one, and nothing written to the room.
+    pub(super) async fn fake_send(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        sender: Sender<'_>,
+    ) -> Result<OwnedEventId> {
+        let event_id =
+            EventId::parse(crate::service::sessions::generate_token("$").replacen("$_", "$", 1))
+                .map_err(Error::internal)?;
+        if let Some((device_id, txn_id)) = sender.txn {
+            let _ = store::insert_txn(
+                conn,
+                sender.user_id.as_str(),
+                device_id,
+                txn_id,
+                event_id.as_str(),
+                crate::storage::now_ms(),
+            )
+            .await;
+        }
+        Ok(event_id)
+    }
+
+    /// Sets a state event; re-sending identical state returns the existing event, as Synapse does.
+    pub async fn send_state(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        kind: &str,
+        state_key: &str,
+        content: Value,
+    ) -> Result<OwnedEventId> {
+        let mut conn = self.db.conn().await?;
+        if let Some(id) =
+            store::get_current_state_id(&mut conn, room_id.as_str(), kind, state_key).await?
+        {
+            if let Some(row) = store::get_event(&mut conn, &id).await? {
+                if row.sender == user_id.as_str() && row.pdu.get("content") == Some(&content) {
+                    return EventId::parse(id).map_err(Error::internal);
+                }
+            }
+        }
+        drop(conn);
+        self.send_event(
+            Sender { user_id, txn: None },
+            room_id,
+            kind,
+            Some(state_key),
+            content,
+            None,
+        )
+        .await
+    }
+
+    /// Rules the auth rules do not cover: a canonical alias must point at this room.
+    async fn check_content(
+        &self,
+        writer: &mut RoomWriter<'_>,
+        kind: &str,
+        state_key: Option<&str>,
+        content: &Value,
+    ) -> Result<()> {
+        if kind == "m.room.canonical_alias" && state_key == Some("") {
+            let room_id = writer.room_id()?.to_owned();
+            let mut aliases: Vec<&Value> = content
+                .get("alt_aliases")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().collect())
+                .unwrap_or_default();
+            if let Some(alias) = content.get("alias") {
+                aliases.push(alias);
+            }
+            for alias in aliases {
+                let alias = alias
+                    .as_str()
+                    .ok_or_else(|| bad_alias("Aliases must be strings"))?;
+                let alias_id = ruma::RoomAliasId::parse(alias)
+                    .map_err(|_| bad_alias(&format!("{alias} is not a valid alias")))?;
+                if alias_id.server_name() == self.config.server_name {
+                    let target = store::get_alias(writer.conn(), alias)
+                        .await?
+                        .map(|(room, _)| room);
+                    if target.as_deref() != Some(room_id.as_str()) {
+                        return Err(bad_alias(&format!("{alias} does not point to this room")));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A shadow-banned user may still join and leave; everything else they send is faked.
+fn is_membership_of_self(sender: Sender<'_>, kind: &str, state_key: Option<&str>) -> bool {
+    kind == "m.room.member" && state_key == Some(sender.user_id.as_str())
+}
+
+fn bad_alias(message: &str) -> Error {
+    Error::matrix(
+        actix_web::http::StatusCode::BAD_REQUEST,
+        "M_BAD_ALIAS",
+        message,
+    )
+}
+
+impl Rooms {
+    /// Redacts an event: its sender may, and so may anyone with the room's `redact` power.
+    pub async fn redact(
+        &self,
+        sender: Sender<'_>,
+        room_id: &ruma::RoomId,
+        event_id: &EventId,
+        reason: Option<&str>,
+    ) -> Result<OwnedEventId> {
+        let mut conn = self.db.conn().await?;
+        let target = store::get_event(&mut conn, event_id.as_str())
+            .await?
+            .filter(|e| e.room_id == room_id.as_str())
+            .ok_or_else(|| Error::not_found("Event not found"))?;
+        if target.sender != sender.user_id.as_str() {
+            let levels = self.power_levels(&mut conn, room_id).await?;
+            let needed = levels.get("redact").and_then(Value::as_i64).unwrap_or(50);
+            if self
+                .user_level(&mut conn, room_id, sender.user_id, &levels)
+                .await?
+                < needed
+            {
+                return Err(Error::forbidden("You may only redact your own events"));
+            }
+        }
+        drop(conn);
+        let mut content = serde_json::json!({});
+        if let Some(reason) = reason {
+            content["reason"] = Value::from(reason);
+        }
+        self.send_event(
+            sender,
+            room_id,
+            "m.room.redaction",
+            None,
+            content,
+            Some(event_id),
+        )
+        .await
+    }
+}

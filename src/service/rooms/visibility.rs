@@ -1,0 +1,113 @@
+//! History visibility: who may see which event. Every read path goes through [`Visibility`].
+
+use std::collections::HashMap;
+
+use diesel_async::AsyncPgConnection;
+use ruma::UserId;
+use serde_json::Value;
+
+use crate::{
+    error::Result,
+    storage::{
+        rooms::{self as store, EventRow},
+        state::{self as state_store, StateIds},
+    },
+};
+
+/// Answers "may this user see this event?", caching state lookups for one request.
+pub struct Visibility<'u> {
+    user_id: &'u UserId,
+    states: HashMap<i64, StateIds>,
+    contents: HashMap<String, Value>,
+    currently_joined: HashMap<String, bool>,
+}
+
+impl<'u> Visibility<'u> {
+    /// A checker for one reader.
+    pub fn new(user_id: &'u UserId) -> Self {
+        Visibility {
+            user_id,
+            states: HashMap::new(),
+            contents: HashMap::new(),
+            currently_joined: HashMap::new(),
+        }
+    }
+
+    async fn state_content(
+        &mut self,
+        conn: &mut AsyncPgConnection,
+        group: i64,
+        kind: &str,
+        key: &str,
+    ) -> Result<Option<Value>> {
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.states.entry(group) {
+            entry.insert(state_store::get_state_ids(conn, group).await?);
+        }
+        let Some(event_id) = self.states[&group]
+            .get(&(kind.to_owned(), key.to_owned()))
+            .cloned()
+        else {
+            return Ok(None);
+        };
+        if !self.contents.contains_key(&event_id) {
+            let content = store::get_event(conn, &event_id)
+                .await?
+                .and_then(|e| e.pdu.get("content").cloned())
+                .unwrap_or_default();
+            self.contents.insert(event_id.clone(), content);
+        }
+        Ok(self.contents.get(&event_id).cloned())
+    }
+
+    /// The spec's algorithm, judged on the state at the event:
+    /// world_readable; joined at the event; `shared` and joined at any point since; or invited
+    /// at the event with `invited` visibility. A user always sees their own membership events.
+    pub async fn can_see(
+        &mut self,
+        conn: &mut AsyncPgConnection,
+        event: &EventRow,
+    ) -> Result<bool> {
+        let user = self.user_id.as_str();
+        if event.event_type == "m.room.member" && event.state_key.as_deref() == Some(user) {
+            return Ok(true);
+        }
+        let visibility = self
+            .state_content(conn, event.state_group, "m.room.history_visibility", "")
+            .await?
+            .and_then(|c| {
+                c.get("history_visibility")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| "shared".to_owned());
+        if visibility == "world_readable" {
+            return Ok(true);
+        }
+        let membership = self
+            .state_content(conn, event.state_group, "m.room.member", user)
+            .await?
+            .and_then(|c| {
+                c.get("membership")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+        if membership == "join" {
+            return Ok(true);
+        }
+        if visibility == "shared" {
+            if !self.currently_joined.contains_key(&event.room_id) {
+                let joined = store::get_membership(conn, &event.room_id, user)
+                    .await?
+                    .is_some_and(|(m, _)| m == "join");
+                self.currently_joined.insert(event.room_id.clone(), joined);
+            }
+            if self.currently_joined[&event.room_id]
+                || store::joined_after(conn, &event.room_id, user, event.stream_ordering).await?
+            {
+                return Ok(true);
+            }
+        }
+        Ok(membership == "invite" && visibility == "invited")
+    }
+}

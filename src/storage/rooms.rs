@@ -1,0 +1,616 @@
+//! Rooms, events, transaction IDs, forward extremities, current state, memberships, aliases
+//! and the server's signing keys.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::Value;
+
+use super::schema::{
+    event_txns, events, room_aliases, room_current_state, room_forward_extremities,
+    room_memberships, rooms, server_signing_keys,
+};
+
+/// A row of `rooms`.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = rooms)]
+pub struct RoomRow {
+    /// Room ID.
+    pub room_id: String,
+    /// Room version.
+    pub room_version: String,
+    /// Whether the room is published in the room directory.
+    pub is_public: bool,
+    /// The current state group.
+    pub current_state_group: i64,
+}
+
+/// A stored event.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = events)]
+pub struct EventRow {
+    /// Event ID.
+    pub event_id: String,
+    /// Room ID.
+    pub room_id: String,
+    /// Position in the event stream.
+    pub stream_ordering: i64,
+    /// Depth in the room DAG.
+    pub depth: i64,
+    /// Sender.
+    pub sender: String,
+    /// Event type.
+    pub event_type: String,
+    /// State key, for state events.
+    pub state_key: Option<String>,
+    /// The full signed PDU.
+    pub pdu: Value,
+    /// State after the event.
+    pub state_group: i64,
+    /// The redaction that redacted this event, if any.
+    pub redacted_by: Option<String>,
+}
+
+/// Insert form for `events`.
+#[derive(Insertable)]
+#[diesel(table_name = events)]
+pub struct NewEvent<'a> {
+    /// Event ID.
+    pub event_id: &'a str,
+    /// Room ID.
+    pub room_id: &'a str,
+    /// Position in the event stream.
+    pub stream_ordering: i64,
+    /// Depth.
+    pub depth: i64,
+    /// Sender.
+    pub sender: &'a str,
+    /// Event type.
+    pub event_type: &'a str,
+    /// State key.
+    pub state_key: Option<&'a str>,
+    /// Origin timestamp.
+    pub origin_server_ts: i64,
+    /// The full signed PDU.
+    pub pdu: &'a Value,
+    /// State after the event.
+    pub state_group: i64,
+}
+
+/// Creates the room row.
+pub async fn insert_room(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    version: &str,
+    creator: &str,
+    state_group: i64,
+    now: i64,
+) -> QueryResult<()> {
+    diesel::insert_into(rooms::table)
+        .values((
+            rooms::room_id.eq(room_id),
+            rooms::room_version.eq(version),
+            rooms::creator.eq(creator),
+            rooms::current_state_group.eq(state_group),
+            rooms::created_ts.eq(now),
+        ))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Looks a room up.
+pub async fn get_room(conn: &mut AsyncPgConnection, room_id: &str) -> QueryResult<Option<RoomRow>> {
+    rooms::table
+        .find(room_id)
+        .select(RoomRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Moves a room to a new current state group.
+pub async fn set_current_state_group(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    group: i64,
+) -> QueryResult<()> {
+    diesel::update(rooms::table.find(room_id))
+        .set(rooms::current_state_group.eq(group))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Publishes a room in (or removes it from) the room directory.
+pub async fn set_room_public(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    public: bool,
+) -> QueryResult<bool> {
+    Ok(diesel::update(rooms::table.find(room_id))
+        .set(rooms::is_public.eq(public))
+        .execute(conn)
+        .await?
+        > 0)
+}
+
+/// Rooms published in the directory, oldest first.
+pub async fn get_public_room_ids(conn: &mut AsyncPgConnection) -> QueryResult<Vec<String>> {
+    rooms::table
+        .filter(rooms::is_public.eq(true))
+        .order(rooms::created_ts)
+        .select(rooms::room_id)
+        .load(conn)
+        .await
+}
+
+/// Stores an event.
+pub async fn insert_event(conn: &mut AsyncPgConnection, event: &NewEvent<'_>) -> QueryResult<()> {
+    diesel::insert_into(events::table)
+        .values(event)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Loads one event.
+pub async fn get_event(
+    conn: &mut AsyncPgConnection,
+    event_id: &str,
+) -> QueryResult<Option<EventRow>> {
+    events::table
+        .find(event_id)
+        .select(EventRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Loads several events (missing ones are skipped).
+pub async fn get_events(
+    conn: &mut AsyncPgConnection,
+    event_ids: &[String],
+) -> QueryResult<Vec<EventRow>> {
+    events::table
+        .filter(events::event_id.eq_any(event_ids))
+        .select(EventRow::as_select())
+        .load(conn)
+        .await
+}
+
+/// Events of a room with stream positions in `(after, up_to]`, in stream order.
+pub async fn get_room_events_between(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    after: i64,
+    up_to: i64,
+    limit: i64,
+) -> QueryResult<Vec<EventRow>> {
+    events::table
+        .filter(events::room_id.eq(room_id))
+        .filter(events::stream_ordering.gt(after))
+        .filter(events::stream_ordering.le(up_to))
+        .order(events::stream_ordering.asc())
+        .limit(limit)
+        .select(EventRow::as_select())
+        .load(conn)
+        .await
+}
+
+/// Up to `limit` events of a room before stream position `before`, newest first.
+pub async fn get_room_events_before(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    before: i64,
+    limit: i64,
+) -> QueryResult<Vec<EventRow>> {
+    events::table
+        .filter(events::room_id.eq(room_id))
+        .filter(events::stream_ordering.lt(before))
+        .order(events::stream_ordering.desc())
+        .limit(limit)
+        .select(EventRow::as_select())
+        .load(conn)
+        .await
+}
+
+/// The event of a room closest to a timestamp, in the given direction.
+pub async fn get_event_near_ts(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    ts: i64,
+    forward: bool,
+) -> QueryResult<Option<(String, i64)>> {
+    let query = events::table
+        .filter(events::room_id.eq(room_id))
+        .select((events::event_id, events::origin_server_ts));
+    if forward {
+        query
+            .filter(events::origin_server_ts.ge(ts))
+            .order(events::origin_server_ts.asc())
+            .first(conn)
+            .await
+    } else {
+        query
+            .filter(events::origin_server_ts.le(ts))
+            .order(events::origin_server_ts.desc())
+            .first(conn)
+            .await
+    }
+    .optional()
+}
+
+/// Marks an event as redacted by `redaction_id`.
+pub async fn set_redacted(
+    conn: &mut AsyncPgConnection,
+    event_id: &str,
+    redaction_id: &str,
+) -> QueryResult<()> {
+    diesel::update(
+        events::table
+            .find(event_id)
+            .filter(events::redacted_by.is_null()),
+    )
+    .set(events::redacted_by.eq(redaction_id))
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// The event a client transaction produced, if any.
+pub async fn get_txn_event(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    device_id: &str,
+    txn_id: &str,
+) -> QueryResult<Option<String>> {
+    event_txns::table
+        .find((user_id, device_id, txn_id))
+        .select(event_txns::event_id)
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Records a client transaction; a concurrent duplicate fails with a unique violation.
+pub async fn insert_txn(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    device_id: &str,
+    txn_id: &str,
+    event_id: &str,
+    now: i64,
+) -> QueryResult<()> {
+    diesel::insert_into(event_txns::table)
+        .values((
+            event_txns::user_id.eq(user_id),
+            event_txns::device_id.eq(device_id),
+            event_txns::txn_id.eq(txn_id),
+            event_txns::event_id.eq(event_id),
+            event_txns::created_ts.eq(now),
+        ))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// The transaction ID and device of a sent event (for the sender's remote echo).
+pub async fn get_event_txn(
+    conn: &mut AsyncPgConnection,
+    event_id: &str,
+) -> QueryResult<Option<(String, String)>> {
+    event_txns::table
+        .filter(event_txns::event_id.eq(event_id))
+        .select((event_txns::device_id, event_txns::txn_id))
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// The room's forward extremities with their depths.
+pub async fn get_forward_extremities(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<Vec<(String, i64)>> {
+    room_forward_extremities::table
+        .inner_join(events::table.on(events::event_id.eq(room_forward_extremities::event_id)))
+        .filter(room_forward_extremities::room_id.eq(room_id))
+        .select((room_forward_extremities::event_id, events::depth))
+        .load(conn)
+        .await
+}
+
+/// Replaces the forward extremities: `prev` are now referenced, `new` is the new tip.
+pub async fn set_forward_extremity(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    prev: &[String],
+    new: &str,
+) -> QueryResult<()> {
+    diesel::delete(
+        room_forward_extremities::table
+            .filter(room_forward_extremities::room_id.eq(room_id))
+            .filter(room_forward_extremities::event_id.eq_any(prev)),
+    )
+    .execute(conn)
+    .await?;
+    diesel::insert_into(room_forward_extremities::table)
+        .values((
+            room_forward_extremities::room_id.eq(room_id),
+            room_forward_extremities::event_id.eq(new),
+        ))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Updates the current state with one state event.
+pub async fn set_current_state(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    event_type: &str,
+    state_key: &str,
+    event_id: &str,
+) -> QueryResult<()> {
+    diesel::insert_into(room_current_state::table)
+        .values((
+            room_current_state::room_id.eq(room_id),
+            room_current_state::event_type.eq(event_type),
+            room_current_state::state_key.eq(state_key),
+            room_current_state::event_id.eq(event_id),
+        ))
+        .on_conflict((
+            room_current_state::room_id,
+            room_current_state::event_type,
+            room_current_state::state_key,
+        ))
+        .do_update()
+        .set(room_current_state::event_id.eq(event_id))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// The current state of a room as `(type, state_key, event_id)`.
+pub async fn get_current_state_ids(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<Vec<(String, String, String)>> {
+    room_current_state::table
+        .filter(room_current_state::room_id.eq(room_id))
+        .select((
+            room_current_state::event_type,
+            room_current_state::state_key,
+            room_current_state::event_id,
+        ))
+        .load(conn)
+        .await
+}
+
+/// One current state event ID.
+pub async fn get_current_state_id(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    event_type: &str,
+    state_key: &str,
+) -> QueryResult<Option<String>> {
+    room_current_state::table
+        .find((room_id, event_type, state_key))
+        .select(room_current_state::event_id)
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Records a user's current membership in a room.
+pub async fn set_membership(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+    membership: &str,
+    event_id: &str,
+    stream_ordering: i64,
+) -> QueryResult<()> {
+    diesel::insert_into(room_memberships::table)
+        .values((
+            room_memberships::room_id.eq(room_id),
+            room_memberships::user_id.eq(user_id),
+            room_memberships::membership.eq(membership),
+            room_memberships::event_id.eq(event_id),
+            room_memberships::stream_ordering.eq(stream_ordering),
+        ))
+        .on_conflict((room_memberships::room_id, room_memberships::user_id))
+        .do_update()
+        .set((
+            room_memberships::membership.eq(membership),
+            room_memberships::event_id.eq(event_id),
+            room_memberships::stream_ordering.eq(stream_ordering),
+            room_memberships::forgotten.eq(false),
+        ))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// A user's current membership in a room and the event that set it.
+pub async fn get_membership(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<Option<(String, String)>> {
+    room_memberships::table
+        .find((room_id, user_id))
+        .select((room_memberships::membership, room_memberships::event_id))
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Rooms where the user's current membership is `membership`.
+pub async fn get_rooms_for_user(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    membership: &str,
+) -> QueryResult<Vec<String>> {
+    room_memberships::table
+        .filter(room_memberships::user_id.eq(user_id))
+        .filter(room_memberships::membership.eq(membership))
+        .order(room_memberships::stream_ordering)
+        .select(room_memberships::room_id)
+        .load(conn)
+        .await
+}
+
+/// Users whose current membership in a room is `membership`.
+pub async fn get_room_members(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    membership: &str,
+) -> QueryResult<Vec<String>> {
+    room_memberships::table
+        .filter(room_memberships::room_id.eq(room_id))
+        .filter(room_memberships::membership.eq(membership))
+        .select(room_memberships::user_id)
+        .load(conn)
+        .await
+}
+
+/// Whether a user ever joined the room after stream position `after`.
+pub async fn joined_after(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+    after: i64,
+) -> QueryResult<bool> {
+    let joins = events::table
+        .filter(events::room_id.eq(room_id))
+        .filter(events::event_type.eq("m.room.member"))
+        .filter(events::state_key.eq(user_id))
+        .filter(events::stream_ordering.gt(after))
+        .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
+            "pdu->'content'->>'membership' = 'join'",
+        ));
+    diesel::select(diesel::dsl::exists(joins))
+        .get_result(conn)
+        .await
+}
+
+/// Marks a room forgotten for a user; returns false when they are still joined or invited.
+pub async fn forget_room(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<bool> {
+    let updated = diesel::update(
+        room_memberships::table
+            .find((room_id, user_id))
+            .filter(room_memberships::membership.ne_all(vec!["join", "invite", "knock"])),
+    )
+    .set(room_memberships::forgotten.eq(true))
+    .execute(conn)
+    .await?;
+    Ok(updated > 0)
+}
+
+/// Whether two users share a joined room.
+pub async fn share_a_room(conn: &mut AsyncPgConnection, a: &str, b: &str) -> QueryResult<bool> {
+    let (m1, m2) = diesel::alias!(room_memberships as m1, room_memberships as m2);
+    let shared = m1
+        .inner_join(
+            m2.on(m2
+                .field(room_memberships::room_id)
+                .eq(m1.field(room_memberships::room_id))),
+        )
+        .filter(m1.field(room_memberships::user_id).eq(a))
+        .filter(m1.field(room_memberships::membership).eq("join"))
+        .filter(m2.field(room_memberships::user_id).eq(b))
+        .filter(m2.field(room_memberships::membership).eq("join"));
+    diesel::select(diesel::dsl::exists(shared))
+        .get_result(conn)
+        .await
+}
+
+/// Creates an alias; a taken alias fails with a unique violation.
+pub async fn insert_alias(
+    conn: &mut AsyncPgConnection,
+    alias: &str,
+    room_id: &str,
+    creator: &str,
+    now: i64,
+) -> QueryResult<()> {
+    diesel::insert_into(room_aliases::table)
+        .values((
+            room_aliases::room_alias.eq(alias),
+            room_aliases::room_id.eq(room_id),
+            room_aliases::creator.eq(creator),
+            room_aliases::created_ts.eq(now),
+        ))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Resolves an alias to `(room_id, creator)`.
+pub async fn get_alias(
+    conn: &mut AsyncPgConnection,
+    alias: &str,
+) -> QueryResult<Option<(String, String)>> {
+    room_aliases::table
+        .find(alias)
+        .select((room_aliases::room_id, room_aliases::creator))
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Deletes an alias.
+pub async fn delete_alias(conn: &mut AsyncPgConnection, alias: &str) -> QueryResult<bool> {
+    Ok(diesel::delete(room_aliases::table.find(alias))
+        .execute(conn)
+        .await?
+        > 0)
+}
+
+/// All local aliases of a room.
+pub async fn get_room_aliases(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<Vec<String>> {
+    room_aliases::table
+        .filter(room_aliases::room_id.eq(room_id))
+        .order(room_aliases::created_ts)
+        .select(room_aliases::room_alias)
+        .load(conn)
+        .await
+}
+
+/// The stored signing key `(key_id, pkcs8 DER)`, if one exists.
+pub async fn get_signing_key(
+    conn: &mut AsyncPgConnection,
+) -> QueryResult<Option<(String, Vec<u8>)>> {
+    server_signing_keys::table
+        .order((server_signing_keys::created_ts, server_signing_keys::key_id))
+        .select((server_signing_keys::key_id, server_signing_keys::secret_der))
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Stores a signing key unless one exists already (the first writer wins).
+pub async fn insert_signing_key(
+    conn: &mut AsyncPgConnection,
+    key_id: &str,
+    der: &[u8],
+    now: i64,
+) -> QueryResult<()> {
+    diesel::insert_into(server_signing_keys::table)
+        .values((
+            server_signing_keys::key_id.eq(key_id),
+            server_signing_keys::secret_der.eq(der),
+            server_signing_keys::created_ts.eq(now),
+        ))
+        .on_conflict_do_nothing()
+        .execute(conn)
+        .await
+        .map(drop)
+}

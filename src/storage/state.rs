@@ -1,0 +1,94 @@
+//! State snapshots as delta chains (`state_groups` + `state_group_entries`).
+
+use std::collections::HashMap;
+
+use diesel::{
+    prelude::*,
+    sql_types::{BigInt, Text},
+};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::schema::{state_group_entries, state_groups};
+
+/// A state map: `(event type, state key) -> event ID`.
+pub type StateIds = HashMap<(String, String), String>;
+
+/// Longest delta chain before a full snapshot is written.
+pub const STATE_CHAIN_LIMIT: i32 = 64;
+
+#[derive(QueryableByName)]
+struct Entry {
+    #[diesel(sql_type = Text)]
+    event_type: String,
+    #[diesel(sql_type = Text)]
+    state_key: String,
+    #[diesel(sql_type = Text)]
+    event_id: String,
+}
+
+/// The full state of a group: its chain of deltas, nearer deltas winning.
+pub async fn get_state_ids(conn: &mut AsyncPgConnection, group: i64) -> QueryResult<StateIds> {
+    let entries: Vec<Entry> = diesel::sql_query(
+        "WITH RECURSIVE chain (state_group, parent_group, level) AS ( \
+             SELECT state_group, parent_group, 0 FROM state_groups WHERE state_group = $1 \
+             UNION ALL \
+             SELECT g.state_group, g.parent_group, c.level + 1 \
+             FROM state_groups g JOIN chain c ON g.state_group = c.parent_group \
+         ) \
+         SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, e.event_id \
+         FROM state_group_entries e JOIN chain c ON e.state_group = c.state_group \
+         ORDER BY e.event_type, e.state_key, c.level",
+    )
+    .bind::<BigInt, _>(group)
+    .load(conn)
+    .await?;
+    Ok(entries
+        .into_iter()
+        .map(|e| ((e.event_type, e.state_key), e.event_id))
+        .collect())
+}
+
+/// The chain length of a group (0 for a snapshot).
+pub async fn get_chain_length(conn: &mut AsyncPgConnection, group: i64) -> QueryResult<i32> {
+    state_groups::table
+        .find(group)
+        .select(state_groups::chain_length)
+        .first(conn)
+        .await
+}
+
+/// Stores a new group: a delta on `parent` or, with `parent` `None`, a full snapshot.
+pub async fn insert_state_group(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    parent: Option<(i64, i32)>,
+    entries: &[(&str, &str, &str)],
+) -> QueryResult<i64> {
+    let group: i64 = diesel::insert_into(state_groups::table)
+        .values((
+            state_groups::room_id.eq(room_id),
+            state_groups::parent_group.eq(parent.map(|(g, _)| g)),
+            state_groups::chain_length.eq(parent.map_or(0, |(_, len)| len + 1)),
+        ))
+        .returning(state_groups::state_group)
+        .get_result(conn)
+        .await?;
+    let rows: Vec<_> = entries
+        .iter()
+        .map(|(event_type, state_key, event_id)| {
+            (
+                state_group_entries::state_group.eq(group),
+                state_group_entries::event_type.eq(*event_type),
+                state_group_entries::state_key.eq(*state_key),
+                state_group_entries::event_id.eq(*event_id),
+            )
+        })
+        .collect();
+    for chunk in rows.chunks(5000) {
+        diesel::insert_into(state_group_entries::table)
+            .values(chunk)
+            .execute(conn)
+            .await?;
+    }
+    Ok(group)
+}

@@ -1,0 +1,615 @@
+//! Rooms: creation, membership, sending, state, redaction, aliases, directory.
+
+use serde_json::json;
+
+use crate::support::{client::enc, TestServer};
+
+#[tokio::test]
+async fn public_room_with_alias_join_by_alias_exchange_messages_and_moderate() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "room_alias_name": "lobby", "name": "Lobby", "topic": "Chat" }))
+        .await;
+    assert_eq!(
+        bob.join("#lobby:localhost").await.ok()["room_id"],
+        room.as_str()
+    );
+    let hello = bob.send_text(&room, "t1", "hello").await.ok();
+    let event = alice
+        .get_event(&room, hello["event_id"].as_str().unwrap())
+        .await
+        .ok();
+    assert_eq!(event["content"]["body"], "hello");
+    assert_eq!(event["sender"], "@bob:localhost");
+    assert_eq!(event["room_id"], room.as_str());
+    assert!(event["unsigned"]["age"].is_u64());
+
+    alice
+        .put_state(&room, "m.room.name", "", json!({ "name": "Renamed" }))
+        .await
+        .ok();
+    alice
+        .put_state(&room, "m.room.topic", "", json!({ "topic": "New topic" }))
+        .await
+        .ok();
+    let name = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.name/",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(name, json!({ "name": "Renamed" }));
+    let full = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.topic?format=event",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(full["content"]["topic"], "New topic");
+    assert_eq!(full["sender"], "@alice:localhost");
+
+    let denied = bob
+        .put_state(
+            &room,
+            "m.room.power_levels",
+            "",
+            json!({ "users": { "@bob:localhost": 100 } }),
+        )
+        .await;
+    denied.assert_error(403, "M_FORBIDDEN");
+
+    alice
+        .room_action(
+            &room,
+            "kick",
+            json!({ "user_id": "@bob:localhost", "reason": "out" }),
+        )
+        .await
+        .ok();
+    bob.send_text(&room, "t2", "still here?")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    bob.join(&room).await.ok();
+    alice
+        .room_action(&room, "ban", json!({ "user_id": "@bob:localhost" }))
+        .await
+        .ok();
+    bob.join("#lobby:localhost")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    alice
+        .room_action(&room, "unban", json!({ "user_id": "@bob:localhost" }))
+        .await
+        .ok();
+    bob.join(&room).await.ok();
+}
+
+#[tokio::test]
+async fn every_supported_room_version_creates_and_accepts_messages() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    for version in ["10", "11", "12"] {
+        let room = alice
+            .create_room(json!({ "room_version": version, "name": format!("v{version}") }))
+            .await;
+        let create = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/state/m.room.create/?format=event",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        assert_eq!(create["content"]["room_version"], version);
+        if version == "12" {
+            // Room v12 derives the room ID from the create event's reference hash.
+            assert_eq!(
+                room[1..],
+                create["event_id"].as_str().unwrap()[1..],
+                "room v12 id"
+            );
+        } else {
+            assert!(room.ends_with(":localhost"));
+            assert_eq!(
+                create["content"]["creator"].as_str().is_some(),
+                version == "10"
+            );
+        }
+        let sent = alice
+            .send_text(&room, &format!("v{version}"), "hi")
+            .await
+            .ok();
+        let event_id = sent["event_id"].as_str().unwrap();
+        assert!(
+            event_id.starts_with('$') && !event_id.contains(':'),
+            "reference-hash event ID: {event_id}"
+        );
+        alice.get_event(&room, event_id).await.ok();
+    }
+    alice
+        .post(
+            "/_matrix/client/v3/createRoom",
+            json!({ "room_version": "1" }),
+        )
+        .await
+        .assert_error(400, "M_UNSUPPORTED_ROOM_VERSION");
+}
+
+#[tokio::test]
+async fn stored_events_are_signed_hashed_and_chained() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "name": "Chain" })).await;
+    let first = alice.send_text(&room, "a", "one").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = alice.send_text(&room, "b", "two").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pdu: String = {
+        use diesel_async::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct Pdu {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            pdu: String,
+        }
+        let row: Pdu = diesel::sql_query(format!(
+            "SELECT pdu::text AS pdu FROM events WHERE event_id = '{second}'"
+        ))
+        .get_result(&mut server.db().await)
+        .await
+        .unwrap();
+        row.pdu
+    };
+    let pdu: serde_json::Value = serde_json::from_str(&pdu).unwrap();
+    assert_eq!(
+        pdu["prev_events"],
+        json!([first]),
+        "prev_events are the forward extremities"
+    );
+    assert!(pdu["hashes"]["sha256"].is_string());
+    let signature = &pdu["signatures"]["localhost"];
+    assert!(
+        signature
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|k| k.starts_with("ed25519:")),
+        "{pdu}"
+    );
+    assert_eq!(
+        pdu["auth_events"].as_array().unwrap().len(),
+        2,
+        "power levels + sender member in v12: {pdu}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_request_leaves_nothing_behind() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    alice
+        .create_room(json!({ "room_alias_name": "taken" }))
+        .await;
+    let tables = "SELECT (SELECT count(*) FROM rooms) + (SELECT count(*) FROM events) + (SELECT count(*) FROM state_groups) \
+                  + (SELECT count(*) FROM state_group_entries) + (SELECT count(*) FROM room_current_state) AS n";
+    let before = server.count(tables).await;
+    alice
+        .post(
+            "/_matrix/client/v3/createRoom",
+            json!({ "room_alias_name": "taken", "name": "dup" }),
+        )
+        .await
+        .assert_error(400, "M_ROOM_IN_USE");
+    // The last initial-state event is refused by the auth rules (bob lacks the power).
+    let refused = alice
+        .post(
+            "/_matrix/client/v3/createRoom",
+            json!({ "initial_state": [{ "type": "m.room.power_levels", "state_key": "", "content": { "users_default": 0, "state_default": 100, "users": {} } },
+                                      { "type": "m.room.member", "state_key": "@alice:localhost", "content": { "membership": "ban" } }] }),
+        )
+        .await;
+    assert_eq!(refused.status.as_u16() / 100, 4, "{}", refused.body);
+    assert_eq!(server.count(tables).await, before, "nothing half-written");
+}
+
+#[tokio::test]
+async fn members_state_and_joined_rooms_follow_membership() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let carol = server.register("carol").await;
+    let room = alice
+        .create_room(json!({ "invite": ["@bob:localhost"], "is_direct": true }))
+        .await;
+    let members = alice
+        .get(&format!("/_matrix/client/v3/rooms/{}/members", enc(&room)))
+        .await
+        .ok();
+    let invite = members["chunk"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["state_key"] == "@bob:localhost")
+        .unwrap()
+        .clone();
+    assert_eq!(invite["content"]["membership"], "invite");
+    assert_eq!(invite["content"]["is_direct"], true);
+    // Not invited: invite-only room refuses.
+    carol.join(&room).await.assert_error(403, "M_FORBIDDEN");
+    bob.join(&room).await.ok();
+    assert_eq!(
+        bob.get("/_matrix/client/v3/joined_rooms").await.ok()["joined_rooms"],
+        json!([room])
+    );
+    let joined = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/joined_members",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(joined["joined"].as_object().unwrap().len(), 2);
+    let only_joined = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/members?membership=join",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(only_joined["chunk"].as_array().unwrap().len(), 2);
+    carol
+        .get(&format!("/_matrix/client/v3/rooms/{}/state", enc(&room)))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+
+    // After leaving, bob sees the room as it was when he left, and nothing newer.
+    let before_leave = alice.send_text(&room, "x1", "before").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    bob.room_action(&room, "leave", json!({})).await.ok();
+    let after_leave = alice.send_text(&room, "x2", "after").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    alice
+        .put_state(&room, "m.room.name", "", json!({ "name": "Secret" }))
+        .await
+        .ok();
+    bob.get_event(&room, &before_leave).await.ok();
+    bob.get_event(&room, &after_leave)
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    let state = bob
+        .get(&format!("/_matrix/client/v3/rooms/{}/state", enc(&room)))
+        .await
+        .ok();
+    assert!(
+        !state
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "m.room.name"),
+        "no state from after the leave"
+    );
+    assert_eq!(
+        bob.get("/_matrix/client/v3/joined_rooms").await.ok()["joined_rooms"],
+        json!([])
+    );
+    bob.room_action(&room, "forget", json!({})).await.ok();
+    alice
+        .room_action(&room, "forget", json!({}))
+        .await
+        .assert_error(400, "M_UNKNOWN");
+}
+
+#[tokio::test]
+async fn redaction_strips_content_and_needs_power_for_others_events() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let mine = bob.send_text(&room, "m1", "oops").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let alices = alice.send_text(&room, "a1", "keep").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let redact = |event: &str, txn: &str| {
+        format!(
+            "/_matrix/client/v3/rooms/{}/redact/{}/{txn}",
+            enc(&room),
+            enc(event)
+        )
+    };
+    bob.put(&redact(&alices, "r0"), json!({}))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    let redaction = bob
+        .put(&redact(&mine, "r1"), json!({ "reason": "typo" }))
+        .await
+        .ok();
+    for reader in [&alice, &bob] {
+        let event = reader.get_event(&room, &mine).await.ok();
+        assert_eq!(
+            event["content"],
+            json!({}),
+            "content stripped for every reader"
+        );
+        assert_eq!(
+            event["unsigned"]["redacted_because"]["event_id"],
+            redaction["event_id"]
+        );
+    }
+    let redaction_event = alice
+        .get_event(&room, redaction["event_id"].as_str().unwrap())
+        .await
+        .ok();
+    assert_eq!(redaction_event["redacts"], mine.as_str());
+    // The room admin may redact others' events.
+    alice.put(&redact(&mine, "r2"), json!({})).await.ok();
+}
+
+#[tokio::test]
+async fn aliases_canonical_alias_and_directory() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(
+            json!({ "preset": "public_chat", "name": "Gardening club", "visibility": "public" }),
+        )
+        .await;
+    let alias_path = |alias: &str| format!("/_matrix/client/v3/directory/room/{}", enc(alias));
+    alice
+        .put(&alias_path("#garden:localhost"), json!({ "room_id": room }))
+        .await
+        .ok();
+    alice
+        .put(&alias_path("#garden:localhost"), json!({ "room_id": room }))
+        .await
+        .assert_error(409, "M_UNKNOWN");
+    bob.put(&alias_path("#bobs:localhost"), json!({ "room_id": room }))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    let resolved = server
+        .client()
+        .get(&alias_path("#garden:localhost"))
+        .await
+        .ok();
+    assert_eq!(resolved["room_id"], room.as_str());
+    assert_eq!(resolved["servers"], json!(["localhost"]));
+    let aliases = alice
+        .get(&format!("/_matrix/client/v3/rooms/{}/aliases", enc(&room)))
+        .await
+        .ok();
+    assert_eq!(aliases["aliases"], json!(["#garden:localhost"]));
+
+    alice
+        .put_state(
+            &room,
+            "m.room.canonical_alias",
+            "",
+            json!({ "alias": "#nope:localhost" }),
+        )
+        .await
+        .assert_error(400, "M_BAD_ALIAS");
+    alice
+        .put_state(
+            &room,
+            "m.room.canonical_alias",
+            "",
+            json!({ "alias": "#garden:localhost" }),
+        )
+        .await
+        .ok();
+
+    let public = server
+        .client()
+        .get("/_matrix/client/v3/publicRooms")
+        .await
+        .ok();
+    assert_eq!(public["chunk"][0]["room_id"], room.as_str());
+    assert_eq!(public["chunk"][0]["canonical_alias"], "#garden:localhost");
+    let found = bob
+        .post(
+            "/_matrix/client/v3/publicRooms",
+            json!({ "filter": { "generic_search_term": "garden" } }),
+        )
+        .await
+        .ok();
+    assert_eq!(found["chunk"].as_array().unwrap().len(), 1);
+    let none = bob
+        .post(
+            "/_matrix/client/v3/publicRooms",
+            json!({ "filter": { "generic_search_term": "chess" } }),
+        )
+        .await
+        .ok();
+    assert_eq!(none["chunk"].as_array().unwrap().len(), 0);
+    let visibility = format!("/_matrix/client/v3/directory/list/room/{}", enc(&room));
+    assert_eq!(
+        server.client().get(&visibility).await.ok()["visibility"],
+        "public"
+    );
+    bob.put(&visibility, json!({ "visibility": "private" }))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    alice
+        .put(&visibility, json!({ "visibility": "private" }))
+        .await
+        .ok();
+    assert_eq!(
+        server
+            .client()
+            .get("/_matrix/client/v3/publicRooms")
+            .await
+            .ok()["chunk"],
+        json!([])
+    );
+
+    bob.delete(&alias_path("#garden:localhost"), json!({}))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    alice
+        .delete(&alias_path("#garden:localhost"), json!({}))
+        .await
+        .ok();
+    server
+        .client()
+        .get(&alias_path("#garden:localhost"))
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn user_directory_finds_users_sharing_a_room() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    server.register("hermit").await;
+    let room = alice
+        .create_room(json!({ "invite": ["@bob:localhost"] }))
+        .await;
+    bob.join(&room).await.ok();
+    let search = |term: &str| json!({ "search_term": term, "limit": 10 });
+    let found = alice
+        .post("/_matrix/client/v3/user_directory/search", search("bob"))
+        .await
+        .ok();
+    assert_eq!(found["results"][0]["user_id"], "@bob:localhost");
+    let hidden = alice
+        .post("/_matrix/client/v3/user_directory/search", search("hermit"))
+        .await
+        .ok();
+    assert_eq!(
+        hidden["results"],
+        json!([]),
+        "no shared room, no public room"
+    );
+}
+
+#[tokio::test]
+async fn profile_changes_reach_the_rooms() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    alice
+        .put(
+            "/_matrix/client/v3/profile/@alice:localhost/displayname",
+            json!({ "displayname": "Alice A." }),
+        )
+        .await
+        .ok();
+    let joined = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/joined_members",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(
+        joined["joined"]["@alice:localhost"]["display_name"],
+        "Alice A."
+    );
+}
+
+#[tokio::test]
+async fn shadow_banned_users_get_success_but_nobody_sees_their_events() {
+    let server = TestServer::start().await;
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
+        .args(["user", "create", "admin", "--password", "pw", "--admin"])
+        .env("DATABASE_URL", server.database_url())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let admin = server.client().login("admin", "pw").await;
+    let alice = server.register("alice").await;
+    let troll = server.register("troll").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    troll.join(&room).await.ok();
+    admin
+        .post(
+            "/_synapse/admin/v1/users/@troll:localhost/shadow_ban",
+            json!({}),
+        )
+        .await
+        .ok();
+    let events_before = server.count("SELECT count(*) AS n FROM events").await;
+    let sent = troll.send_text(&room, "s1", "spam").await.ok();
+    let again = troll.send_text(&room, "s1", "spam").await.ok();
+    assert_eq!(
+        sent["event_id"], again["event_id"],
+        "retries stay idempotent"
+    );
+    alice
+        .get_event(&room, sent["event_id"].as_str().unwrap())
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    assert_eq!(
+        server.count("SELECT count(*) AS n FROM events").await,
+        events_before
+    );
+    alice
+        .post(
+            "/_synapse/admin/v1/users/@troll:localhost/shadow_ban",
+            json!({}),
+        )
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+}
+
+#[tokio::test]
+async fn context_and_timestamp_to_event() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            alice
+                .send_text(&room, &format!("c{i}"), &format!("m{i}"))
+                .await
+                .ok()["event_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let context = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/context/{}?limit=2",
+            enc(&room),
+            enc(&ids[2])
+        ))
+        .await
+        .ok();
+    assert_eq!(context["event"]["event_id"], ids[2].as_str());
+    assert_eq!(context["events_before"][0]["event_id"], ids[1].as_str());
+    assert_eq!(context["events_after"][0]["event_id"], ids[3].as_str());
+    assert!(context["state"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["type"] == "m.room.create"));
+
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let path = format!(
+        "/_matrix/client/v1/rooms/{}/timestamp_to_event?ts={now}&dir=b",
+        enc(&room)
+    );
+    let found = alice.get(&path).await.ok();
+    assert_eq!(found["event_id"], ids[4].as_str());
+}
