@@ -37,4 +37,6 @@ for _ in $(seq 1 300); do
     if ! kill -0 "$server" 2>/dev/null; then cat "$workdir/server.log"; exit 1; fi
     sleep 0.2
 done
-"$VENV/bin/python" tests/clients/nio_smoke.py "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
+for script in tests/clients/nio_*.py; do
+    "$VENV/bin/python" "$script" "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
+done

@@ -14,6 +14,7 @@ use actix_web::{
 };
 use tracing::Instrument;
 
+use super::ruma::RouteTemplate;
 use crate::service::sessions::Caller;
 
 const CORS_HEADERS: [(&str, &str); 3] = [
@@ -61,9 +62,14 @@ pub async fn trace(
     let method = req.method().to_string();
     let span = tracing::info_span!("request", %method, path = tracing::field::Empty, user = tracing::field::Empty);
     let response = next.call(req).instrument(span.clone()).await?;
-    let path = response
+    // Ruma endpoints record their template; matching the route table again is the fallback.
+    let template = response
         .request()
-        .match_pattern()
+        .extensions()
+        .get::<RouteTemplate>()
+        .map(|t| t.0.to_owned());
+    let path = template
+        .or_else(|| response.request().match_pattern())
         .unwrap_or_else(|| "<unmatched>".to_owned());
     let user = response
         .request()

@@ -80,15 +80,47 @@ impl RouteTable {
         list
     }
 
+    /// Registers the routes. Long paths are grouped into scopes by their first four segments
+    /// (`/_matrix/client/v3/rooms`, ...): actix tries routes one by one, and a scope's static
+    /// prefix is a cheap string compare that skips all its routes' regexes at once.
     fn register(self, cfg: &mut web::ServiceConfig) {
+        let mut scopes: BTreeMap<String, Vec<(String, Vec<Route>)>> = BTreeMap::new();
         for (path, methods) in self.routes {
-            let mut resource = web::resource(path).default_service(web::to(method_not_allowed));
-            for (_, route) in methods {
-                resource = resource.route(route.expect("handlers are built for registration"));
+            let routes = methods
+                .into_iter()
+                .map(|(_, r)| r.expect("handlers are built for registration"))
+                .collect();
+            let segments: Vec<&str> = path.splitn(6, '/').collect();
+            match segments.as_slice() {
+                ["", a, b, c, d, rest]
+                    if ![a, b, c, d].iter().any(|s| s.contains('{')) && !rest.is_empty() =>
+                {
+                    scopes
+                        .entry(format!("/{a}/{b}/{c}/{d}"))
+                        .or_default()
+                        .push((format!("/{rest}"), routes));
+                }
+                _ => {
+                    cfg.service(resource(&path, routes));
+                }
             }
-            cfg.service(resource);
+        }
+        for (prefix, resources) in scopes {
+            let mut scope = web::scope(&prefix);
+            for (path, routes) in resources {
+                scope = scope.service(resource(&path, routes));
+            }
+            cfg.service(scope);
         }
     }
+}
+
+fn resource(path: &str, routes: Vec<Route>) -> actix_web::Resource {
+    let mut resource = web::resource(path).default_service(web::to(method_not_allowed));
+    for route in routes {
+        resource = resource.route(route);
+    }
+    resource
 }
 
 async fn method_not_allowed() -> HttpResponse {

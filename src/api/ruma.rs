@@ -37,6 +37,10 @@ impl<T> Ruma<T> {
     }
 }
 
+/// The path template of the endpoint that served a request (for logs and metrics).
+#[derive(Debug, Clone, Copy)]
+pub struct RouteTemplate(pub &'static str);
+
 /// A ruma response, sent as JSON.
 pub struct RumaResponse<T>(pub T);
 
@@ -184,10 +188,10 @@ fn to_http_request(req: &HttpRequest, body: &[u8]) -> Result<http::Request<Vec<u
         .map_err(|e| Error::bad_json(format!("Malformed request: {e}")))
 }
 
-/// The decoded path arguments in the order they appear in the route's template.
-fn path_args(req: &HttpRequest) -> Result<Vec<String>> {
-    let pattern = req.match_pattern().unwrap_or_default();
-    pattern
+/// The decoded path arguments, in the order of the endpoint's path template (a parameter the
+/// matched route lacks, such as an omitted state key, is empty).
+fn path_args(req: &HttpRequest, template: &str) -> Result<Vec<String>> {
+    template
         .split('/')
         .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
         .map(|name| {
@@ -230,15 +234,21 @@ where
             if is_not_json(&body) {
                 return Err(Error::not_json("Content not JSON"));
             }
+            // Clients (matrix-nio's join, for one) send bodiless POSTs where every field is
+            // optional; read them as `{}`, as Synapse does.
+            let body = if body.is_empty()
+                && (req.method() == actix_web::http::Method::POST
+                    || req.method() == actix_web::http::Method::PUT)
+            {
+                b"{}".to_vec()
+            } else {
+                body
+            };
             let http_request = to_http_request(&req, &body)?;
             let (parts, body) = http_request.into_parts();
-            let mut args = path_args(&req)?;
-            // Routes registered without a trailing `{state_key}` stand for the empty state key.
-            let expected = T::PATH_BUILDER
-                .all_paths()
-                .next()
-                .map_or(0, |p| p.matches('{').count());
-            args.resize(expected.max(args.len()), String::new());
+            let template = T::PATH_BUILDER.all_paths().last().unwrap_or_default();
+            req.extensions_mut().insert(RouteTemplate(template));
+            let args = path_args(&req, template)?;
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             // A few ruma deserializers index JSON maps and panic on a missing key (e.g. `type`
             // in a login body); bad input must never take a worker down, so a panic is a 400.

@@ -26,7 +26,7 @@ use crate::{
     service::keys::ServerKeys,
     storage::{
         now_ms, rooms as store,
-        state::{self as state_store, StateIds, STATE_CHAIN_LIMIT},
+        state::{self as state_store, STATE_CHAIN_LIMIT},
         streams,
     },
 };
@@ -64,7 +64,10 @@ pub struct RoomWriter<'c> {
     room_id: Option<OwnedRoomId>,
     version: RoomVersionId,
     rules: RoomVersionRules,
-    state: StateIds,
+    /// Current state looked up so far (`None`: not set); reads go to `room_current_state`,
+    /// which this transaction keeps up to date, so nothing proportional to the room's size
+    /// is loaded per event.
+    state: HashMap<(String, String), Option<String>>,
     state_group: Option<(i64, i32)>,
     extremities: Vec<OwnedEventId>,
     depth: i64,
@@ -110,7 +113,6 @@ impl<'c> RoomWriter<'c> {
         let version =
             RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
         let rules = version_rules(&version)?;
-        let state = state_store::get_state_ids(conn, room.current_state_group).await?;
         let chain = state_store::get_chain_length(conn, room.current_state_group).await?;
         let tips = store::get_forward_extremities(conn, room_id.as_str()).await?;
         let depth = tips.iter().map(|(_, d)| *d).max().unwrap_or(0);
@@ -125,7 +127,7 @@ impl<'c> RoomWriter<'c> {
             room_id: Some(room_id.to_owned()),
             version,
             rules,
-            state,
+            state: HashMap::new(),
             state_group: Some((room.current_state_group, chain)),
             extremities,
             depth,
@@ -149,7 +151,7 @@ impl<'c> RoomWriter<'c> {
             room_id,
             version,
             rules,
-            state: StateIds::new(),
+            state: HashMap::new(),
             state_group: None,
             extremities: Vec::new(),
             depth: 0,
@@ -179,24 +181,31 @@ impl<'c> RoomWriter<'c> {
         self.conn
     }
 
+    /// The current state event ID of `(type, state_key)`.
+    async fn state_id(&mut self, kind: &str, state_key: &str) -> Result<Option<String>> {
+        let key = (kind.to_owned(), state_key.to_owned());
+        if let Some(id) = self.state.get(&key) {
+            return Ok(id.clone());
+        }
+        let room_id = self
+            .room_id
+            .as_ref()
+            .map(|r| r.to_string())
+            .unwrap_or_default();
+        let id = store::get_current_state_id(self.conn, &room_id, kind, state_key).await?;
+        self.state.insert(key, id.clone());
+        Ok(id)
+    }
+
     /// The current state event of `(type, state_key)`, loaded.
     pub async fn state_event(&mut self, kind: &str, state_key: &str) -> Result<Option<Pdu>> {
-        let Some(id) = self
-            .state
-            .get(&(kind.to_owned(), state_key.to_owned()))
-            .cloned()
-        else {
+        let Some(id) = self.state_id(kind, state_key).await? else {
             return Ok(None);
         };
         self.load(std::slice::from_ref(&id)).await?;
         Ok(EventId::parse(&id)
             .ok()
             .and_then(|id| self.pdus.get(&id).cloned()))
-    }
-
-    /// The current state IDs.
-    pub fn state_ids(&self) -> &StateIds {
-        &self.state
     }
 
     async fn load(&mut self, ids: &[String]) -> Result<()> {
@@ -234,19 +243,21 @@ impl<'c> RoomWriter<'c> {
             &self.rules.authorization,
         )
         .map_err(|e| Error::bad_json(format!("Invalid event content: {e}")))?;
-        let auth_ids: Vec<String> = auth_types
-            .iter()
-            .filter_map(|(t, k)| self.state.get(&(t.to_string(), k.clone())).cloned())
-            .collect();
+        let mut auth_ids = Vec::new();
+        for (kind, state_key) in &auth_types {
+            if let Some(id) = self.state_id(&kind.to_string(), state_key).await? {
+                auth_ids.push(id);
+            }
+        }
         // Everything the state-dependent rules may ask for.
         let mut needed = auth_ids.clone();
-        for key in [
+        for (kind, state_key) in [
             ("m.room.create", ""),
             ("m.room.power_levels", ""),
             ("m.room.join_rules", ""),
         ] {
-            if let Some(id) = self.state.get(&(key.0.to_owned(), key.1.to_owned())) {
-                needed.push(id.clone());
+            if let Some(id) = self.state_id(kind, state_key).await? {
+                needed.push(id);
             }
         }
         self.load(&needed).await?;
@@ -301,7 +312,7 @@ impl<'c> RoomWriter<'c> {
             &self.rules.authorization,
             &pdu,
             |kind: &StateEventType, key: &str| {
-                let id = state.get(&(kind.to_string(), key.to_owned()))?;
+                let id = state.get(&(kind.to_string(), key.to_owned()))?.as_ref()?;
                 pdus.get(EventId::parse(id).ok()?.as_ref() as &EventId)
                     .cloned()
             },
@@ -323,10 +334,11 @@ impl<'c> RoomWriter<'c> {
                         .await?
                     }
                     None => {
-                        let mut full: Vec<(&str, &str, &str)> = self
-                            .state
+                        let current =
+                            store::get_current_state_ids(self.conn, room_id.as_str()).await?;
+                        let mut full: Vec<(&str, &str, &str)> = current
                             .iter()
-                            .map(|((t, k), id)| (t.as_str(), k.as_str(), id.as_str()))
+                            .map(|(t, k, id)| (t.as_str(), k.as_str(), id.as_str()))
                             .collect();
                         full.retain(|(t, k, _)| !(*t == event.kind && *k == state_key));
                         full.push((event.kind, state_key, event_id.as_str()));
@@ -338,7 +350,7 @@ impl<'c> RoomWriter<'c> {
                 self.state_group = Some((group, length));
                 self.state.insert(
                     (event.kind.to_owned(), state_key.to_owned()),
-                    event_id.to_string(),
+                    Some(event_id.to_string()),
                 );
                 group
             }
