@@ -204,6 +204,7 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::membership::joined_rooms::v3::Request, _, _>(rooms::joined_rooms_route);
     t.ruma::<r::membership::joined_members::v3::Request, _, _>(rooms::joined_members_route);
     t.ruma::<r::membership::get_member_events::v3::Request, _, _>(rooms::members_route);
+    t.ruma::<r::room::upgrade_room::v3::Request, _, _>(rooms::upgrade_route);
 
     t.ruma::<r::message::send_message_event::v3::Request, _, _>(events::send_message_route);
     t.ruma::<r::state::send_state_event::v3::Request, _, _>(events::send_state_route);

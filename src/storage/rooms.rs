@@ -614,3 +614,12 @@ pub async fn insert_signing_key(
         .await
         .map(drop)
 }
+
+/// Points every alias of one room at another (room upgrades).
+pub async fn move_aliases(conn: &mut AsyncPgConnection, from: &str, to: &str) -> QueryResult<()> {
+    diesel::update(room_aliases::table.filter(room_aliases::room_id.eq(from)))
+        .set(room_aliases::room_id.eq(to))
+        .execute(conn)
+        .await
+        .map(drop)
+}

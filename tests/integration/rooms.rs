@@ -613,3 +613,123 @@ async fn context_and_timestamp_to_event() {
     let found = alice.get(&path).await.ok();
     assert_eq!(found["event_id"], ids[4].as_str());
 }
+
+#[tokio::test]
+async fn upgrading_a_room_tombstones_it_and_carries_state_over() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let old = alice.create_room(json!({ "preset": "public_chat", "room_version": "11", "name": "Old name", "room_alias_name": "up" })).await;
+    bob.join(&old).await.ok();
+    bob.post(
+        &format!("/_matrix/client/v3/rooms/{}/upgrade", enc(&old)),
+        json!({ "new_version": "12" }),
+    )
+    .await
+    .assert_error(403, "M_FORBIDDEN");
+    let upgraded = alice
+        .post(
+            &format!("/_matrix/client/v3/rooms/{}/upgrade", enc(&old)),
+            json!({ "new_version": "12" }),
+        )
+        .await
+        .ok();
+    let new = upgraded["replacement_room"].as_str().unwrap().to_owned();
+    let tombstone = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.tombstone/",
+            enc(&old)
+        ))
+        .await
+        .ok();
+    assert_eq!(tombstone["replacement_room"], new.as_str());
+    let create = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.create/",
+            enc(&new)
+        ))
+        .await
+        .ok();
+    assert_eq!(create["predecessor"]["room_id"], old.as_str());
+    assert_eq!(create["room_version"], "12");
+    let name = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.name/",
+            enc(&new)
+        ))
+        .await
+        .ok();
+    assert_eq!(name["name"], "Old name");
+    let alias = server
+        .client()
+        .get("/_matrix/client/v3/directory/room/%23up:localhost")
+        .await
+        .ok();
+    assert_eq!(
+        alias["room_id"],
+        new.as_str(),
+        "aliases move to the new room"
+    );
+    // The old room is quietened and the others can follow.
+    bob.send_text(&old, "late", "still here")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    bob.join(&new).await.ok();
+    bob.send_text(&new, "moved", "moved over").await.ok();
+}
+
+#[tokio::test]
+async fn knocking_asks_to_join_and_an_invite_lets_in() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "initial_state": [{ "type": "m.room.join_rules", "state_key": "", "content": { "join_rule": "knock" } }] })).await;
+    bob.join(&room).await.assert_error(403, "M_FORBIDDEN");
+    bob.post(
+        &format!("/_matrix/client/v3/knock/{}", enc(&room)),
+        json!({ "reason": "let me in" }),
+    )
+    .await
+    .ok();
+    let knocks = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/members?membership=knock",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(knocks["chunk"][0]["state_key"], "@bob:localhost");
+    alice
+        .room_action(&room, "invite", json!({ "user_id": "@bob:localhost" }))
+        .await
+        .ok();
+    bob.join(&room).await.ok();
+}
+
+#[tokio::test]
+async fn restricted_rooms_admit_members_of_the_allowed_room() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let carol = server.register("carol").await;
+    let space = alice.create_room(json!({ "preset": "public_chat" })).await;
+    let allow = json!([{ "type": "m.room_membership", "room_id": space }]);
+    let room = alice
+        .create_room(json!({ "initial_state": [{ "type": "m.room.join_rules", "state_key": "", "content": { "join_rule": "restricted", "allow": allow } }] }))
+        .await;
+    bob.join(&space).await.ok();
+    bob.join(&room).await.ok();
+    carol.join(&room).await.assert_error(403, "M_FORBIDDEN");
+    let member = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.member/{}",
+            enc(&room),
+            enc("@bob:localhost")
+        ))
+        .await
+        .ok();
+    assert_eq!(
+        member["join_authorised_via_users_server"],
+        "@alice:localhost"
+    );
+}

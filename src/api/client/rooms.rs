@@ -309,3 +309,22 @@ pub(crate) fn to_raw<T>(value: &Value) -> Result<Raw<T>> {
         serde_json::value::to_raw_value(value).map_err(Error::internal)?,
     ))
 }
+
+/// `POST /_matrix/client/v3/rooms/{roomId}/upgrade`
+pub async fn upgrade_route(
+    services: Data<Services>,
+    body: Ruma<ruma::api::client::room::upgrade_room::v3::Request>,
+) -> Result<RumaResponse<ruma::api::client::room::upgrade_room::v3::Response>> {
+    let caller = body.caller()?;
+    let request = &body.body;
+    let new_room = services
+        .rooms
+        .upgrade_room(
+            &caller.user_id,
+            &request.room_id,
+            request.new_version.clone(),
+            request.additional_creators.clone(),
+        )
+        .await?;
+    Ok(ruma::api::client::room::upgrade_room::v3::Response::new(new_room).into())
+}

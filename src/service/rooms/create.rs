@@ -169,7 +169,7 @@ impl Rooms {
     }
 
     /// A fresh room ID for room versions before 12.
-    fn random_room_id(&self) -> OwnedRoomId {
+    pub(super) fn random_room_id(&self) -> OwnedRoomId {
         let local: String = rand::rng()
             .sample_iter(&Alphanumeric)
             .take(18)

@@ -6,6 +6,7 @@ pub mod membership;
 pub mod pdu;
 pub mod read;
 pub mod send;
+pub mod upgrade;
 pub mod visibility;
 pub mod writer;
 

@@ -1,0 +1,169 @@
+//! Room upgrades: a new room of another version carries the old room's state over, and the
+//! old room gets a tombstone pointing at it. Everything happens in one transaction.
+
+use diesel_async::AsyncConnection;
+use ruma::{OwnedRoomId, OwnedUserId, RoomId, RoomVersionId, UserId};
+use serde_json::{json, Value};
+
+use super::{
+    create::membership_content,
+    writer::{version_rules, NewEvent, RoomWriter},
+    Rooms,
+};
+use crate::{
+    error::{Error, Result},
+    storage::rooms as store,
+};
+
+/// State that moves to the replacement room, in the order it is sent there.
+const COPIED_STATE: [&str; 9] = [
+    "m.room.join_rules",
+    "m.room.history_visibility",
+    "m.room.guest_access",
+    "m.room.name",
+    "m.room.topic",
+    "m.room.avatar",
+    "m.room.encryption",
+    "m.room.server_acl",
+    "m.room.canonical_alias",
+];
+
+impl Rooms {
+    /// Upgrades a room to `new_version`; only users who may send `m.room.tombstone` can.
+    pub async fn upgrade_room(
+        &self,
+        user_id: &UserId,
+        old_room: &RoomId,
+        new_version: RoomVersionId,
+        additional_creators: Vec<OwnedUserId>,
+    ) -> Result<OwnedRoomId> {
+        let new_rules = version_rules(&new_version)?;
+        let mut conn = self.db.conn().await?;
+        if store::get_room(&mut conn, old_room.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(Error::not_found("Unknown room"));
+        }
+        if store::get_membership(&mut conn, old_room.as_str(), user_id.as_str())
+            .await?
+            .is_none_or(|(m, _)| m != "join")
+        {
+            return Err(Error::forbidden("You are not in this room"));
+        }
+        let levels = self.power_levels(&mut conn, old_room).await?;
+        let needed = levels
+            .pointer("/events/m.room.tombstone")
+            .and_then(Value::as_i64)
+            .unwrap_or_else(|| {
+                levels
+                    .get("state_default")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(50)
+            });
+        let user_level = self
+            .user_level(&mut conn, old_room, user_id, &levels)
+            .await?;
+        if user_level < needed {
+            return Err(Error::forbidden(
+                "You do not have the power to upgrade this room",
+            ));
+        }
+        let mut copied = Vec::new();
+        for kind in COPIED_STATE {
+            if let Some(id) =
+                store::get_current_state_id(&mut conn, old_room.as_str(), kind, "").await?
+            {
+                if let Some(event) = store::get_event(&mut conn, &id).await? {
+                    copied.push((kind, event.pdu.get("content").cloned().unwrap_or_default()));
+                }
+            }
+        }
+        let old_create =
+            match store::get_current_state_id(&mut conn, old_room.as_str(), "m.room.create", "")
+                .await?
+            {
+                Some(id) => store::get_event(&mut conn, &id)
+                    .await?
+                    .and_then(|e| e.pdu.get("content").cloned()),
+                None => None,
+            }
+            .unwrap_or_default();
+        let profile = self.member_profile(&mut conn, user_id).await?;
+        let server_name = self.config.server_name.as_str();
+        let _old_room_lock = self.locks.lock(old_room).await;
+
+        conn.transaction::<_, Error, _>(async |conn| {
+            // The replacement room.
+            let room_id = (!new_rules.authorization.room_create_event_id_as_room_id).then(|| self.random_room_id());
+            let mut writer = RoomWriter::create(conn, &self.keys, server_name, room_id, new_version.clone())?;
+            let mut create = json!({ "room_version": new_version.as_str(), "predecessor": { "room_id": old_room } });
+            if let Some(kind) = old_create.get("type") {
+                create["type"] = kind.clone();
+            }
+            if let Some(federate) = old_create.get("m.federate") {
+                create["m.federate"] = federate.clone();
+            }
+            if !new_rules.authorization.use_room_create_sender {
+                create["creator"] = json!(user_id);
+            }
+            let privileged = new_rules.authorization.explicitly_privilege_room_creators;
+            if privileged && !additional_creators.is_empty() {
+                create["additional_creators"] = json!(additional_creators);
+            }
+            let mut new_levels = levels.clone();
+            if let Some(users) = new_levels.get_mut("users").and_then(Value::as_object_mut) {
+                if privileged {
+                    users.remove(user_id.as_str());
+                    for creator in &additional_creators {
+                        users.remove(creator.as_str());
+                    }
+                } else {
+                    users.insert(user_id.to_string(), json!(user_level.min(i64::from(i32::MAX))));
+                }
+            } else if !privileged {
+                new_levels["users"] = json!({ user_id.as_str(): user_level });
+            }
+            let mut events = vec![
+                ("m.room.create", String::new(), create),
+                ("m.room.member", user_id.to_string(), membership_content("join", &profile, None)),
+                ("m.room.power_levels", String::new(), new_levels),
+            ];
+            events.extend(copied.iter().map(|(kind, content)| (*kind, String::new(), content.clone())));
+            for (kind, state_key, content) in events {
+                writer
+                    .append(NewEvent { sender: user_id, kind, state_key: Some(&state_key), content, redacts: None, txn: None })
+                    .await?;
+            }
+            let new_room = writer.room_id()?.to_owned();
+            store::move_aliases(writer.conn(), old_room.as_str(), new_room.as_str()).await?;
+            if store::get_room(writer.conn(), old_room.as_str()).await?.is_some_and(|r| r.is_public) {
+                store::set_room_public(writer.conn(), old_room.as_str(), false).await?;
+                store::set_room_public(writer.conn(), new_room.as_str(), true).await?;
+            }
+            drop(writer);
+
+            // The tombstone, and the old room quietened so people move over.
+            let mut old = RoomWriter::open(conn, &self.keys, server_name, old_room).await?;
+            let tombstone = json!({ "body": "This room has been replaced", "replacement_room": new_room });
+            old.append(NewEvent { sender: user_id, kind: "m.room.tombstone", state_key: Some(""), content: tombstone, redacts: None, txn: None })
+                .await?;
+            let users_default = levels.get("users_default").and_then(Value::as_i64).unwrap_or(0);
+            let restricted = 50.max(users_default + 1);
+            let mut old_levels = levels.clone();
+            let mut changed = false;
+            for key in ["events_default", "invite"] {
+                if old_levels.get(key).and_then(Value::as_i64).unwrap_or(0) < restricted {
+                    old_levels[key] = json!(restricted);
+                    changed = true;
+                }
+            }
+            if changed {
+                old.append(NewEvent { sender: user_id, kind: "m.room.power_levels", state_key: Some(""), content: old_levels, redacts: None, txn: None })
+                    .await?;
+            }
+            Ok(new_room)
+        })
+        .await
+    }
+}
