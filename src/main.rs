@@ -137,6 +137,7 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
             let listener = TcpListener::bind(config.listen)
                 .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
+            services.notifier.listen(database_url.to_owned());
             server::serve(services, listener)
                 .await
                 .map_err(|e| e.to_string())

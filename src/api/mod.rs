@@ -206,6 +206,8 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::membership::get_member_events::v3::Request, _, _>(rooms::members_route);
     t.ruma::<r::room::upgrade_room::v3::Request, _, _>(rooms::upgrade_route);
 
+    t.ruma::<r::sync::sync_events::v3::Request, _, _>(sync::sync_route);
+    t.ruma::<r::message::get_message_events::v3::Request, _, _>(sync::messages_route);
     t.ruma::<r::message::send_message_event::v3::Request, _, _>(events::send_message_route);
     t.ruma::<r::state::send_state_event::v3::Request, _, _>(events::send_state_route);
     t.ruma::<r::state::get_state_events::v3::Request, _, _>(events::get_state_route);

@@ -61,6 +61,12 @@ impl AccountData {
         let room = room_id.map_or(store::GLOBAL, |r| r.as_str());
         conn.transaction::<_, Error, _>(async |conn| {
             store::set_account_data(conn, user_id.as_str(), room, data_type, content).await?;
+            crate::storage::rooms::notify(
+                conn,
+                crate::service::notifier::USER_CHANNEL,
+                user_id.as_str(),
+            )
+            .await?;
             Ok(())
         })
         .await

@@ -2,11 +2,13 @@
 
 pub mod account_data;
 pub mod keys;
+pub mod notifier;
 pub mod passwords;
 pub mod rate_limit;
 pub mod registration_tokens;
 pub mod rooms;
 pub mod sessions;
+pub mod sync;
 pub mod uia;
 pub mod users;
 
@@ -36,6 +38,10 @@ pub struct Services {
     pub keys: Arc<keys::ServerKeys>,
     /// Rooms, events, state and membership.
     pub rooms: rooms::Rooms,
+    /// Long-poll wake-ups.
+    pub notifier: Arc<notifier::Notifier>,
+    /// `/sync`.
+    pub sync: sync::Sync,
 }
 
 impl Services {
@@ -44,7 +50,10 @@ impl Services {
         let config = Arc::new(config);
         let keys = Arc::new(keys::ServerKeys::load_or_create(&db).await?);
         let sessions = Arc::new(sessions::Sessions::new(db.clone(), config.clone()));
+        let notifier = notifier::Notifier::new(db.clone());
         Ok(Arc::new(Services {
+            sync: sync::Sync::new(db.clone(), notifier.clone()),
+            notifier,
             rooms: rooms::Rooms::new(db.clone(), config.clone(), keys.clone()),
             keys,
             users: users::Users::new(db.clone(), config.clone(), sessions.clone()),

@@ -83,3 +83,24 @@ pub async fn get_filter(
         .await
         .optional()
 }
+
+/// Account data of a user changed in `(after, up_to]`: `(room_id, type, content)`.
+pub async fn get_account_data_changed(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    after: i64,
+    up_to: i64,
+) -> QueryResult<Vec<(String, String, Value)>> {
+    account_data::table
+        .filter(account_data::user_id.eq(user_id))
+        .filter(account_data::stream_ordering.gt(after))
+        .filter(account_data::stream_ordering.le(up_to))
+        .order(account_data::stream_ordering)
+        .select((
+            account_data::room_id,
+            account_data::data_type,
+            account_data::content,
+        ))
+        .load(conn)
+        .await
+}

@@ -623,3 +623,110 @@ pub async fn move_aliases(conn: &mut AsyncPgConnection, from: &str, to: &str) ->
         .await
         .map(drop)
 }
+
+/// Rooms with events at positions in `(after, up_to]`, with their latest position.
+pub async fn get_rooms_changed_between(
+    conn: &mut AsyncPgConnection,
+    after: i64,
+    up_to: i64,
+) -> QueryResult<Vec<(String, Option<i64>)>> {
+    events::table
+        .filter(events::stream_ordering.gt(after))
+        .filter(events::stream_ordering.le(up_to))
+        .group_by(events::room_id)
+        .select((events::room_id, diesel::dsl::max(events::stream_ordering)))
+        .load(conn)
+        .await
+}
+
+/// Up to `limit` events of a room in `(after, up_to]`, newest first.
+pub async fn get_room_events_desc(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    after: i64,
+    up_to: i64,
+    limit: i64,
+) -> QueryResult<Vec<EventRow>> {
+    events::table
+        .filter(events::room_id.eq(room_id))
+        .filter(events::stream_ordering.gt(after))
+        .filter(events::stream_ordering.le(up_to))
+        .order(events::stream_ordering.desc())
+        .limit(limit)
+        .select(EventRow::as_select())
+        .load(conn)
+        .await
+}
+
+/// The state group after the last event of a room at or before position `at`.
+pub async fn get_state_group_at(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    at: i64,
+) -> QueryResult<Option<i64>> {
+    events::table
+        .filter(events::room_id.eq(room_id))
+        .filter(events::stream_ordering.le(at))
+        .order(events::stream_ordering.desc())
+        .select(events::state_group)
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Every room a user has a membership in: `(room_id, membership, event_id, stream_ordering)`.
+pub async fn get_user_memberships(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Vec<(String, String, String, i64)>> {
+    room_memberships::table
+        .filter(room_memberships::user_id.eq(user_id))
+        .filter(room_memberships::forgotten.eq(false))
+        .select((
+            room_memberships::room_id,
+            room_memberships::membership,
+            room_memberships::event_id,
+            room_memberships::stream_ordering,
+        ))
+        .load(conn)
+        .await
+}
+
+/// Transaction IDs of a user's device among the given events (for the remote echo).
+pub async fn get_txn_ids_for_device(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    device_id: &str,
+    event_ids: &[String],
+) -> QueryResult<Vec<(String, String)>> {
+    event_txns::table
+        .filter(event_txns::user_id.eq(user_id))
+        .filter(event_txns::device_id.eq(device_id))
+        .filter(event_txns::event_id.eq_any(event_ids))
+        .select((event_txns::event_id, event_txns::txn_id))
+        .load(conn)
+        .await
+}
+
+/// Sends a PostgreSQL notification; inside a transaction it is delivered at commit.
+pub async fn notify(conn: &mut AsyncPgConnection, channel: &str, payload: &str) -> QueryResult<()> {
+    diesel::sql_query("SELECT pg_notify($1, $2)")
+        .bind::<diesel::sql_types::Text, _>(channel)
+        .bind::<diesel::sql_types::Text, _>(payload)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// The position of a room's newest event.
+pub async fn get_room_max_position(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<i64> {
+    events::table
+        .filter(events::room_id.eq(room_id))
+        .select(diesel::dsl::max(events::stream_ordering))
+        .first::<Option<i64>>(conn)
+        .await
+        .map(|max| max.unwrap_or(0))
+}

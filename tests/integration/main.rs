@@ -11,4 +11,5 @@ mod profile_and_account_data;
 mod rooms;
 mod startup;
 mod support;
+mod sync;
 mod write_path;

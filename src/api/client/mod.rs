@@ -12,6 +12,7 @@ pub mod push_rules;
 pub mod register;
 pub mod rooms;
 pub mod session;
+pub mod sync;
 
 use ruma::UserId;
 

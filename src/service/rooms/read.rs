@@ -65,7 +65,7 @@ impl Rooms {
     }
 
     /// Renders stored events for clients, with redactions applied.
-    pub(super) async fn render(
+    pub(crate) async fn render(
         &self,
         conn: &mut AsyncPgConnection,
         rules: &RoomVersionRules,
@@ -296,9 +296,11 @@ impl Rooms {
                 after.push(row);
             }
         }
+        // Pagination tokens sit between events: `start` just before the earliest one returned.
         let start = before
             .last()
-            .map_or(target.stream_ordering, |r| r.stream_ordering);
+            .map_or(target.stream_ordering, |r| r.stream_ordering)
+            - 1;
         let last = after.last().unwrap_or(&target);
         let end = last.stream_ordering;
         let state_ids: Vec<String> = state_store::get_state_ids(&mut conn, last.state_group)

@@ -421,6 +421,16 @@ impl<'c> RoomWriter<'c> {
         if let Some(redacts) = event.redacts {
             store::set_redacted(self.conn, redacts.as_str(), event_id.as_str()).await?;
         }
+        store::notify(
+            self.conn,
+            crate::service::notifier::ROOM_CHANNEL,
+            room_id.as_str(),
+        )
+        .await?;
+        if let (Some(target), "m.room.member") = (event.state_key, event.kind) {
+            // The target may not be in the room any more (kick, ban, rejected invite).
+            store::notify(self.conn, crate::service::notifier::USER_CHANNEL, target).await?;
+        }
         if let Some((device_id, txn_id)) = event.txn {
             store::insert_txn(
                 self.conn,

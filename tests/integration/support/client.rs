@@ -255,3 +255,25 @@ impl Client {
         .await
     }
 }
+
+impl Client {
+    /// One `/sync` call; `since` and `timeout_ms` are optional.
+    pub async fn sync(&self, since: Option<&str>, timeout_ms: u64, filter: Option<&str>) -> Value {
+        let mut path = format!("/_matrix/client/v3/sync?timeout={timeout_ms}");
+        if let Some(since) = since {
+            path.push_str(&format!("&since={}", enc(since)));
+        }
+        if let Some(filter) = filter {
+            path.push_str(&format!("&filter={}", enc(filter)));
+        }
+        self.get(&path).await.ok()
+    }
+}
+
+/// The timeline events of one joined room in a sync response.
+pub fn timeline<'a>(sync: &'a Value, room_id: &str) -> Vec<&'a Value> {
+    sync["rooms"]["join"][room_id]["timeline"]["events"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default()
+}

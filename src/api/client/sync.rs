@@ -1,0 +1,87 @@
+//! `/sync` and `/messages`.
+
+use std::time::Duration;
+
+use actix_web::{web::Data, HttpResponse};
+use ruma::api::{
+    client::{
+        filter::FilterDefinition,
+        message::get_message_events::v3 as messages,
+        sync::sync_events::v3::{self as sync_events, Filter},
+    },
+    Direction,
+};
+
+use super::rooms::to_raw;
+use crate::{
+    api::ruma::{Ruma, RumaResponse},
+    error::{Error, Result},
+    service::{
+        rooms::messages::PageRequest,
+        sync::{
+            token::{parse_pagination, SyncToken},
+            SyncFilter, SyncRequest,
+        },
+        Services,
+    },
+};
+
+/// Most events one `/messages` page returns.
+const MAX_PAGE: usize = 1_000;
+
+/// `GET /_matrix/client/v3/sync`
+pub async fn sync_route(
+    services: Data<Services>,
+    body: Ruma<sync_events::Request>,
+) -> Result<HttpResponse> {
+    let caller = body.caller()?;
+    let request = &body.body;
+    let definition = match &request.filter {
+        None => FilterDefinition::default(),
+        Some(Filter::FilterDefinition(definition)) => definition.clone(),
+        Some(Filter::FilterId(id)) => {
+            let stored = services
+                .account_data
+                .get_filter(&caller.user_id, id)
+                .await?;
+            serde_json::from_value(stored).map_err(Error::internal)?
+        }
+        Some(_) => return Err(Error::invalid_param("Unsupported filter")),
+    };
+    let since = request.since.as_deref().map(SyncToken::parse).transpose()?;
+    let sync = SyncRequest {
+        user_id: &caller.user_id,
+        device_id: caller.device_id.as_str(),
+        since,
+        full_state: request.full_state,
+        timeout: request.timeout.unwrap_or(Duration::ZERO),
+        filter: SyncFilter::from_definition(&definition),
+    };
+    let response = services.sync.sync(&services.rooms, &sync).await?;
+    Ok(HttpResponse::Ok().json(response))
+}
+
+/// `GET /_matrix/client/v3/rooms/{roomId}/messages`
+pub async fn messages_route(
+    services: Data<Services>,
+    body: Ruma<messages::Request>,
+) -> Result<RumaResponse<messages::Response>> {
+    let caller = body.caller()?;
+    let request = &body.body;
+    let page = PageRequest {
+        user_id: &caller.user_id,
+        room_id: &request.room_id,
+        from: request.from.as_deref().map(parse_pagination).transpose()?,
+        to: request.to.as_deref().map(parse_pagination).transpose()?,
+        backwards: request.dir == Direction::Backward,
+        limit: (u64::from(request.limit) as usize).clamp(1, MAX_PAGE),
+        lazy_load_members: !request.filter.lazy_load_options.is_disabled(),
+    };
+    let found = services.rooms.messages(&page).await?;
+    let mut response = messages::Response::new();
+    response.start = found.start;
+    response.end = found.end;
+    response.chunk = found.chunk.iter().map(to_raw).collect::<Result<_>>()?;
+    response.state = found.state.iter().map(to_raw).collect::<Result<_>>()?;
+    Ok(response.into())
+}

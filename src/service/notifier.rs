@@ -1,0 +1,139 @@
+//! Wake-ups for long-polling `/sync` requests.
+//!
+//! Writers send `NOTIFY` inside their transaction (delivered at commit): `myelin_room` with a
+//! room ID, `myelin_user` with a user ID. Every server process LISTENs and wakes the waiting
+//! syncs of the users concerned, so a sync served by one process sees writes made through
+//! another. Wake-ups only say "look again": what a sync returns is always read from the
+//! database, so a lost notification delays a response but never loses an event.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures_util::{stream, StreamExt};
+use tokio::sync::Notify;
+use tokio_postgres::AsyncMessage;
+
+use crate::storage::{rooms as store, Db};
+
+/// Channel for room changes (payload: room ID).
+pub const ROOM_CHANNEL: &str = "myelin_room";
+/// Channel for per-user changes (payload: user ID).
+pub const USER_CHANNEL: &str = "myelin_user";
+
+/// Per-user wake-up handles.
+pub struct Notifier {
+    db: Db,
+    waiters: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Notifier {
+    /// Creates the notifier (call [`Notifier::listen`] to receive notifications).
+    pub fn new(db: Db) -> Arc<Self> {
+        Arc::new(Notifier {
+            db,
+            waiters: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The handle a user's syncs wait on.
+    pub fn subscribe(&self, user_id: &str) -> Arc<Notify> {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if waiters.len() > 10_000 {
+            waiters.retain(|_, notify| Arc::strong_count(notify) > 1);
+        }
+        waiters.entry(user_id.to_owned()).or_default().clone()
+    }
+
+    /// Wakes one user's waiting syncs.
+    pub fn wake_user(&self, user_id: &str) {
+        let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = waiters.get(user_id) {
+            notify.notify_waiters();
+        }
+    }
+
+    fn wake_all(&self) {
+        let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        waiters.values().for_each(|notify| notify.notify_waiters());
+    }
+
+    /// Wakes the syncs of everyone joined to, invited to or knocking on a room.
+    pub async fn wake_room(&self, room_id: &str) {
+        let result = async {
+            let mut conn = self.db.conn().await?;
+            let mut users = Vec::new();
+            for membership in ["join", "invite", "knock"] {
+                users.extend(store::get_room_members(&mut conn, room_id, membership).await?);
+            }
+            Ok::<_, crate::error::Error>(users)
+        }
+        .await;
+        match result {
+            Ok(users) => users.iter().for_each(|user| self.wake_user(user)),
+            Err(err) => {
+                tracing::warn!("could not look up room members to wake: {err}");
+                self.wake_all();
+            }
+        }
+    }
+
+    /// Listens for notifications until the process ends, reconnecting after failures.
+    pub fn listen(self: &Arc<Self>, database_url: String) {
+        let notifier = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(err) = notifier.listen_once(&database_url).await {
+                    tracing::warn!("notification listener: {err}; reconnecting");
+                }
+                // Anything may have happened while we were not listening.
+                notifier.wake_all();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
+
+    async fn listen_once(
+        self: &Arc<Self>,
+        database_url: &str,
+    ) -> Result<(), tokio_postgres::Error> {
+        let (client, mut connection) =
+            tokio_postgres::connect(database_url, tokio_postgres::NoTls).await?;
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let pump = tokio::spawn(async move {
+            let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(AsyncMessage::Notification(n)) => {
+                        if sender
+                            .send((n.channel().to_owned(), n.payload().to_owned()))
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            Ok(())
+        });
+        client
+            .batch_execute(&format!("LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL};"))
+            .await?;
+        while let Some((channel, payload)) = receiver.recv().await {
+            let notifier = self.clone();
+            if channel == ROOM_CHANNEL {
+                tokio::spawn(async move { notifier.wake_room(&payload).await });
+            } else {
+                notifier.wake_user(&payload);
+            }
+        }
+        match pump.await {
+            Ok(result) => result,
+            Err(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! `/sync`: per-room deltas since a token, assembled section by section, with long-polling.
+
+pub mod room_index;
+pub mod token;
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use diesel_async::AsyncPgConnection;
+use ruma::{api::client::filter::FilterDefinition, RoomVersionId, UserId};
+use serde_json::{json, Map, Value};
+
+use self::{room_index::RoomIndex, token::SyncToken};
+use super::{
+    notifier::Notifier,
+    rooms::{visibility::Visibility, writer::version_rules, Rooms},
+};
+use crate::{
+    error::{Error, Result},
+    storage::{
+        account_data as account_store,
+        rooms::{self as store, EventRow},
+        state as state_store, streams, Db,
+    },
+};
+
+/// Timeline length when the filter does not say.
+const DEFAULT_TIMELINE_LIMIT: usize = 10;
+/// Longest timeline a filter may ask for.
+const MAX_TIMELINE_LIMIT: usize = 100;
+/// Longest long-poll.
+const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The parts of a filter that `/sync` applies.
+#[derive(Debug, Clone, Default)]
+pub struct SyncFilter {
+    /// Timeline events per room.
+    pub timeline_limit: usize,
+    /// Only these rooms.
+    pub rooms: Option<HashSet<String>>,
+    /// Never these rooms.
+    pub not_rooms: HashSet<String>,
+    /// Timeline event types to include (`None`: all).
+    pub timeline_types: Option<Vec<String>>,
+    /// Timeline event types to leave out.
+    pub timeline_not_types: Vec<String>,
+    /// Timeline senders to include (`None`: all).
+    pub timeline_senders: Option<HashSet<String>>,
+    /// Timeline senders to leave out.
+    pub timeline_not_senders: HashSet<String>,
+    /// Send only the member events the timeline needs.
+    pub lazy_load_members: bool,
+    /// Include rooms the user has left.
+    pub include_leave: bool,
+}
+
+fn type_matches(pattern: &str, kind: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => kind.starts_with(prefix),
+        None => pattern == kind,
+    }
+}
+
+impl SyncFilter {
+    /// Takes what `/sync` honours from a filter definition.
+    pub fn from_definition(filter: &FilterDefinition) -> Self {
+        let room = &filter.room;
+        let timeline = &room.timeline;
+        SyncFilter {
+            timeline_limit: timeline
+                .limit
+                .map_or(DEFAULT_TIMELINE_LIMIT, |l| u64::from(l) as usize)
+                .clamp(1, MAX_TIMELINE_LIMIT),
+            rooms: room
+                .rooms
+                .as_ref()
+                .map(|r| r.iter().map(|r| r.to_string()).collect()),
+            not_rooms: room.not_rooms.iter().map(|r| r.to_string()).collect(),
+            timeline_types: timeline.types.clone(),
+            timeline_not_types: timeline.not_types.clone(),
+            timeline_senders: timeline
+                .senders
+                .as_ref()
+                .map(|s| s.iter().map(|u| u.to_string()).collect()),
+            timeline_not_senders: timeline.not_senders.iter().map(|u| u.to_string()).collect(),
+            lazy_load_members: !room.state.lazy_load_options.is_disabled()
+                || !timeline.lazy_load_options.is_disabled(),
+            include_leave: room.include_leave,
+        }
+    }
+
+    fn wants_room(&self, room_id: &str) -> bool {
+        self.rooms.as_ref().is_none_or(|r| r.contains(room_id)) && !self.not_rooms.contains(room_id)
+    }
+
+    fn wants_event(&self, event: &EventRow) -> bool {
+        let kind = event.event_type.as_str();
+        self.timeline_types
+            .as_ref()
+            .is_none_or(|types| types.iter().any(|t| type_matches(t, kind)))
+            && !self
+                .timeline_not_types
+                .iter()
+                .any(|t| type_matches(t, kind))
+            && self
+                .timeline_senders
+                .as_ref()
+                .is_none_or(|s| s.contains(&event.sender))
+            && !self.timeline_not_senders.contains(&event.sender)
+    }
+}
+
+/// One `/sync` call.
+pub struct SyncRequest<'a> {
+    /// The syncing user.
+    pub user_id: &'a UserId,
+    /// Their device (for the remote echo's `transaction_id`).
+    pub device_id: &'a str,
+    /// Where the previous sync ended.
+    pub since: Option<SyncToken>,
+    /// Send the full state of every room.
+    pub full_state: bool,
+    /// How long to wait for something to happen.
+    pub timeout: Duration,
+    /// What to include.
+    pub filter: SyncFilter,
+}
+
+/// A room's state after the last event at or before `position`.
+async fn state_at(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    position: i64,
+) -> Result<state_store::StateIds> {
+    Ok(
+        match store::get_state_group_at(conn, room_id, position).await? {
+            Some(group) => state_store::get_state_ids(conn, group).await?,
+            None => state_store::StateIds::new(),
+        },
+    )
+}
+
+/// The sync service.
+pub struct Sync {
+    db: Db,
+    index: RoomIndex,
+    notifier: Arc<Notifier>,
+}
+
+/// Which part of a room's history a section covers.
+struct Range {
+    /// Exclusive start (`None`: from the beginning, i.e. a full section).
+    since: Option<i64>,
+    /// Inclusive end.
+    up_to: i64,
+}
+
+impl Sync {
+    /// Creates the service.
+    pub fn new(db: Db, notifier: Arc<Notifier>) -> Self {
+        Sync {
+            index: RoomIndex::new(db.clone()),
+            db,
+            notifier,
+        }
+    }
+
+    /// Runs a sync, waiting up to the timeout for something to report.
+    pub async fn sync(&self, rooms: &Rooms, request: &SyncRequest<'_>) -> Result<Value> {
+        let deadline = tokio::time::Instant::now() + request.timeout.min(MAX_TIMEOUT);
+        let notify = self.notifier.subscribe(request.user_id.as_str());
+        loop {
+            // Registered before reading, so a commit between the read and the wait still wakes us.
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let (response, empty) = self.compute(rooms, request).await?;
+            if !empty
+                || request.since.is_none()
+                || request.full_state
+                || tokio::time::Instant::now() >= deadline
+            {
+                return Ok(response);
+            }
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Ok(self.compute(rooms, request).await?.0);
+                }
+            }
+        }
+    }
+
+    /// Builds one response; returns whether it carries nothing.
+    async fn compute(&self, rooms: &Rooms, request: &SyncRequest<'_>) -> Result<(Value, bool)> {
+        let events_position = self.index.refresh().await?;
+        let mut conn = self.db.conn().await?;
+        let account_position = streams::current_position(&mut conn, streams::ACCOUNT_DATA).await?;
+        let next = SyncToken {
+            events: events_position,
+            account_data: account_position,
+        };
+        if let Some(since) = request.since {
+            if since.events > next.events || since.account_data > next.account_data {
+                return Err(Error::invalid_param(
+                    "Unknown sync token (it is not from this server)",
+                ));
+            }
+        }
+        let since = request.since.filter(|_| !request.full_state);
+        let user = request.user_id.as_str();
+
+        // Account data, global and per room.
+        let changed_data = account_store::get_account_data_changed(
+            &mut conn,
+            user,
+            request.since.map_or(0, |s| s.account_data),
+            account_position,
+        )
+        .await?;
+        let mut global_data = Vec::new();
+        let mut room_data: HashMap<String, Vec<Value>> = HashMap::new();
+        for (room_id, kind, content) in changed_data {
+            let event = json!({ "type": kind, "content": content });
+            if room_id.is_empty() {
+                global_data.push(event);
+            } else {
+                room_data.entry(room_id).or_default().push(event);
+            }
+        }
+
+        let memberships = store::get_user_memberships(&mut conn, user).await?;
+        let changed: HashSet<&str> = match since {
+            Some(since) => self
+                .index
+                .changed_since(memberships.iter().map(|m| m.0.as_str()), since.events)
+                .await
+                .into_iter()
+                .collect(),
+            None => HashSet::new(),
+        };
+        let (mut join, mut invite, mut leave, mut knock) =
+            (Map::new(), Map::new(), Map::new(), Map::new());
+        for (room_id, membership, event_id, membership_position) in &memberships {
+            if !request.filter.wants_room(room_id) {
+                continue;
+            }
+            let membership_changed = since.is_none_or(|s| *membership_position > s.events);
+            let data = room_data.remove(room_id).unwrap_or_default();
+            match membership.as_str() {
+                "join" => {
+                    if !membership_changed && !changed.contains(room_id.as_str()) && data.is_empty()
+                    {
+                        continue;
+                    }
+                    // A room joined since the token is sent in full.
+                    let range = Range {
+                        since: if membership_changed {
+                            None
+                        } else {
+                            since.map(|s| s.events)
+                        },
+                        up_to: events_position,
+                    };
+                    let mut section = self
+                        .room_section(rooms, &mut conn, request, room_id, &range)
+                        .await?;
+                    let is_empty = section["timeline"]["events"]
+                        .as_array()
+                        .is_none_or(Vec::is_empty)
+                        && section["state"]["events"]
+                            .as_array()
+                            .is_none_or(Vec::is_empty)
+                        && data.is_empty();
+                    if is_empty && range.since.is_some() {
+                        continue;
+                    }
+                    section["account_data"] = json!({ "events": data });
+                    section["ephemeral"] = json!({ "events": [] });
+                    section["summary"] = self.summary(&mut conn, room_id, user).await?;
+                    join.insert(room_id.clone(), section);
+                }
+                "invite" | "knock" if membership_changed => {
+                    let stripped = self.stripped_state(&mut conn, event_id).await?;
+                    if membership == "invite" {
+                        invite.insert(
+                            room_id.clone(),
+                            json!({ "invite_state": { "events": stripped } }),
+                        );
+                    } else {
+                        knock.insert(
+                            room_id.clone(),
+                            json!({ "knock_state": { "events": stripped } }),
+                        );
+                    }
+                }
+                "leave" | "ban"
+                    if (since.is_some() && membership_changed)
+                        || (since.is_none() && request.filter.include_leave) =>
+                {
+                    let range = Range {
+                        since: since.map(|s| s.events),
+                        up_to: *membership_position,
+                    };
+                    let mut section = self
+                        .room_section(rooms, &mut conn, request, room_id, &range)
+                        .await?;
+                    section["account_data"] = json!({ "events": data });
+                    leave.insert(room_id.clone(), section);
+                }
+                _ => {}
+            }
+        }
+        let empty = join.is_empty()
+            && invite.is_empty()
+            && leave.is_empty()
+            && knock.is_empty()
+            && global_data.is_empty();
+        let response = json!({
+            "next_batch": next.to_string(),
+            "rooms": { "join": join, "invite": invite, "leave": leave, "knock": knock },
+            "account_data": { "events": global_data },
+            "presence": { "events": [] },
+            "to_device": { "events": [] },
+            "device_lists": { "changed": [], "left": [] },
+            "device_one_time_keys_count": {},
+            "device_unused_fallback_key_types": [],
+        });
+        Ok((response, empty))
+    }
+
+    /// The timeline and state of one room over a range.
+    async fn room_section(
+        &self,
+        rooms: &Rooms,
+        conn: &mut AsyncPgConnection,
+        request: &SyncRequest<'_>,
+        room_id: &str,
+        range: &Range,
+    ) -> Result<Value> {
+        let room = store::get_room(conn, room_id)
+            .await?
+            .ok_or_else(|| Error::internal("membership in unknown room"))?;
+        let rules = version_rules(
+            &RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?,
+        )?;
+        let limit = request.filter.timeline_limit;
+        let mut rows = store::get_room_events_desc(
+            conn,
+            room_id,
+            range.since.unwrap_or(0),
+            range.up_to,
+            limit as i64 + 1,
+        )
+        .await?;
+        let limited = rows.len() > limit;
+        rows.truncate(limit);
+        rows.reverse();
+        let start = rows.first().map_or(range.up_to, |r| r.stream_ordering - 1);
+
+        let mut visibility = Visibility::new(request.user_id);
+        let mut timeline = Vec::new();
+        for row in rows {
+            if request.filter.wants_event(&row) && visibility.can_see(conn, &row).await? {
+                timeline.push(row);
+            }
+        }
+
+        // State up to the start of the timeline: all of it, or what changed since the token.
+        let mut state_ids: Vec<String> = match range.since {
+            None => state_at(conn, room_id, start)
+                .await?
+                .into_values()
+                .collect(),
+            Some(_) if !limited => Vec::new(),
+            Some(since) => {
+                let before = state_at(conn, room_id, since).await?;
+                let after = state_at(conn, room_id, start).await?;
+                after
+                    .into_iter()
+                    .filter(|(key, id)| before.get(key) != Some(id))
+                    .map(|(_, id)| id)
+                    .collect()
+            }
+        };
+        if request.filter.lazy_load_members {
+            let mut needed: HashSet<String> = timeline.iter().map(|e| e.sender.clone()).collect();
+            needed.insert(request.user_id.to_string());
+            let rows = store::get_events(conn, &state_ids).await?;
+            state_ids = rows
+                .into_iter()
+                .filter(|r| {
+                    r.event_type != "m.room.member"
+                        || r.state_key.as_ref().is_some_and(|k| needed.contains(k))
+                })
+                .map(|r| r.event_id)
+                .collect();
+        }
+        let mut state_rows = store::get_events(conn, &state_ids).await?;
+        state_rows.sort_by_key(|r| r.stream_ordering);
+
+        let mut timeline_events = rooms.render(conn, &rules, &timeline).await?;
+        self.add_transaction_ids(conn, request, &mut timeline_events)
+            .await?;
+        let state_events = rooms.render(conn, &rules, &state_rows).await?;
+        Ok(json!({
+            "timeline": { "events": timeline_events, "limited": limited, "prev_batch": token::pagination(start) },
+            "state": { "events": state_events },
+        }))
+    }
+
+    /// The remote echo: the sending device sees its `transaction_id`; nobody else does.
+    async fn add_transaction_ids(
+        &self,
+        conn: &mut AsyncPgConnection,
+        request: &SyncRequest<'_>,
+        events: &mut [Value],
+    ) -> Result<()> {
+        let own: Vec<String> = events
+            .iter()
+            .filter(|e| e["sender"] == request.user_id.as_str())
+            .filter_map(|e| e["event_id"].as_str().map(str::to_owned))
+            .collect();
+        if own.is_empty() {
+            return Ok(());
+        }
+        let txns: HashMap<String, String> =
+            store::get_txn_ids_for_device(conn, request.user_id.as_str(), request.device_id, &own)
+                .await?
+                .into_iter()
+                .collect();
+        for event in events.iter_mut() {
+            if let Some(txn) = event["event_id"].as_str().and_then(|id| txns.get(id)) {
+                event["unsigned"]["transaction_id"] = Value::from(txn.as_str());
+            }
+        }
+        Ok(())
+    }
+
+    /// Member counts and heroes.
+    async fn summary(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_id: &str,
+        user: &str,
+    ) -> Result<Value> {
+        let joined = store::get_room_members(conn, room_id, "join").await?;
+        let invited = store::get_room_members(conn, room_id, "invite").await?;
+        let mut heroes: Vec<&String> = joined
+            .iter()
+            .chain(invited.iter())
+            .filter(|u| u.as_str() != user)
+            .collect();
+        heroes.sort();
+        heroes.truncate(5);
+        Ok(
+            json!({ "m.heroes": heroes, "m.joined_member_count": joined.len(), "m.invited_member_count": invited.len() }),
+        )
+    }
+
+    /// Stripped state for an invite or knock: what a client shows before joining.
+    async fn stripped_state(
+        &self,
+        conn: &mut AsyncPgConnection,
+        membership_event: &str,
+    ) -> Result<Vec<Value>> {
+        let Some(event) = store::get_event(conn, membership_event).await? else {
+            return Ok(Vec::new());
+        };
+        let state = state_store::get_state_ids(conn, event.state_group).await?;
+        let wanted = [
+            "m.room.create",
+            "m.room.join_rules",
+            "m.room.name",
+            "m.room.avatar",
+            "m.room.canonical_alias",
+            "m.room.encryption",
+            "m.room.topic",
+        ];
+        let mut ids: Vec<String> = state
+            .iter()
+            .filter(|((t, _), _)| wanted.contains(&t.as_str()))
+            .map(|(_, id)| id.clone())
+            .collect();
+        ids.push(event.event_id.clone());
+        if let Some(sender_member) = state.get(&("m.room.member".to_owned(), event.sender.clone()))
+        {
+            ids.push(sender_member.clone());
+        }
+        let rows = store::get_events(conn, &ids).await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "type": r.event_type,
+                    "state_key": r.state_key,
+                    "sender": r.sender,
+                    "content": r.pdu.get("content").cloned().unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,70 @@
+//! The room-change index: for every room, the last stream position at which it changed.
+//!
+//! An incremental sync asks it which of the user's rooms changed since the token, so it reads
+//! only those rooms. It is refreshed from the database (only the events newer than what it
+//! has seen) before each use, so it is correct with several server processes; at start it is
+//! rebuilt from the whole events table.
+
+use std::collections::HashMap;
+
+use tokio::sync::Mutex;
+
+use crate::{
+    error::Result,
+    storage::{rooms as store, streams, Db},
+};
+
+struct Index {
+    /// Every event at or below this position is reflected in `rooms`.
+    up_to: i64,
+    rooms: HashMap<String, i64>,
+}
+
+/// The room-change index.
+pub struct RoomIndex {
+    db: Db,
+    index: Mutex<Index>,
+}
+
+impl RoomIndex {
+    /// An empty index (filled on first use).
+    pub fn new(db: Db) -> Self {
+        RoomIndex {
+            db,
+            index: Mutex::new(Index {
+                up_to: 0,
+                rooms: HashMap::new(),
+            }),
+        }
+    }
+
+    /// Brings the index up to the current stream position and returns that position.
+    pub async fn refresh(&self) -> Result<i64> {
+        let mut index = self.index.lock().await;
+        let mut conn = self.db.conn().await?;
+        // Positions commit in order: reading the counter first, then events at or below it,
+        // sees every event up to that position.
+        let current = streams::current_position(&mut conn, streams::EVENTS).await?;
+        if current > index.up_to {
+            for (room_id, position) in
+                store::get_rooms_changed_between(&mut conn, index.up_to, current).await?
+            {
+                index.rooms.insert(room_id, position.unwrap_or(0));
+            }
+            index.up_to = current;
+        }
+        Ok(index.up_to)
+    }
+
+    /// Which of `rooms` changed after `since`.
+    pub async fn changed_since<'a>(
+        &self,
+        rooms: impl Iterator<Item = &'a str>,
+        since: i64,
+    ) -> Vec<&'a str> {
+        let index = self.index.lock().await;
+        rooms
+            .filter(|room| index.rooms.get(*room).is_some_and(|last| *last > since))
+            .collect()
+    }
+}

@@ -1,0 +1,89 @@
+//! Sync tokens (`next_batch`/`since`) and pagination tokens (`prev_batch`, `/messages`).
+//!
+//! A sync token holds one position per stream: `s{events}_{account_data}`. Streams added later
+//! append positions; older tokens with fewer positions read the missing ones as 0. A pagination
+//! token `t{N}` is a point in a room's history between the event at position N and the next.
+
+use crate::error::{Error, Result};
+
+/// Positions in every stream a sync reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncToken {
+    /// Room event stream.
+    pub events: i64,
+    /// Account data stream.
+    pub account_data: i64,
+}
+
+impl SyncToken {
+    /// Parses `s{events}_{account_data}`; anything else is `M_INVALID_PARAM`.
+    pub fn parse(token: &str) -> Result<Self> {
+        let invalid = || Error::invalid_param(format!("Invalid sync token: {token}"));
+        let body = token.strip_prefix('s').ok_or_else(invalid)?;
+        let mut positions = body
+            .split('_')
+            .map(|p| p.parse::<i64>().ok().filter(|n| *n >= 0));
+        let events = positions.next().flatten().ok_or_else(invalid)?;
+        let account_data = match positions.next() {
+            Some(position) => position.ok_or_else(invalid)?,
+            None => 0,
+        };
+        Ok(SyncToken {
+            events,
+            account_data,
+        })
+    }
+}
+
+impl std::fmt::Display for SyncToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "s{}_{}", self.events, self.account_data)
+    }
+}
+
+/// A pagination token: the position after which (backwards: at or before which) to read.
+pub fn parse_pagination(token: &str) -> Result<i64> {
+    if let Some(n) = token.strip_prefix('t') {
+        return n
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| Error::invalid_param("Invalid pagination token"));
+    }
+    // A sync token works as a pagination token too (its event position).
+    SyncToken::parse(token)
+        .map(|t| t.events)
+        .map_err(|_| Error::invalid_param("Invalid pagination token"))
+}
+
+/// Formats a pagination token.
+pub fn pagination(position: i64) -> String {
+    format!("t{}", position.max(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_bad_tokens_are_rejected() {
+        let token = SyncToken {
+            events: 42,
+            account_data: 7,
+        };
+        assert_eq!(SyncToken::parse(&token.to_string()).unwrap(), token);
+        assert_eq!(
+            SyncToken::parse("s5").unwrap(),
+            SyncToken {
+                events: 5,
+                account_data: 0
+            }
+        );
+        for bad in ["", "s", "x5_1", "s-1_2", "sabc", "s1_x", "s1_-3"] {
+            assert!(SyncToken::parse(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(parse_pagination("t17").unwrap(), 17);
+        assert_eq!(parse_pagination("s9_3").unwrap(), 9);
+        assert!(parse_pagination("t").is_err());
+    }
+}

@@ -1,0 +1,541 @@
+//! `/sync` and `/messages`: deltas, tokens, long-polling, pagination and history visibility.
+
+use std::{collections::HashSet, time::Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{
+    client::{enc, timeline},
+    Client, TestServer,
+};
+
+fn bodies(events: &[&Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "m.room.message")
+        .map(|e| e["content"]["body"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn initial_then_incremental_sync_with_remote_echo_only_for_the_sender_device() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let alice_phone = server.client().login("alice", "password").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "name": "Sync" }))
+        .await;
+    bob.join(&room).await.ok();
+
+    let initial = bob.sync(None, 0, None).await;
+    let joined = &initial["rooms"]["join"][&room];
+    assert!(joined["timeline"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["type"] == "m.room.create"));
+    assert_eq!(joined["summary"]["m.joined_member_count"], 2);
+    assert!(initial["next_batch"].is_string());
+    for section in ["to_device", "presence", "account_data"] {
+        assert!(initial[section]["events"].is_array(), "{section} present");
+    }
+
+    let since_bob = initial["next_batch"].as_str().unwrap().to_owned();
+    let since_phone = alice_phone.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sent = alice.send_text(&room, "echo-txn", "hello").await.ok();
+    let delta = bob.sync(Some(&since_bob), 0, None).await;
+    let events = timeline(&delta, &room);
+    assert_eq!(bodies(&events), vec!["hello"], "only what is new");
+    assert!(
+        events[0]["unsigned"].get("transaction_id").is_none(),
+        "other users never see the transaction id"
+    );
+    assert!(events[0]["unsigned"]["age"].is_u64());
+
+    let own = alice.sync(None, 0, None).await;
+    let mine = timeline(&own, &room)
+        .into_iter()
+        .find(|e| e["event_id"] == sent["event_id"])
+        .unwrap()
+        .clone();
+    assert_eq!(
+        mine["unsigned"]["transaction_id"], "echo-txn",
+        "the sending device sees its remote echo"
+    );
+    let phone = alice_phone.sync(Some(&since_phone), 0, None).await;
+    let on_phone = timeline(&phone, &room);
+    assert!(
+        on_phone[0]["unsigned"].get("transaction_id").is_none(),
+        "other devices of the sender do not"
+    );
+
+    // Nothing new: an empty, valid response with a usable token.
+    let next = delta["next_batch"].as_str().unwrap();
+    let quiet = bob.sync(Some(next), 0, None).await;
+    assert!(quiet["rooms"]["join"].as_object().unwrap().is_empty());
+    assert_eq!(
+        bob.sync(Some(next), 0, None).await["next_batch"],
+        quiet["next_batch"]
+    );
+}
+
+#[tokio::test]
+async fn malformed_and_foreign_tokens_get_matrix_errors() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    for bad in ["garbage", "s-1_0", "s999999999_0"] {
+        alice
+            .get(&format!("/_matrix/client/v3/sync?since={bad}"))
+            .await
+            .assert_error(400, "M_INVALID_PARAM");
+    }
+    let room = alice.create_room(json!({})).await;
+    alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b&from=nope",
+            enc(&room)
+        ))
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+}
+
+#[tokio::test]
+async fn a_limited_timeline_gives_a_prev_batch_that_messages_fills_exactly() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for n in 0..25 {
+        alice
+            .send_text(&room, &format!("m{n}"), &format!("message {n}"))
+            .await
+            .ok();
+    }
+    let filter = json!({ "room": { "timeline": { "limit": 5 } } }).to_string();
+    let delta = bob.sync(Some(&since), 0, Some(&filter)).await;
+    let section = &delta["rooms"]["join"][&room]["timeline"];
+    assert_eq!(section["limited"], true);
+    let seen = bodies(&timeline(&delta, &room));
+    assert_eq!(
+        seen,
+        (20..25).map(|n| format!("message {n}")).collect::<Vec<_>>()
+    );
+
+    // Backwards from prev_batch until the previous sync's token: exactly the 20 missing ones.
+    let mut missing = Vec::new();
+    let mut from = section["prev_batch"].as_str().unwrap().to_owned();
+    loop {
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=7&from={}&to={}",
+            enc(&room),
+            enc(&from),
+            enc(&since)
+        );
+        let page = bob.get(&path).await.ok();
+        let chunk: Vec<&Value> = page["chunk"].as_array().unwrap().iter().collect();
+        missing.extend(bodies(&chunk));
+        match page["end"].as_str() {
+            Some(end) if !chunk.is_empty() => from = end.to_owned(),
+            _ => break,
+        }
+    }
+    missing.reverse();
+    assert_eq!(
+        missing,
+        (0..20).map(|n| format!("message {n}")).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn messages_pages_backwards_and_forwards_without_gaps_or_duplicates() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    for n in 0..200 {
+        alice
+            .send_text(&room, &format!("p{n}"), &format!("{n}"))
+            .await
+            .ok();
+    }
+    let expected: Vec<String> = (0..200).map(|n| n.to_string()).collect();
+    let page_through = |dir: &'static str| {
+        let (alice, room) = (alice.clone(), room.clone());
+        async move {
+            let mut seen = Vec::new();
+            let mut from: Option<String> = None;
+            loop {
+                let mut path = format!(
+                    "/_matrix/client/v3/rooms/{}/messages?dir={dir}&limit=30",
+                    enc(&room)
+                );
+                if let Some(from) = &from {
+                    path.push_str(&format!("&from={}", enc(from)));
+                }
+                let page = alice.get(&path).await.ok();
+                let chunk: Vec<&Value> = page["chunk"].as_array().unwrap().iter().collect();
+                seen.extend(bodies(&chunk));
+                match page["end"].as_str() {
+                    Some(end) => from = Some(end.to_owned()),
+                    None => return seen,
+                }
+            }
+        }
+    };
+    let mut backwards = page_through("b").await;
+    backwards.reverse();
+    assert_eq!(backwards, expected);
+    assert_eq!(page_through("f").await, expected);
+}
+
+#[tokio::test]
+async fn long_poll_wakes_on_a_new_event_and_times_out_empty() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let started = Instant::now();
+    let quiet = bob.sync(Some(&since), 300, None).await;
+    assert!(
+        started.elapsed().as_millis() >= 290,
+        "waited for the timeout"
+    );
+    assert!(quiet["rooms"]["join"].as_object().unwrap().is_empty());
+
+    let waiting = {
+        let (bob, since) = (bob.clone(), since.clone());
+        tokio::spawn(async move {
+            let response = bob.sync(Some(&since), 20_000, None).await;
+            (response, Instant::now())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let sent_at = Instant::now();
+    alice.send_text(&room, "wake", "wake up").await.ok();
+    let (response, woke_at) = waiting.await.unwrap();
+    assert_eq!(bodies(&timeline(&response, &room)), vec!["wake up"]);
+    let latency = woke_at.duration_since(sent_at).as_millis();
+    assert!(latency < 2_000, "long-poll took {latency} ms to wake");
+}
+
+#[tokio::test]
+async fn long_poll_on_one_process_wakes_for_a_send_through_another() {
+    let server = TestServer::start().await;
+    let second = server.second_process().await;
+    let alice = server.register("alice").await;
+    let mut bob = server.register("bob").await;
+    bob.base = second.base_url.clone();
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let waiting = {
+        let bob = bob.clone();
+        tokio::spawn(async move { bob.sync(Some(&since), 20_000, None).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let sent_at = Instant::now();
+    alice.send_text(&room, "x", "across processes").await.ok();
+    let response = waiting.await.unwrap();
+    assert_eq!(
+        bodies(&timeline(&response, &room)),
+        vec!["across processes"]
+    );
+    assert!(sent_at.elapsed().as_millis() < 2_000);
+}
+
+#[tokio::test]
+async fn invites_leaves_and_account_data_appear_in_their_sections() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let room = alice
+        .create_room(json!({ "name": "Invite only", "invite": ["@bob:localhost"] }))
+        .await;
+    let invited = bob.sync(Some(&since), 0, None).await;
+    let stripped = invited["rooms"]["invite"][&room]["invite_state"]["events"]
+        .as_array()
+        .unwrap();
+    assert!(stripped
+        .iter()
+        .any(|e| e["type"] == "m.room.name" && e["content"]["name"] == "Invite only"));
+    assert!(stripped
+        .iter()
+        .any(|e| e["type"] == "m.room.member" && e["state_key"] == "@bob:localhost"));
+
+    bob.join(&room).await.ok();
+    let since = bob
+        .sync(Some(invited["next_batch"].as_str().unwrap()), 0, None)
+        .await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    alice
+        .room_action(&room, "kick", json!({ "user_id": "@bob:localhost" }))
+        .await
+        .ok();
+    alice.send_text(&room, "after", "after the kick").await.ok();
+    let left = bob.sync(Some(&since), 0, None).await;
+    let leave_timeline = left["rooms"]["leave"][&room]["timeline"]["events"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        leave_timeline.last().unwrap()["content"]["membership"],
+        "leave"
+    );
+    assert!(
+        !leave_timeline
+            .iter()
+            .any(|e| e["content"]["body"] == "after the kick"),
+        "nothing after the leave"
+    );
+
+    bob.put(
+        "/_matrix/client/v3/user/@bob:localhost/account_data/org.example.x",
+        json!({ "v": 1 }),
+    )
+    .await
+    .ok();
+    let data = bob
+        .sync(Some(left["next_batch"].as_str().unwrap()), 0, None)
+        .await;
+    assert_eq!(data["account_data"]["events"][0]["type"], "org.example.x");
+}
+
+/// History visibility for a user who joins late: what they may see of events sent before.
+async fn late_joiner_sees(visibility: &str) -> (bool, bool) {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat",
+            "initial_state": [{ "type": "m.room.history_visibility", "state_key": "", "content": { "history_visibility": visibility } }] }))
+        .await;
+    let before = alice.send_text(&room, "early", "before bob").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Before joining, only world_readable lets bob read.
+    let outside = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b",
+            enc(&room)
+        ))
+        .await;
+    let outside_sees = outside.status == 200
+        && bodies(
+            &outside.body["chunk"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>(),
+        )
+        .contains(&"before bob".to_owned());
+    bob.join(&room).await.ok();
+    let sync = bob.sync(None, 0, None).await;
+    let in_sync = bodies(&timeline(&sync, &room)).contains(&"before bob".to_owned());
+    let page = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    let in_messages = bodies(&page["chunk"].as_array().unwrap().iter().collect::<Vec<_>>())
+        .contains(&"before bob".to_owned());
+    let by_id = bob.get_event(&room, &before).await.status == 200;
+    assert_eq!(
+        in_sync, in_messages,
+        "{visibility}: /sync and /messages agree"
+    );
+    assert_eq!(in_sync, by_id, "{visibility}: /sync and /event agree");
+    (outside_sees, in_sync)
+}
+
+#[tokio::test]
+async fn history_visibility_decides_what_late_joiners_see_on_every_read_path() {
+    assert_eq!(late_joiner_sees("world_readable").await, (true, true));
+    assert_eq!(late_joiner_sees("shared").await, (false, true));
+    assert_eq!(late_joiner_sees("invited").await, (false, false));
+    assert_eq!(late_joiner_sees("joined").await, (false, false));
+}
+
+#[tokio::test]
+async fn a_user_who_left_sees_history_up_to_the_leave_and_again_after_rejoining() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat",
+            "initial_state": [{ "type": "m.room.history_visibility", "state_key": "", "content": { "history_visibility": "joined" } }] }))
+        .await;
+    bob.join(&room).await.ok();
+    alice.send_text(&room, "1", "while joined").await.ok();
+    bob.room_action(&room, "leave", json!({})).await.ok();
+    let gone = alice.send_text(&room, "2", "while away").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let page = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    let seen = bodies(&page["chunk"].as_array().unwrap().iter().collect::<Vec<_>>());
+    assert!(seen.contains(&"while joined".to_owned()));
+    assert!(
+        !seen.contains(&"while away".to_owned()),
+        "no leak of events after the leave"
+    );
+    bob.join(&room).await.ok();
+    alice.send_text(&room, "3", "back again").await.ok();
+    let page = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    let seen = bodies(&page["chunk"].as_array().unwrap().iter().collect::<Vec<_>>());
+    assert!(seen.contains(&"back again".to_owned()) && seen.contains(&"while joined".to_owned()));
+    assert!(
+        !seen.contains(&"while away".to_owned()),
+        "joined visibility: the gap stays hidden"
+    );
+    bob.get_event(&room, &gone)
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+}
+
+/// Receives every message of a room the way a client does: a long-polling sync loop that
+/// fills a limited timeline's gap from `prev_batch` with `/messages`.
+async fn receive_all(client: Client, room: String, expected: usize) -> Vec<String> {
+    let filter = json!({ "room": { "timeline": { "limit": 20 } } }).to_string();
+    let mut since = client.sync(None, 0, Some(&filter)).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut received = Vec::new();
+    let started = Instant::now();
+    while received.len() < expected && started.elapsed().as_secs() < 120 {
+        let response = client.sync(Some(&since), 5_000, Some(&filter)).await;
+        let section = &response["rooms"]["join"][&room]["timeline"];
+        if section["limited"] == true {
+            let mut gap = Vec::new();
+            let mut from = section["prev_batch"].as_str().unwrap().to_owned();
+            loop {
+                let path = format!(
+                    "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50&from={}&to={}",
+                    enc(&room),
+                    enc(&from),
+                    enc(&since)
+                );
+                let page = client.get(&path).await.ok();
+                let chunk = page["chunk"].as_array().unwrap();
+                gap.extend(
+                    chunk
+                        .iter()
+                        .filter(|e| e["type"] == "m.room.message")
+                        .map(|e| e["event_id"].as_str().unwrap().to_owned()),
+                );
+                match page["end"].as_str() {
+                    Some(end) if !chunk.is_empty() => from = end.to_owned(),
+                    _ => break,
+                }
+            }
+            gap.reverse();
+            received.extend(gap);
+        }
+        for event in timeline(&response, &room) {
+            if event["type"] == "m.room.message" {
+                received.push(event["event_id"].as_str().unwrap().to_owned());
+            }
+        }
+        since = response["next_batch"].as_str().unwrap().to_owned();
+    }
+    received
+}
+
+#[tokio::test]
+async fn ten_senders_and_ten_long_polling_receivers_agree_on_every_message() {
+    const SENDERS: usize = 10;
+    const MESSAGES: usize = 20;
+    let server = TestServer::start().await;
+    let owner = server.register("owner").await;
+    let room = owner.create_room(json!({ "preset": "public_chat" })).await;
+    let mut receivers = Vec::new();
+    for i in 0..10 {
+        let client = server.register(&format!("receiver{i}")).await;
+        client.join(&room).await.ok();
+        receivers.push(client);
+    }
+    let mut senders = Vec::new();
+    for i in 0..SENDERS {
+        let client = server.register(&format!("sender{i}")).await;
+        client.join(&room).await.ok();
+        senders.push(client);
+    }
+    let receiving: Vec<_> = receivers
+        .into_iter()
+        .map(|client| tokio::spawn(receive_all(client, room.clone(), SENDERS * MESSAGES)))
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let sending: Vec<_> = senders
+        .into_iter()
+        .map(|client| {
+            let room = room.clone();
+            tokio::spawn(async move {
+                for n in 0..MESSAGES {
+                    client
+                        .send_text(&room, &format!("t{n}"), &format!("{n}"))
+                        .await
+                        .ok();
+                }
+            })
+        })
+        .collect();
+    for task in sending {
+        task.await.unwrap();
+    }
+    let mut orders = Vec::new();
+    for task in receiving {
+        let received = task.await.unwrap();
+        assert_eq!(
+            received.len(),
+            SENDERS * MESSAGES,
+            "a receiver missed messages"
+        );
+        assert_eq!(
+            received.iter().collect::<HashSet<_>>().len(),
+            received.len(),
+            "a receiver got duplicates"
+        );
+        orders.push(received);
+    }
+    assert!(
+        orders.windows(2).all(|w| w[0] == w[1]),
+        "receivers disagree on the order"
+    );
+}
