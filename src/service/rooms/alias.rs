@@ -24,16 +24,8 @@ impl Rooms {
             ));
         }
         let mut conn = self.db.conn().await?;
-        if store::get_room(&mut conn, room_id.as_str())
-            .await?
-            .is_none()
-        {
-            return Err(Error::not_found("Unknown room"));
-        }
-        if store::get_membership(&mut conn, room_id.as_str(), user_id.as_str())
-            .await?
-            .is_none_or(|(m, _)| m != "join")
-        {
+        self.ensure_room_exists(&mut conn, room_id).await?;
+        if !self.is_joined(&mut conn, room_id, user_id).await? {
             return Err(Error::forbidden(
                 "You must be in the room to give it an alias",
             ));
@@ -75,23 +67,16 @@ impl Rooms {
             .await?
             .ok_or_else(|| Error::not_found("Room alias not found"))?;
         let room_id = RoomId::parse(room_id).map_err(Error::internal)?;
-        let mut allowed = caller.is_admin || creator == caller.user_id.as_str();
-        if !allowed {
-            let levels = self.power_levels(&mut conn, &room_id).await?;
-            let needed = levels
-                .pointer("/events/m.room.canonical_alias")
-                .and_then(Value::as_i64)
-                .unwrap_or_else(|| {
-                    levels
-                        .get("state_default")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(50)
-                });
-            allowed = self
-                .user_level(&mut conn, &room_id, &caller.user_id, &levels)
-                .await?
-                >= needed;
-        }
+        let allowed = caller.is_admin
+            || creator == caller.user_id.as_str()
+            || self
+                .can_send_state(
+                    &mut conn,
+                    &room_id,
+                    &caller.user_id,
+                    "m.room.canonical_alias",
+                )
+                .await?;
         if !allowed {
             return Err(Error::forbidden("You may not delete this alias"));
         }
@@ -124,37 +109,21 @@ impl Rooms {
         public: bool,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        if store::get_room(&mut conn, room_id.as_str())
-            .await?
-            .is_none()
-        {
-            return Err(Error::not_found("Unknown room"));
-        }
-        if !caller.is_admin {
-            let levels = self.power_levels(&mut conn, room_id).await?;
-            let needed = levels
-                .pointer("/events/m.room.canonical_alias")
-                .and_then(Value::as_i64)
-                .unwrap_or_else(|| {
-                    levels
-                        .get("state_default")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(50)
-                });
-            let joined =
-                store::get_membership(&mut conn, room_id.as_str(), caller.user_id.as_str())
-                    .await?
-                    .is_some_and(|(m, _)| m == "join");
-            if !joined
-                || self
-                    .user_level(&mut conn, room_id, &caller.user_id, &levels)
-                    .await?
-                    < needed
-            {
-                return Err(Error::forbidden(
-                    "You may not change this room's directory visibility",
-                ));
-            }
+        self.ensure_room_exists(&mut conn, room_id).await?;
+        let allowed = caller.is_admin
+            || (self.is_joined(&mut conn, room_id, &caller.user_id).await?
+                && self
+                    .can_send_state(
+                        &mut conn,
+                        room_id,
+                        &caller.user_id,
+                        "m.room.canonical_alias",
+                    )
+                    .await?);
+        if !allowed {
+            return Err(Error::forbidden(
+                "You may not change this room's directory visibility",
+            ));
         }
         store::set_room_public(&mut conn, room_id.as_str(), public).await?;
         Ok(())

@@ -179,6 +179,54 @@ impl Rooms {
         ))
     }
 
+    /// `M_NOT_FOUND` unless the room exists here.
+    pub(super) async fn ensure_room_exists(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_id: &RoomId,
+    ) -> Result<()> {
+        match store::get_room(conn, room_id.as_str()).await? {
+            Some(_) => Ok(()),
+            None => Err(Error::not_found("Unknown room")),
+        }
+    }
+
+    /// Whether the user's current membership is `join`.
+    pub(super) async fn is_joined(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_id: &RoomId,
+        user_id: &UserId,
+    ) -> Result<bool> {
+        Ok(
+            store::get_membership(conn, room_id.as_str(), user_id.as_str())
+                .await?
+                .is_some_and(|(m, _)| m == "join"),
+        )
+    }
+
+    /// Whether the user's power level suffices to send a state event of this type.
+    pub(super) async fn can_send_state(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_id: &RoomId,
+        user_id: &UserId,
+        event_type: &str,
+    ) -> Result<bool> {
+        let levels = self.power_levels(conn, room_id).await?;
+        let needed = levels
+            .get("events")
+            .and_then(|events| events.get(event_type))
+            .and_then(Value::as_i64)
+            .unwrap_or_else(|| {
+                levels
+                    .get("state_default")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(50)
+            });
+        Ok(self.user_level(conn, room_id, user_id, &levels).await? >= needed)
+    }
+
     /// The room's power-levels content (empty when unset).
     pub(super) async fn power_levels(
         &self,

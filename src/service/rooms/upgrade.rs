@@ -39,36 +39,22 @@ impl Rooms {
     ) -> Result<OwnedRoomId> {
         let new_rules = version_rules(&new_version)?;
         let mut conn = self.db.conn().await?;
-        if store::get_room(&mut conn, old_room.as_str())
-            .await?
-            .is_none()
-        {
-            return Err(Error::not_found("Unknown room"));
-        }
-        if store::get_membership(&mut conn, old_room.as_str(), user_id.as_str())
-            .await?
-            .is_none_or(|(m, _)| m != "join")
-        {
+        self.ensure_room_exists(&mut conn, old_room).await?;
+        if !self.is_joined(&mut conn, old_room, user_id).await? {
             return Err(Error::forbidden("You are not in this room"));
         }
-        let levels = self.power_levels(&mut conn, old_room).await?;
-        let needed = levels
-            .pointer("/events/m.room.tombstone")
-            .and_then(Value::as_i64)
-            .unwrap_or_else(|| {
-                levels
-                    .get("state_default")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(50)
-            });
-        let user_level = self
-            .user_level(&mut conn, old_room, user_id, &levels)
-            .await?;
-        if user_level < needed {
+        if !self
+            .can_send_state(&mut conn, old_room, user_id, "m.room.tombstone")
+            .await?
+        {
             return Err(Error::forbidden(
                 "You do not have the power to upgrade this room",
             ));
         }
+        let levels = self.power_levels(&mut conn, old_room).await?;
+        let user_level = self
+            .user_level(&mut conn, old_room, user_id, &levels)
+            .await?;
         let mut copied = Vec::new();
         for kind in COPIED_STATE {
             if let Some(id) =
