@@ -19,6 +19,8 @@ pub async fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::R
             .wrap(from_fn(api::middleware::cors))
             .wrap(from_fn(api::middleware::trace))
     })
+    // Long-polls would otherwise hold a shutdown for their whole timeout.
+    .shutdown_timeout(3)
     .listen(listener)?
     .run();
     println!("myelin: listening on http://{address}");

@@ -40,3 +40,7 @@ done
 for script in tests/clients/nio_*.py; do
     "$VENV/bin/python" "$script" "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
 done
+
+echo "== matrix-js-sdk"
+[ -d tests/clients/js/node_modules ] || (cd tests/clients/js && npm ci --silent --no-audit --no-fund)
+node tests/clients/js/sync_scrollback.mjs "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }

@@ -730,3 +730,20 @@ pub async fn get_room_max_position(
         .await
         .map(|max| max.unwrap_or(0))
 }
+
+/// A user's current membership in a room and the stream position it was set at.
+pub async fn get_membership_position(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<Option<(String, i64)>> {
+    room_memberships::table
+        .find((room_id, user_id))
+        .select((
+            room_memberships::membership,
+            room_memberships::stream_ordering,
+        ))
+        .first(conn)
+        .await
+        .optional()
+}

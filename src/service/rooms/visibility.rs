@@ -19,7 +19,8 @@ pub struct Visibility<'u> {
     user_id: &'u UserId,
     states: HashMap<i64, StateIds>,
     contents: HashMap<String, Value>,
-    currently_joined: HashMap<String, bool>,
+    /// Per room: the position of the user's current join, if they are joined now.
+    joined_since: HashMap<String, Option<i64>>,
 }
 
 impl<'u> Visibility<'u> {
@@ -29,7 +30,7 @@ impl<'u> Visibility<'u> {
             user_id,
             states: HashMap::new(),
             contents: HashMap::new(),
-            currently_joined: HashMap::new(),
+            joined_since: HashMap::new(),
         }
     }
 
@@ -71,6 +72,16 @@ impl<'u> Visibility<'u> {
         if event.event_type == "m.room.member" && event.state_key.as_deref() == Some(user) {
             return Ok(true);
         }
+        if !self.joined_since.contains_key(&event.room_id) {
+            let membership = store::get_membership_position(conn, &event.room_id, user).await?;
+            let joined = membership.and_then(|(m, position)| (m == "join").then_some(position));
+            self.joined_since.insert(event.room_id.clone(), joined);
+        }
+        // Fast path: joined without a break since before the event, so joined at the event.
+        let joined_since = self.joined_since[&event.room_id];
+        if joined_since.is_some_and(|position| event.stream_ordering >= position) {
+            return Ok(true);
+        }
         let visibility = self
             .state_content(conn, event.state_group, "m.room.history_visibility", "")
             .await?
@@ -96,13 +107,7 @@ impl<'u> Visibility<'u> {
             return Ok(true);
         }
         if visibility == "shared" {
-            if !self.currently_joined.contains_key(&event.room_id) {
-                let joined = store::get_membership(conn, &event.room_id, user)
-                    .await?
-                    .is_some_and(|(m, _)| m == "join");
-                self.currently_joined.insert(event.room_id.clone(), joined);
-            }
-            if self.currently_joined[&event.room_id]
+            if joined_since.is_some()
                 || store::joined_after(conn, &event.room_id, user, event.stream_ordering).await?
             {
                 return Ok(true);
