@@ -112,3 +112,19 @@ pub fn validate_filter(filter: &Value) -> Result<FilterDefinition> {
     }
     Ok(parsed)
 }
+
+/// Users the given user ignores (`m.ignored_user_list`): their events and invites are hidden
+/// from them on `/sync` and `/messages`.
+pub async fn ignored_users(
+    conn: &mut diesel_async::AsyncPgConnection,
+    user_id: &str,
+) -> Result<std::collections::HashSet<String>> {
+    let content =
+        store::get_account_data(conn, user_id, store::GLOBAL, "m.ignored_user_list").await?;
+    Ok(content
+        .as_ref()
+        .and_then(|c| c.get("ignored_users"))
+        .and_then(Value::as_object)
+        .map(|users| users.keys().cloned().collect())
+        .unwrap_or_default())
+}

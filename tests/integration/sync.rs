@@ -539,3 +539,122 @@ async fn ten_senders_and_ten_long_polling_receivers_agree_on_every_message() {
         "receivers disagree on the order"
     );
 }
+
+#[tokio::test]
+async fn ignored_users_disappear_from_sync_and_messages_on_the_next_sync() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let troll = server.register("troll").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    troll.join(&room).await.ok();
+    let since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    bob.put(
+        "/_matrix/client/v3/user/@bob:localhost/account_data/m.ignored_user_list",
+        json!({ "ignored_users": { "@troll:localhost": {} } }),
+    )
+    .await
+    .ok();
+    troll.send_text(&room, "t", "noise").await.ok();
+    alice.send_text(&room, "a", "signal").await.ok();
+    let delta = bob.sync(Some(&since), 0, None).await;
+    assert_eq!(bodies(&timeline(&delta, &room)), vec!["signal"]);
+    let page = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    let seen = bodies(&page["chunk"].as_array().unwrap().iter().collect::<Vec<_>>());
+    assert!(seen.contains(&"signal".to_owned()) && !seen.contains(&"noise".to_owned()));
+
+    // Invites from an ignored user are hidden too.
+    let next = delta["next_batch"].as_str().unwrap().to_owned();
+    let private = troll
+        .create_room(json!({ "invite": ["@bob:localhost"] }))
+        .await;
+    let invites = bob.sync(Some(&next), 0, None).await;
+    assert!(invites["rooms"]["invite"].get(&private).is_none());
+}
+
+#[tokio::test]
+async fn members_at_a_sync_token_shows_the_membership_of_that_moment() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    let before_bob = alice.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    bob.join(&room).await.ok();
+    let path = |at: &str| {
+        format!(
+            "/_matrix/client/v3/rooms/{}/members?membership=join&at={}",
+            enc(&room),
+            enc(at)
+        )
+    };
+    let then = alice.get(&path(&before_bob)).await.ok();
+    assert_eq!(
+        then["chunk"].as_array().unwrap().len(),
+        1,
+        "only alice was joined then"
+    );
+    let now = alice.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        alice.get(&path(&now)).await.ok()["chunk"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn receivers_continue_from_their_tokens_across_a_server_restart() {
+    let mut server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let filter = json!({ "room": { "timeline": { "limit": 100 } } }).to_string();
+    let since = bob.sync(None, 0, Some(&filter)).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for n in 0..10 {
+        alice
+            .send_text(&room, &format!("a{n}"), &format!("{n}"))
+            .await
+            .ok();
+    }
+    let first = bob.sync(Some(&since), 0, Some(&filter)).await;
+    let token = first["next_batch"].as_str().unwrap().to_owned();
+    let mut received = bodies(&timeline(&first, &room));
+    server.restart().await;
+    let (mut alice, mut bob) = (alice, bob);
+    alice.base = server.base_url.clone();
+    bob.base = server.base_url.clone();
+    for n in 10..20 {
+        alice
+            .send_text(&room, &format!("a{n}"), &format!("{n}"))
+            .await
+            .ok();
+    }
+    let after = bob.sync(Some(&token), 0, Some(&filter)).await;
+    received.extend(bodies(&timeline(&after, &room)));
+    assert_eq!(
+        received,
+        (0..20).map(|n| n.to_string()).collect::<Vec<_>>(),
+        "the old token keeps working after a restart"
+    );
+}

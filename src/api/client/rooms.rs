@@ -297,6 +297,11 @@ pub async fn members_route(
             &request.room_id,
             request.membership.as_ref().map(|m| m.as_str()),
             request.not_membership.as_ref().map(|m| m.as_str()),
+            request
+                .at
+                .as_deref()
+                .map(crate::service::sync::token::parse_pagination)
+                .transpose()?,
         )
         .await?;
     let chunk = events.iter().map(to_raw).collect::<Result<_>>()?;

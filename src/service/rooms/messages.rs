@@ -73,6 +73,9 @@ impl Rooms {
         let from = request
             .from
             .unwrap_or(if request.backwards { i64::MAX } else { 0 });
+        let ignored =
+            crate::service::account_data::ignored_users(&mut conn, request.user_id.as_str())
+                .await?;
         let mut visibility = Visibility::new(request.user_id);
         let mut found = Vec::new();
         let mut cursor = from;
@@ -98,7 +101,7 @@ impl Rooms {
                 } else {
                     row.stream_ordering
                 };
-                if visibility.can_see(&mut conn, &row).await? {
+                if !ignored.contains(&row.sender) && visibility.can_see(&mut conn, &row).await? {
                     found.push(row);
                     if found.len() == request.limit {
                         break;

@@ -121,16 +121,33 @@ impl Rooms {
         Err(Error::forbidden("You are not in this room"))
     }
 
+    /// The state the user may see, at stream position `at` when given (never later than
+    /// what their membership allows).
     async fn visible_state_rows(
         &self,
         conn: &mut AsyncPgConnection,
         user_id: &UserId,
         room_id: &RoomId,
+        at: Option<i64>,
     ) -> Result<(RoomVersionRules, Vec<EventRow>)> {
         let (rules, current_group) = self.room_rules(conn, room_id).await?;
         let group = match self.view(conn, user_id, room_id, current_group).await? {
-            View::Current => current_group,
-            View::AtGroup(group) => group,
+            View::AtGroup(group) if at.is_none() => group,
+            View::Current if at.is_none() => current_group,
+            view => {
+                let limit = match view {
+                    View::AtGroup(_) => {
+                        store::get_membership_position(conn, room_id.as_str(), user_id.as_str())
+                            .await?
+                            .map_or(0, |(_, position)| position)
+                    }
+                    View::Current => i64::MAX,
+                };
+                let position = at.unwrap_or(i64::MAX).min(limit);
+                store::get_state_group_at(conn, room_id.as_str(), position)
+                    .await?
+                    .unwrap_or(current_group)
+            }
         };
         let ids: Vec<String> = state_store::get_state_ids(conn, group)
             .await?
@@ -144,7 +161,9 @@ impl Rooms {
     /// The room state the user may see (`GET /rooms/{id}/state`).
     pub async fn room_state(&self, user_id: &UserId, room_id: &RoomId) -> Result<Vec<Value>> {
         let mut conn = self.db.conn().await?;
-        let (rules, rows) = self.visible_state_rows(&mut conn, user_id, room_id).await?;
+        let (rules, rows) = self
+            .visible_state_rows(&mut conn, user_id, room_id, None)
+            .await?;
         self.render(&mut conn, &rules, &rows).await
     }
 
@@ -157,7 +176,9 @@ impl Rooms {
         state_key: &str,
     ) -> Result<Value> {
         let mut conn = self.db.conn().await?;
-        let (rules, rows) = self.visible_state_rows(&mut conn, user_id, room_id).await?;
+        let (rules, rows) = self
+            .visible_state_rows(&mut conn, user_id, room_id, None)
+            .await?;
         let row = rows
             .into_iter()
             .find(|r| r.event_type == kind && r.state_key.as_deref() == Some(state_key))
@@ -172,9 +193,12 @@ impl Rooms {
         room_id: &RoomId,
         membership: Option<&str>,
         not_membership: Option<&str>,
+        at: Option<i64>,
     ) -> Result<Vec<Value>> {
         let mut conn = self.db.conn().await?;
-        let (rules, rows) = self.visible_state_rows(&mut conn, user_id, room_id).await?;
+        let (rules, rows) = self
+            .visible_state_rows(&mut conn, user_id, room_id, at)
+            .await?;
         let members: Vec<EventRow> = rows
             .into_iter()
             .filter(|r| r.event_type == "m.room.member")

@@ -232,6 +232,7 @@ impl Sync {
             }
         }
 
+        let ignored = crate::service::account_data::ignored_users(&mut conn, user).await?;
         let memberships = store::get_user_memberships(&mut conn, user).await?;
         let changed: HashSet<&str> = match since {
             Some(since) => self
@@ -266,7 +267,7 @@ impl Sync {
                         up_to: events_position,
                     };
                     let mut section = self
-                        .room_section(rooms, &mut conn, request, room_id, &range)
+                        .room_section(rooms, &mut conn, &ignored, request, room_id, &range)
                         .await?;
                     let is_empty = section["timeline"]["events"]
                         .as_array()
@@ -284,6 +285,12 @@ impl Sync {
                     join.insert(room_id.clone(), section);
                 }
                 "invite" | "knock" if membership_changed => {
+                    let inviter = store::get_event(&mut conn, event_id)
+                        .await?
+                        .map(|e| e.sender);
+                    if inviter.is_some_and(|sender| ignored.contains(&sender)) {
+                        continue;
+                    }
                     let stripped = self.stripped_state(&mut conn, event_id).await?;
                     if membership == "invite" {
                         invite.insert(
@@ -306,7 +313,7 @@ impl Sync {
                         up_to: *membership_position,
                     };
                     let mut section = self
-                        .room_section(rooms, &mut conn, request, room_id, &range)
+                        .room_section(rooms, &mut conn, &ignored, request, room_id, &range)
                         .await?;
                     section["account_data"] = json!({ "events": data });
                     leave.insert(room_id.clone(), section);
@@ -333,10 +340,12 @@ impl Sync {
     }
 
     /// The timeline and state of one room over a range.
+    #[allow(clippy::too_many_arguments)]
     async fn room_section(
         &self,
         rooms: &Rooms,
         conn: &mut AsyncPgConnection,
+        ignored: &HashSet<String>,
         request: &SyncRequest<'_>,
         room_id: &str,
         range: &Range,
@@ -364,7 +373,10 @@ impl Sync {
         let mut visibility = Visibility::new(request.user_id);
         let mut timeline = Vec::new();
         for row in rows {
-            if request.filter.wants_event(&row) && visibility.can_see(conn, &row).await? {
+            if request.filter.wants_event(&row)
+                && !ignored.contains(&row.sender)
+                && visibility.can_see(conn, &row).await?
+            {
                 timeline.push(row);
             }
         }
