@@ -658,3 +658,68 @@ async fn receivers_continue_from_their_tokens_across_a_server_restart() {
         "the old token keeps working after a restart"
     );
 }
+
+#[tokio::test]
+async fn sync_filters_select_types_senders_urls_and_fields() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "name": "Filters" }))
+        .await;
+    bob.join(&room).await.ok();
+    let since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    alice.send_text(&room, "1", "plain").await.ok();
+    let image = format!(
+        "/_matrix/client/v3/rooms/{}/send/m.room.message/2",
+        enc(&room)
+    );
+    alice
+        .put(
+            &image,
+            json!({ "msgtype": "m.image", "body": "pic", "url": "mxc://localhost/x" }),
+        )
+        .await
+        .ok();
+    bob.send_text(&room, "3", "from bob").await.ok();
+
+    let run = |filter: Value| {
+        let (bob, since) = (bob.clone(), since.clone());
+        async move { bob.sync(Some(&since), 0, Some(&filter.to_string())).await }
+    };
+    let with_url = run(json!({ "room": { "timeline": { "contains_url": true } } })).await;
+    assert_eq!(bodies(&timeline(&with_url, &room)), vec!["pic"]);
+    let not_bob =
+        run(json!({ "room": { "timeline": { "not_senders": ["@bob:localhost"] } } })).await;
+    assert_eq!(bodies(&timeline(&not_bob, &room)), vec!["plain", "pic"]);
+    let only_members = run(json!({ "room": { "timeline": { "types": ["m.room.mem*"] } } })).await;
+    assert!(
+        timeline(&only_members, &room).is_empty()
+            || timeline(&only_members, &room)
+                .iter()
+                .all(|e| e["type"] == "m.room.member")
+    );
+    let fields = run(json!({ "event_fields": ["type", "content.body"] })).await;
+    let first = timeline(&fields, &room)[0].clone();
+    assert_eq!(
+        first,
+        json!({ "type": "m.room.message", "content": { "body": "plain" } })
+    );
+    let full = bob
+        .sync(
+            None,
+            0,
+            Some(&json!({ "room": { "state": { "types": ["m.room.name"] } } }).to_string()),
+        )
+        .await;
+    let state = full["rooms"]["join"][&room]["state"]["events"]
+        .as_array()
+        .unwrap();
+    assert!(
+        state.iter().all(|e| e["type"] == "m.room.name"),
+        "{state:?}"
+    );
+}

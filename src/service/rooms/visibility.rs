@@ -106,12 +106,11 @@ impl<'u> Visibility<'u> {
         if membership == "join" {
             return Ok(true);
         }
-        if visibility == "shared" {
-            if joined_since.is_some()
-                || store::joined_after(conn, &event.room_id, user, event.stream_ordering).await?
-            {
-                return Ok(true);
-            }
+        if visibility == "shared"
+            && (joined_since.is_some()
+                || store::joined_after(conn, &event.room_id, user, event.stream_ordering).await?)
+        {
+            return Ok(true);
         }
         Ok(membership == "invite" && visibility == "invited")
     }

@@ -34,6 +34,57 @@ const MAX_TIMELINE_LIMIT: usize = 100;
 /// Longest long-poll.
 const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Which events of one kind (timeline, state, account data) a filter lets through.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Event types to include (`None`: all); `*` at the end matches a prefix.
+    pub types: Option<Vec<String>>,
+    /// Event types to leave out.
+    pub not_types: Vec<String>,
+    /// Senders to include (`None`: all).
+    pub senders: Option<HashSet<String>>,
+    /// Senders to leave out.
+    pub not_senders: HashSet<String>,
+    /// Only events with (`true`) or without (`false`) a `content.url`.
+    pub contains_url: Option<bool>,
+}
+
+impl EventFilter {
+    fn from_room_filter(filter: &ruma::api::client::filter::RoomEventFilter) -> Self {
+        use ruma::api::client::filter::UrlFilter;
+        EventFilter {
+            types: filter.types.clone(),
+            not_types: filter.not_types.clone(),
+            senders: filter
+                .senders
+                .as_ref()
+                .map(|s| s.iter().map(|u| u.to_string()).collect()),
+            not_senders: filter.not_senders.iter().map(|u| u.to_string()).collect(),
+            contains_url: filter
+                .url_filter
+                .as_ref()
+                .map(|f| matches!(f, UrlFilter::EventsWithUrl)),
+        }
+    }
+
+    /// Whether the filter lets an event of this type, sender and content through.
+    pub fn allows(&self, kind: &str, sender: &str, content: Option<&Value>) -> bool {
+        self.types
+            .as_ref()
+            .is_none_or(|types| types.iter().any(|t| type_matches(t, kind)))
+            && !self.not_types.iter().any(|t| type_matches(t, kind))
+            && self.senders.as_ref().is_none_or(|s| s.contains(sender))
+            && !self.not_senders.contains(sender)
+            && self
+                .contains_url
+                .is_none_or(|want| want == content.is_some_and(|c| c.get("url").is_some()))
+    }
+
+    fn allows_row(&self, event: &EventRow) -> bool {
+        self.allows(&event.event_type, &event.sender, event.pdu.get("content"))
+    }
+}
+
 /// The parts of a filter that `/sync` applies.
 #[derive(Debug, Clone, Default)]
 pub struct SyncFilter {
@@ -43,18 +94,22 @@ pub struct SyncFilter {
     pub rooms: Option<HashSet<String>>,
     /// Never these rooms.
     pub not_rooms: HashSet<String>,
-    /// Timeline event types to include (`None`: all).
-    pub timeline_types: Option<Vec<String>>,
-    /// Timeline event types to leave out.
-    pub timeline_not_types: Vec<String>,
-    /// Timeline senders to include (`None`: all).
-    pub timeline_senders: Option<HashSet<String>>,
-    /// Timeline senders to leave out.
-    pub timeline_not_senders: HashSet<String>,
+    /// Timeline events.
+    pub timeline: EventFilter,
+    /// State events.
+    pub state: EventFilter,
+    /// Global account data.
+    pub account_data: EventFilter,
+    /// Per-room account data.
+    pub room_account_data: EventFilter,
     /// Send only the member events the timeline needs.
     pub lazy_load_members: bool,
     /// Include rooms the user has left.
     pub include_leave: bool,
+    /// Keep only these (dotted) fields of each event.
+    pub event_fields: Option<Vec<String>>,
+    /// Send events as the federation PDUs they are stored as.
+    pub federation_format: bool,
 }
 
 fn type_matches(pattern: &str, kind: &str) -> bool {
@@ -69,6 +124,7 @@ impl SyncFilter {
     pub fn from_definition(filter: &FilterDefinition) -> Self {
         let room = &filter.room;
         let timeline = &room.timeline;
+        let account_data = &filter.account_data;
         SyncFilter {
             timeline_limit: timeline
                 .limit
@@ -79,38 +135,62 @@ impl SyncFilter {
                 .as_ref()
                 .map(|r| r.iter().map(|r| r.to_string()).collect()),
             not_rooms: room.not_rooms.iter().map(|r| r.to_string()).collect(),
-            timeline_types: timeline.types.clone(),
-            timeline_not_types: timeline.not_types.clone(),
-            timeline_senders: timeline
-                .senders
-                .as_ref()
-                .map(|s| s.iter().map(|u| u.to_string()).collect()),
-            timeline_not_senders: timeline.not_senders.iter().map(|u| u.to_string()).collect(),
+            timeline: EventFilter::from_room_filter(timeline),
+            state: EventFilter::from_room_filter(&room.state),
+            account_data: EventFilter {
+                types: account_data.types.clone(),
+                not_types: account_data.not_types.clone(),
+                ..EventFilter::default()
+            },
+            room_account_data: EventFilter::from_room_filter(&room.account_data),
             lazy_load_members: !room.state.lazy_load_options.is_disabled()
                 || !timeline.lazy_load_options.is_disabled(),
             include_leave: room.include_leave,
+            event_fields: filter.event_fields.clone(),
+            federation_format: filter.event_format
+                == ruma::api::client::filter::EventFormat::Federation,
         }
     }
 
     fn wants_room(&self, room_id: &str) -> bool {
         self.rooms.as_ref().is_none_or(|r| r.contains(room_id)) && !self.not_rooms.contains(room_id)
     }
+}
 
-    fn wants_event(&self, event: &EventRow) -> bool {
-        let kind = event.event_type.as_str();
-        self.timeline_types
-            .as_ref()
-            .is_none_or(|types| types.iter().any(|t| type_matches(t, kind)))
-            && !self
-                .timeline_not_types
-                .iter()
-                .any(|t| type_matches(t, kind))
-            && self
-                .timeline_senders
-                .as_ref()
-                .is_none_or(|s| s.contains(&event.sender))
-            && !self.timeline_not_senders.contains(&event.sender)
+fn insert_path(target: &mut Map<String, Value>, path: &[String], value: Value) {
+    match path {
+        [] => {}
+        [last] => {
+            target.insert(last.clone(), value);
+        }
+        [first, rest @ ..] => {
+            // A field already kept whole (`content` before `content.body`) stays whole.
+            if let Some(object) = target
+                .entry(first.clone())
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+            {
+                insert_path(object, rest, value);
+            }
+        }
     }
+}
+
+/// Keeps only the listed dotted fields of an event (`content.body`; `\.` escapes a dot).
+pub fn keep_fields(event: &Value, fields: &[String]) -> Value {
+    let mut kept = Map::new();
+    for field in fields {
+        let path: Vec<String> = field
+            .replace("\\.", "\u{0}")
+            .split('.')
+            .map(|p| p.replace('\u{0}', "."))
+            .collect();
+        let Some(value) = path.iter().try_fold(event, |source, key| source.get(key)) else {
+            continue;
+        };
+        insert_path(&mut kept, &path, value.clone());
+    }
+    Value::Object(kept)
 }
 
 /// One `/sync` call.
@@ -224,6 +304,14 @@ impl Sync {
         let mut global_data = Vec::new();
         let mut room_data: HashMap<String, Vec<Value>> = HashMap::new();
         for (room_id, kind, content) in changed_data {
+            let filter = if room_id.is_empty() {
+                &request.filter.account_data
+            } else {
+                &request.filter.room_account_data
+            };
+            if !filter.allows(&kind, user, None) {
+                continue;
+            }
             let event = json!({ "type": kind, "content": content });
             if room_id.is_empty() {
                 global_data.push(event);
@@ -373,7 +461,7 @@ impl Sync {
         let mut visibility = Visibility::new(request.user_id);
         let mut timeline = Vec::new();
         for row in rows {
-            if request.filter.wants_event(&row)
+            if request.filter.timeline.allows_row(&row)
                 && !ignored.contains(&row.sender)
                 && visibility.can_see(conn, &row).await?
             {
@@ -412,12 +500,25 @@ impl Sync {
                 .collect();
         }
         let mut state_rows = store::get_events(conn, &state_ids).await?;
+        state_rows.retain(|r| request.filter.state.allows_row(r));
         state_rows.sort_by_key(|r| r.stream_ordering);
 
-        let mut timeline_events = rooms.render(conn, &rules, &timeline).await?;
+        let (mut timeline_events, mut state_events) = if request.filter.federation_format {
+            let pdus = |rows: &[EventRow]| rows.iter().map(|r| r.pdu.clone()).collect::<Vec<_>>();
+            (pdus(&timeline), pdus(&state_rows))
+        } else {
+            (
+                rooms.render(conn, &rules, &timeline).await?,
+                rooms.render(conn, &rules, &state_rows).await?,
+            )
+        };
         self.add_transaction_ids(conn, request, &mut timeline_events)
             .await?;
-        let state_events = rooms.render(conn, &rules, &state_rows).await?;
+        if let Some(fields) = &request.filter.event_fields {
+            for event in timeline_events.iter_mut().chain(state_events.iter_mut()) {
+                *event = keep_fields(event, fields);
+            }
+        }
         Ok(json!({
             "timeline": { "events": timeline_events, "limited": limited, "prev_batch": token::pagination(start) },
             "state": { "events": state_events },
