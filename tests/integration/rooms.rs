@@ -733,3 +733,35 @@ async fn restricted_rooms_admit_members_of_the_allowed_room() {
         "@alice:localhost"
     );
 }
+
+#[tokio::test]
+async fn context_applies_its_filter() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    let target = alice.send_text(&room, "t0", "target").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    alice
+        .put_state(&room, "m.room.topic", "", json!({ "topic": "noise" }))
+        .await
+        .ok();
+    alice.send_text(&room, "t1", "after").await.ok();
+    let filter = enc(&json!({ "types": ["m.room.message"] }).to_string());
+    let context = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/context/{}?limit=10&filter={filter}",
+            enc(&room),
+            enc(&target)
+        ))
+        .await
+        .ok();
+    let after: Vec<&str> = context["events_after"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(after, vec!["m.room.message"]);
+}

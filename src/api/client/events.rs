@@ -26,7 +26,7 @@ use super::rooms::to_raw;
 use crate::{
     api::ruma::{Ruma, RumaResponse},
     error::{Error, Result},
-    service::{rooms::send::Sender, Services},
+    service::{rooms::send::Sender, sync::EventFilter, Services},
 };
 
 /// `PUT /_matrix/client/v3/rooms/{roomId}/send/{eventType}/{txnId}`
@@ -165,6 +165,7 @@ pub async fn context_route(
             &request.room_id,
             request.event_id.as_str(),
             limit,
+            &EventFilter::from_room_filter(&request.filter),
         )
         .await?;
     let mut response = context::Response::new();

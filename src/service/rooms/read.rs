@@ -285,6 +285,7 @@ impl Rooms {
         room_id: &RoomId,
         event_id: &str,
         limit: i64,
+        filter: &crate::service::sync::EventFilter,
     ) -> Result<Context> {
         let mut conn = self.db.conn().await?;
         let (rules, target) = self
@@ -302,7 +303,7 @@ impl Rooms {
         )
         .await?
         {
-            if visibility.can_see(&mut conn, &row).await? {
+            if filter.allows_row(&row) && visibility.can_see(&mut conn, &row).await? {
                 before.push(row);
             }
         }
@@ -316,7 +317,7 @@ impl Rooms {
         )
         .await?
         {
-            if visibility.can_see(&mut conn, &row).await? {
+            if filter.allows_row(&row) && visibility.can_see(&mut conn, &row).await? {
                 after.push(row);
             }
         }

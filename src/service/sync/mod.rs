@@ -50,7 +50,8 @@ pub struct EventFilter {
 }
 
 impl EventFilter {
-    fn from_room_filter(filter: &ruma::api::client::filter::RoomEventFilter) -> Self {
+    /// The event filter of a client's `RoomEventFilter`.
+    pub fn from_room_filter(filter: &ruma::api::client::filter::RoomEventFilter) -> Self {
         use ruma::api::client::filter::UrlFilter;
         EventFilter {
             types: filter.types.clone(),
@@ -80,7 +81,8 @@ impl EventFilter {
                 .is_none_or(|want| want == content.is_some_and(|c| c.get("url").is_some()))
     }
 
-    fn allows_row(&self, event: &EventRow) -> bool {
+    /// Whether the filter lets a stored event through.
+    pub fn allows_row(&self, event: &EventRow) -> bool {
         self.allows(&event.event_type, &event.sender, event.pdu.get("content"))
     }
 }
