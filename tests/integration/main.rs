@@ -12,4 +12,5 @@ mod rooms;
 mod startup;
 mod support;
 mod sync;
+mod sync_concurrency;
 mod write_path;

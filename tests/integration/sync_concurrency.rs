@@ -1,0 +1,272 @@
+//! `/sync` completeness under concurrency: many senders, many long-polling receivers, and a
+//! server restart in the middle; every receiver gets every message once, in one order.
+
+use std::{collections::HashSet, time::Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{
+    client::{enc, timeline},
+    Client, TestServer,
+};
+
+/// Receives every message of a room the way a client does: a long-polling sync loop that
+/// fills a limited timeline's gap from `prev_batch` with `/messages`.
+async fn receive_all(client: Client, room: String, expected: usize) -> Vec<String> {
+    let filter = json!({ "room": { "timeline": { "limit": 20 } } }).to_string();
+    let mut since = client.sync(None, 0, Some(&filter)).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut received = Vec::new();
+    let started = Instant::now();
+    while received.len() < expected && started.elapsed().as_secs() < 120 {
+        let response = client.sync(Some(&since), 5_000, Some(&filter)).await;
+        let section = &response["rooms"]["join"][&room]["timeline"];
+        if section["limited"] == true {
+            let mut gap = Vec::new();
+            let mut from = section["prev_batch"].as_str().unwrap().to_owned();
+            loop {
+                let path = format!(
+                    "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50&from={}&to={}",
+                    enc(&room),
+                    enc(&from),
+                    enc(&since)
+                );
+                let page = client.get(&path).await.ok();
+                let chunk = page["chunk"].as_array().unwrap();
+                gap.extend(
+                    chunk
+                        .iter()
+                        .filter(|e| e["type"] == "m.room.message")
+                        .map(|e| e["event_id"].as_str().unwrap().to_owned()),
+                );
+                match page["end"].as_str() {
+                    Some(end) if !chunk.is_empty() => from = end.to_owned(),
+                    _ => break,
+                }
+            }
+            gap.reverse();
+            received.extend(gap);
+        }
+        for event in timeline(&response, &room) {
+            if event["type"] == "m.room.message" {
+                received.push(event["event_id"].as_str().unwrap().to_owned());
+            }
+        }
+        since = response["next_batch"].as_str().unwrap().to_owned();
+    }
+    received
+}
+
+#[tokio::test]
+async fn ten_senders_and_ten_long_polling_receivers_agree_on_every_message() {
+    const SENDERS: usize = 10;
+    const MESSAGES: usize = 20;
+    let server = TestServer::start().await;
+    let owner = server.register("owner").await;
+    let room = owner.create_room(json!({ "preset": "public_chat" })).await;
+    let mut receivers = Vec::new();
+    for i in 0..10 {
+        let client = server.register(&format!("receiver{i}")).await;
+        client.join(&room).await.ok();
+        receivers.push(client);
+    }
+    let mut senders = Vec::new();
+    for i in 0..SENDERS {
+        let client = server.register(&format!("sender{i}")).await;
+        client.join(&room).await.ok();
+        senders.push(client);
+    }
+    let receiving: Vec<_> = receivers
+        .into_iter()
+        .map(|client| tokio::spawn(receive_all(client, room.clone(), SENDERS * MESSAGES)))
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let sending: Vec<_> = senders
+        .into_iter()
+        .map(|client| {
+            let room = room.clone();
+            tokio::spawn(async move {
+                for n in 0..MESSAGES {
+                    client
+                        .send_text(&room, &format!("t{n}"), &format!("{n}"))
+                        .await
+                        .ok();
+                }
+            })
+        })
+        .collect();
+    for task in sending {
+        task.await.unwrap();
+    }
+    let mut orders = Vec::new();
+    for task in receiving {
+        let received = task.await.unwrap();
+        assert_eq!(
+            received.len(),
+            SENDERS * MESSAGES,
+            "a receiver missed messages"
+        );
+        assert_eq!(
+            received.iter().collect::<HashSet<_>>().len(),
+            received.len(),
+            "a receiver got duplicates"
+        );
+        orders.push(received);
+    }
+    assert!(
+        orders.windows(2).all(|w| w[0] == w[1]),
+        "receivers disagree on the order"
+    );
+}
+
+/// A client that survives a server restart: it re-reads the server's address and retries.
+#[derive(Clone)]
+struct Resilient {
+    http: reqwest::Client,
+    base: std::sync::Arc<std::sync::RwLock<String>>,
+    token: String,
+}
+
+impl Resilient {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let started = Instant::now();
+        loop {
+            let base = self.base.read().unwrap().clone();
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{base}{path}"))
+                .bearer_auth(&self.token);
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            if let Ok(response) = request.send().await {
+                if response.status().is_success() {
+                    return response.json().await.unwrap();
+                }
+            }
+            assert!(started.elapsed().as_secs() < 60, "{path} kept failing");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn receivers_get_everything_exactly_once_across_a_restart_mid_stream() {
+    const SENDERS: usize = 10;
+    const MESSAGES: usize = 20;
+    let mut server = TestServer::start().await;
+    let owner = server.register("owner").await;
+    let room = owner.create_room(json!({ "preset": "public_chat" })).await;
+    let base = std::sync::Arc::new(std::sync::RwLock::new(server.base_url.clone()));
+    let mut clients = Vec::new();
+    for i in 0..SENDERS * 2 {
+        let client = server.register(&format!("user{i}")).await;
+        client.join(&room).await.ok();
+        clients.push(Resilient {
+            http: reqwest::Client::new(),
+            base: base.clone(),
+            token: client.token.clone().unwrap(),
+        });
+    }
+    let receivers = clients.split_off(SENDERS);
+    let filter = enc(&json!({ "room": { "timeline": { "limit": 1000 } } }).to_string());
+    let receiving: Vec<_> = receivers
+        .into_iter()
+        .map(|client| {
+            let (room, filter) = (room.clone(), filter.clone());
+            tokio::spawn(async move {
+                let first = client
+                    .call(
+                        reqwest::Method::GET,
+                        &format!("/_matrix/client/v3/sync?filter={filter}"),
+                        None,
+                    )
+                    .await;
+                let mut since = first["next_batch"].as_str().unwrap().to_owned();
+                // Messages sent before the first sync finished arrive in its timeline.
+                let mut received: Vec<String> = timeline(&first, &room)
+                    .into_iter()
+                    .filter(|e| e["type"] == "m.room.message")
+                    .map(|e| e["event_id"].as_str().unwrap().to_owned())
+                    .collect();
+                let started = Instant::now();
+                while received.len() < SENDERS * MESSAGES {
+                    assert!(
+                        started.elapsed().as_secs() < 90,
+                        "stuck with {} of {} messages",
+                        received.len(),
+                        SENDERS * MESSAGES
+                    );
+                    let path = format!(
+                        "/_matrix/client/v3/sync?timeout=2000&filter={filter}&since={}",
+                        enc(&since)
+                    );
+                    let response = client.call(reqwest::Method::GET, &path, None).await;
+                    assert_ne!(
+                        response["rooms"]["join"][&room]["timeline"]["limited"], true,
+                        "a gap"
+                    );
+                    for event in timeline(&response, &room) {
+                        if event["type"] == "m.room.message" {
+                            received.push(event["event_id"].as_str().unwrap().to_owned());
+                        }
+                    }
+                    since = response["next_batch"].as_str().unwrap().to_owned();
+                }
+                received
+            })
+        })
+        .collect();
+    let sending: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            let room = room.clone();
+            tokio::spawn(async move {
+                for n in 0..MESSAGES {
+                    let path = format!(
+                        "/_matrix/client/v3/rooms/{}/send/m.room.message/t{n}",
+                        enc(&room)
+                    );
+                    client
+                        .call(
+                            reqwest::Method::PUT,
+                            &path,
+                            Some(json!({ "msgtype": "m.text", "body": n.to_string() })),
+                        )
+                        .await;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    server.restart().await;
+    *base.write().unwrap() = server.base_url.clone();
+    for task in sending {
+        task.await.unwrap();
+    }
+    let expected = server
+        .count(&format!("SELECT count(*) AS n FROM events WHERE room_id = '{room}' AND event_type = 'm.room.message'"))
+        .await;
+    assert_eq!(
+        expected as usize,
+        SENDERS * MESSAGES,
+        "retried sends stayed idempotent across the restart"
+    );
+    let mut orders = Vec::new();
+    for task in receiving {
+        let received = task.await.unwrap();
+        assert_eq!(
+            received.iter().collect::<HashSet<_>>().len(),
+            SENDERS * MESSAGES,
+            "missed or duplicated"
+        );
+        orders.push(received);
+    }
+    assert!(
+        orders.windows(2).all(|w| w[0] == w[1]),
+        "receivers disagree on the order"
+    );
+}
