@@ -131,24 +131,11 @@ async fn a_limited_timeline_gives_a_prev_batch_that_messages_fills_exactly() {
     );
 
     // Backwards from prev_batch until the previous sync's token: exactly the 20 missing ones.
-    let mut missing = Vec::new();
-    let mut from = section["prev_batch"].as_str().unwrap().to_owned();
-    loop {
-        let path = format!(
-            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=7&from={}&to={}",
-            enc(&room),
-            enc(&from),
-            enc(&since)
-        );
-        let page = bob.get(&path).await.ok();
-        let chunk: Vec<&Value> = page["chunk"].as_array().unwrap().iter().collect();
-        missing.extend(bodies(&chunk));
-        match page["end"].as_str() {
-            Some(end) if !chunk.is_empty() => from = end.to_owned(),
-            _ => break,
-        }
-    }
-    missing.reverse();
+    let prev_batch = section["prev_batch"].as_str().unwrap();
+    let gap = bob
+        .page_back(&room, Some(prev_batch), Some(&since), 7)
+        .await;
+    let missing = bodies(&gap.iter().collect::<Vec<_>>());
     assert_eq!(
         missing,
         (0..20).map(|n| format!("message {n}")).collect::<Vec<_>>()

@@ -24,29 +24,14 @@ async fn receive_all(client: Client, room: String, expected: usize) -> Vec<Strin
         let response = client.sync(Some(&since), 5_000, Some(&filter)).await;
         let section = &response["rooms"]["join"][&room]["timeline"];
         if section["limited"] == true {
-            let mut gap = Vec::new();
-            let mut from = section["prev_batch"].as_str().unwrap().to_owned();
-            loop {
-                let path = format!(
-                    "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50&from={}&to={}",
-                    enc(&room),
-                    enc(&from),
-                    enc(&since)
-                );
-                let page = client.get(&path).await.ok();
-                let chunk = page["chunk"].as_array().unwrap();
-                gap.extend(
-                    chunk
-                        .iter()
-                        .filter(|e| e["type"] == "m.room.message")
-                        .map(|e| e["event_id"].as_str().unwrap().to_owned()),
-                );
-                match page["end"].as_str() {
-                    Some(end) if !chunk.is_empty() => from = end.to_owned(),
-                    _ => break,
-                }
-            }
-            gap.reverse();
+            let prev_batch = section["prev_batch"].as_str().unwrap();
+            let gap: Vec<String> = client
+                .page_back(&room, Some(prev_batch), Some(&since), 50)
+                .await
+                .iter()
+                .filter(|e| e["type"] == "m.room.message")
+                .map(|e| e["event_id"].as_str().unwrap().to_owned())
+                .collect();
             received.extend(gap);
         }
         for event in timeline(&response, &room) {

@@ -277,3 +277,40 @@ pub fn timeline<'a>(sync: &'a Value, room_id: &str) -> Vec<&'a Value> {
         .map(|a| a.iter().collect())
         .unwrap_or_default()
 }
+
+impl Client {
+    /// Pages `/messages` backwards from `from` (down to `to`, if given) with pages of `limit`
+    /// until the end, returning the events oldest first.
+    pub async fn page_back(
+        &self,
+        room_id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+        limit: u32,
+    ) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut from = from.map(str::to_owned);
+        loop {
+            let mut path = format!(
+                "/_matrix/client/v3/rooms/{}/messages?dir=b&limit={limit}",
+                enc(room_id)
+            );
+            if let Some(from) = &from {
+                path.push_str(&format!("&from={}", enc(from)));
+            }
+            if let Some(to) = to {
+                path.push_str(&format!("&to={}", enc(to)));
+            }
+            let page = self.get(&path).await.ok();
+            let chunk = page["chunk"].as_array().cloned().unwrap_or_default();
+            let done = chunk.is_empty();
+            events.extend(chunk);
+            match page["end"].as_str() {
+                Some(end) if !done => from = Some(end.to_owned()),
+                _ => break,
+            }
+        }
+        events.reverse();
+        events
+    }
+}
