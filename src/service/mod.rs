@@ -50,7 +50,7 @@ impl Services {
         let config = Arc::new(config);
         let keys = Arc::new(keys::ServerKeys::load_or_create(&db).await?);
         let sessions = Arc::new(sessions::Sessions::new(db.clone(), config.clone()));
-        let notifier = notifier::Notifier::new(db.clone());
+        let notifier = notifier::Notifier::new(db.clone(), sessions.clone());
         Ok(Arc::new(Services {
             sync: sync::Sync::new(db.clone(), notifier.clone()),
             notifier,

@@ -1,7 +1,8 @@
 //! Wake-ups for long-polling `/sync` requests.
 //!
 //! Writers send `NOTIFY` inside their transaction (delivered at commit): `myelin_room` with a
-//! room ID, `myelin_user` with a user ID. Every server process LISTENs and wakes the waiting
+//! room ID, `myelin_user` with a user ID. Revoked tokens are announced on `myelin_token` so
+//! every process drops them from its token cache. Every server process LISTENs and wakes the waiting
 //! syncs of the users concerned, so a sync served by one process sees writes made through
 //! another. Wake-ups only say "look again": what a sync returns is always read from the
 //! database, so a lost notification delays a response but never loses an event.
@@ -16,24 +17,29 @@ use futures_util::{stream, StreamExt};
 use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
+use super::sessions::Sessions;
 use crate::storage::{rooms as store, Db};
 
 /// Channel for room changes (payload: room ID).
 pub const ROOM_CHANNEL: &str = "myelin_room";
 /// Channel for per-user changes (payload: user ID).
 pub const USER_CHANNEL: &str = "myelin_user";
+/// Channel for revoked access tokens (payload: comma-separated hex SHA-256 hashes).
+pub const TOKEN_CHANNEL: &str = "myelin_token";
 
 /// Per-user wake-up handles.
 pub struct Notifier {
     db: Db,
+    sessions: Arc<Sessions>,
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
 impl Notifier {
     /// Creates the notifier (call [`Notifier::listen`] to receive notifications).
-    pub fn new(db: Db) -> Arc<Self> {
+    pub fn new(db: Db, sessions: Arc<Sessions>) -> Arc<Self> {
         Arc::new(Notifier {
             db,
+            sessions,
             waiters: Mutex::new(HashMap::new()),
         })
     }
@@ -121,12 +127,17 @@ impl Notifier {
             Ok(())
         });
         client
-            .batch_execute(&format!("LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL};"))
+            .batch_execute(&format!(
+                "LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL}; LISTEN {TOKEN_CHANNEL};"
+            ))
             .await?;
         while let Some((channel, payload)) = receiver.recv().await {
             let notifier = self.clone();
             if channel == ROOM_CHANNEL {
                 tokio::spawn(async move { notifier.wake_room(&payload).await });
+            } else if channel == TOKEN_CHANNEL {
+                let hashes: Vec<String> = payload.split(',').map(str::to_owned).collect();
+                notifier.sessions.forget_cached_hex(&hashes);
             } else {
                 notifier.wake_user(&payload);
             }

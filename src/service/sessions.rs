@@ -2,8 +2,9 @@
 //!
 //! Tokens are 256 random bits; only their SHA-256 is stored. Revocation removes the hash
 //! from the cache in the same call that deletes it from the database, so a logged-out token
-//! stops working at once in this process. Cached entries also expire after
-//! [`CACHE_TTL`], which bounds how long another server process may still accept it.
+//! stops working at once in this process; a `NOTIFY` tells the other server processes to
+//! drop it too. Cached entries also expire after [`CACHE_TTL`], which bounds the damage if
+//! that notification is lost.
 
 use std::{
     num::NonZeroUsize,
@@ -170,22 +171,51 @@ impl Sessions {
         })
     }
 
-    /// Forgets cached lookups of tokens that were just deleted from the database.
+    /// Forgets cached lookups of tokens that were just deleted from the database, here and
+    /// (through `NOTIFY`) in every other server process sharing the database.
     pub fn forget_cached(&self, hashes: &[Vec<u8>]) {
+        let hex: Vec<String> = hashes
+            .iter()
+            .map(|h| h.iter().map(|b| format!("{b:02x}")).collect())
+            .collect();
+        self.forget_cached_hex(&hex);
+        if hex.is_empty() {
+            return;
+        }
+        let db = self.db.clone();
+        tokio::spawn(async move {
+            let result = async {
+                let mut conn = db.conn().await?;
+                // NOTIFY payloads are limited to 8000 bytes: 100 hashes of 64 characters fit.
+                for chunk in hex.chunks(100) {
+                    crate::storage::rooms::notify(
+                        &mut conn,
+                        super::notifier::TOKEN_CHANNEL,
+                        &chunk.join(","),
+                    )
+                    .await?;
+                }
+                Ok::<_, Error>(())
+            }
+            .await;
+            if let Err(err) = result {
+                tracing::warn!("could not tell other processes about revoked tokens: {err}");
+            }
+        });
+    }
+
+    /// Forgets cached lookups by hex-encoded token hash (revocations announced by other processes).
+    pub fn forget_cached_hex(&self, hashes: &[String]) {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        for hash in hashes {
-            if let Ok(hash) = TokenHash::try_from(hash.as_slice()) {
+        for hex in hashes {
+            let bytes: Option<Vec<u8>> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .collect();
+            if let Some(hash) = bytes.and_then(|b| TokenHash::try_from(b.as_slice()).ok()) {
                 cache.pop(&hash);
             }
         }
-    }
-
-    /// Revokes every token of one device (logout).
-    pub async fn revoke_device(&self, user_id: &str, device_id: &str) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        let hashes = devices::delete_device_tokens(&mut conn, user_id, device_id).await?;
-        self.forget_cached(&hashes);
-        Ok(())
     }
 
     /// Exchanges a refresh token for new tokens; the old pair stops working at once.

@@ -427,3 +427,32 @@ async fn login_is_rate_limited_when_limits_are_on() {
     limited.assert_error(429, "M_LIMIT_EXCEEDED");
     assert!(limited.body["retry_after_ms"].as_u64().unwrap() > 0);
 }
+
+#[tokio::test]
+async fn logout_through_one_process_revokes_the_token_cached_by_another() {
+    let server = TestServer::start().await;
+    let second = server.second_process().await;
+    let user = server.register("multi").await;
+    let mut via_second = user.clone();
+    via_second.base = second.base_url.clone();
+    // The second process now has the token in its cache.
+    via_second
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .ok();
+    user.post("/_matrix/client/v3/logout", json!({})).await.ok();
+    let started = std::time::Instant::now();
+    loop {
+        let response = via_second.get("/_matrix/client/v3/account/whoami").await;
+        if response.status == 401 {
+            response.assert_error(401, "M_UNKNOWN_TOKEN");
+            break;
+        }
+        // Well under the cache's 10 s lifetime: the revocation must have been announced.
+        assert!(
+            started.elapsed().as_millis() < 2_000,
+            "the other process still accepts the token"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
