@@ -171,6 +171,10 @@ pub async fn get_events(
     conn: &mut AsyncPgConnection,
     event_ids: &[String],
 ) -> QueryResult<Vec<EventRow>> {
+    // Callers often have nothing to look up (no redactions on a page): skip the round trip.
+    if event_ids.is_empty() {
+        return Ok(Vec::new());
+    }
     events::table
         .filter(events::event_id.eq_any(event_ids))
         .select(EventRow::as_select())
