@@ -201,23 +201,6 @@ pub async fn get_room_events_between(
         .await
 }
 
-/// Up to `limit` events of a room before stream position `before`, newest first.
-pub async fn get_room_events_before(
-    conn: &mut AsyncPgConnection,
-    room_id: &str,
-    before: i64,
-    limit: i64,
-) -> QueryResult<Vec<EventRow>> {
-    events::table
-        .filter(events::room_id.eq(room_id))
-        .filter(events::stream_ordering.lt(before))
-        .order(events::stream_ordering.desc())
-        .limit(limit)
-        .select(EventRow::as_select())
-        .load(conn)
-        .await
-}
-
 /// The event of a room closest to a timestamp, in the given direction.
 pub async fn get_event_near_ts(
     conn: &mut AsyncPgConnection,

@@ -78,14 +78,7 @@ impl Rooms {
     ) -> Result<OwnedRoomId> {
         let room_id = self.resolve_room(room).await?;
         let mut conn = self.db.conn().await?;
-        if store::get_room(&mut conn, room_id.as_str())
-            .await?
-            .is_none()
-        {
-            return Err(Error::not_found(
-                "No known servers for this room (federation is not supported yet)",
-            ));
-        }
+        self.ensure_local_room(&mut conn, &room_id).await?;
         if let Some((membership, _)) =
             store::get_membership(&mut conn, room_id.as_str(), user_id.as_str()).await?
         {
@@ -177,6 +170,20 @@ impl Rooms {
         Err(Error::forbidden(
             "No local member of the room can authorise the join",
         ))
+    }
+
+    /// `M_NOT_FOUND` unless this server knows the room (joining remote rooms needs federation).
+    async fn ensure_local_room(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_id: &RoomId,
+    ) -> Result<()> {
+        match store::get_room(conn, room_id.as_str()).await? {
+            Some(_) => Ok(()),
+            None => Err(Error::not_found(
+                "No known servers for this room (federation is not supported yet)",
+            )),
+        }
     }
 
     /// `M_NOT_FOUND` unless the room exists here.
@@ -332,14 +339,7 @@ impl Rooms {
     ) -> Result<OwnedRoomId> {
         let room_id = self.resolve_room(room).await?;
         let mut conn = self.db.conn().await?;
-        if store::get_room(&mut conn, room_id.as_str())
-            .await?
-            .is_none()
-        {
-            return Err(Error::not_found(
-                "No known servers for this room (federation is not supported yet)",
-            ));
-        }
+        self.ensure_local_room(&mut conn, &room_id).await?;
         let profile = self.member_profile(&mut conn, user_id).await?;
         drop(conn);
         self.set_membership(

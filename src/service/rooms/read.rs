@@ -295,10 +295,11 @@ impl Rooms {
         let after_limit = limit - before_limit;
         let mut visibility = Visibility::new(user_id);
         let mut before = Vec::new();
-        for row in store::get_room_events_before(
+        for row in store::get_room_events_desc(
             &mut conn,
             room_id.as_str(),
-            target.stream_ordering,
+            0,
+            target.stream_ordering - 1,
             before_limit,
         )
         .await?
