@@ -49,6 +49,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    receipts (room_id, user_id, receipt_type, thread_id) {
+        room_id -> Text,
+        user_id -> Text,
+        receipt_type -> Text,
+        thread_id -> Text,
+        event_id -> Text,
+        event_stream -> Int8,
+        ts -> Int8,
+        stream_ordering -> Int8,
+    }
+}
+
+diesel::table! {
     refresh_tokens (token_hash) {
         token_hash -> Bytea,
         user_id -> Text,
@@ -204,6 +217,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     events,
     filters,
     profile_fields,
+    receipts,
     refresh_tokens,
     registration_tokens,
     room_aliases,

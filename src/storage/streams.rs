@@ -12,6 +12,8 @@ use super::schema::stream_positions;
 pub const EVENTS: &str = "events";
 /// The account-data stream.
 pub const ACCOUNT_DATA: &str = "account_data";
+/// The read-receipt stream.
+pub const RECEIPTS: &str = "receipts";
 
 /// Takes the next position of a stream (call it last in the transaction: it serialises commits).
 pub async fn next_position(conn: &mut AsyncPgConnection, stream: &str) -> QueryResult<i64> {

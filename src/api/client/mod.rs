@@ -9,6 +9,7 @@ pub mod events;
 pub mod filters;
 pub mod profile;
 pub mod push_rules;
+pub mod receipts;
 pub mod register;
 pub mod rooms;
 pub mod session;

@@ -6,6 +6,7 @@ pub mod membership;
 pub mod messages;
 pub mod pdu;
 pub mod read;
+pub mod receipts;
 pub mod send;
 pub mod upgrade;
 pub mod visibility;

@@ -281,12 +281,17 @@ impl Sync {
         let events_position = self.index.refresh().await?;
         let mut conn = self.db.conn().await?;
         let account_position = streams::current_position(&mut conn, streams::ACCOUNT_DATA).await?;
+        let receipts_position = streams::current_position(&mut conn, streams::RECEIPTS).await?;
         let next = SyncToken {
             events: events_position,
             account_data: account_position,
+            receipts: receipts_position,
         };
         if let Some(since) = request.since {
-            if since.events > next.events || since.account_data > next.account_data {
+            if since.events > next.events
+                || since.account_data > next.account_data
+                || since.receipts > next.receipts
+            {
                 return Err(Error::invalid_param(
                     "Unknown sync token (it is not from this server)",
                 ));
@@ -324,6 +329,20 @@ impl Sync {
 
         let ignored = crate::service::account_data::ignored_users(&mut conn, user).await?;
         let memberships = store::get_user_memberships(&mut conn, user).await?;
+        let joined_rooms: Vec<String> = memberships
+            .iter()
+            .filter(|m| m.1 == "join")
+            .map(|m| m.0.clone())
+            .collect();
+        let mut receipts = self
+            .receipts(
+                &mut conn,
+                &joined_rooms,
+                request.since.map_or(0, |s| s.receipts),
+                receipts_position,
+                user,
+            )
+            .await?;
         let changed: HashSet<&str> = match since {
             Some(since) => self
                 .index
@@ -343,7 +362,11 @@ impl Sync {
             let data = room_data.remove(room_id).unwrap_or_default();
             match membership.as_str() {
                 "join" => {
-                    if !membership_changed && !changed.contains(room_id.as_str()) && data.is_empty()
+                    let receipt = receipts.remove(room_id);
+                    if !membership_changed
+                        && !changed.contains(room_id.as_str())
+                        && data.is_empty()
+                        && receipt.is_none()
                     {
                         continue;
                     }
@@ -365,12 +388,14 @@ impl Sync {
                         && section["state"]["events"]
                             .as_array()
                             .is_none_or(Vec::is_empty)
-                        && data.is_empty();
+                        && data.is_empty()
+                        && receipt.is_none();
                     if is_empty && range.since.is_some() {
                         continue;
                     }
                     section["account_data"] = json!({ "events": data });
-                    section["ephemeral"] = json!({ "events": [] });
+                    section["ephemeral"] =
+                        json!({ "events": receipt.into_iter().collect::<Vec<_>>() });
                     section["summary"] = self.summary(&mut conn, room_id, user).await?;
                     join.insert(room_id.clone(), section);
                 }
@@ -553,6 +578,35 @@ impl Sync {
             }
         }
         Ok(())
+    }
+
+    /// `m.receipt` events per room for receipts changed in `(after, up_to]`; other users'
+    /// private receipts are never included.
+    async fn receipts(
+        &self,
+        conn: &mut AsyncPgConnection,
+        room_ids: &[String],
+        after: i64,
+        up_to: i64,
+        user: &str,
+    ) -> Result<HashMap<String, Value>> {
+        let mut by_room: HashMap<String, Value> = HashMap::new();
+        for receipt in
+            crate::storage::receipts::get_receipts_changed(conn, room_ids, after, up_to).await?
+        {
+            if receipt.receipt_type != "m.read" && receipt.user_id != user {
+                continue;
+            }
+            let event = by_room
+                .entry(receipt.room_id.clone())
+                .or_insert_with(|| json!({ "type": "m.receipt", "content": {} }));
+            let mut entry = json!({ "ts": receipt.ts });
+            if !receipt.thread_id.is_empty() {
+                entry["thread_id"] = Value::from(receipt.thread_id.clone());
+            }
+            event["content"][&receipt.event_id][&receipt.receipt_type][&receipt.user_id] = entry;
+        }
+        Ok(by_room)
     }
 
     /// Member counts and heroes.

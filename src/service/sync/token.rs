@@ -1,6 +1,6 @@
 //! Sync tokens (`next_batch`/`since`) and pagination tokens (`prev_batch`, `/messages`).
 //!
-//! A sync token holds one position per stream: `s{events}_{account_data}`. Streams added later
+//! A sync token holds one position per stream: `s{events}_{account_data}_{receipts}`. Streams added later
 //! append positions; older tokens with fewer positions read the missing ones as 0. A pagination
 //! token `t{N}` is a point in a room's history between the event at position N and the next.
 
@@ -13,10 +13,12 @@ pub struct SyncToken {
     pub events: i64,
     /// Account data stream.
     pub account_data: i64,
+    /// Read-receipt stream.
+    pub receipts: i64,
 }
 
 impl SyncToken {
-    /// Parses `s{events}_{account_data}`; anything else is `M_INVALID_PARAM`.
+    /// Parses `s{events}_{account_data}_{receipts}`; anything else is `M_INVALID_PARAM`.
     pub fn parse(token: &str) -> Result<Self> {
         let invalid = || Error::invalid_param(format!("Invalid sync token: {token}"));
         let body = token.strip_prefix('s').ok_or_else(invalid)?;
@@ -24,20 +26,27 @@ impl SyncToken {
             .split('_')
             .map(|p| p.parse::<i64>().ok().filter(|n| *n >= 0));
         let events = positions.next().flatten().ok_or_else(invalid)?;
-        let account_data = match positions.next() {
-            Some(position) => position.ok_or_else(invalid)?,
-            None => 0,
+        let mut next = || match positions.next() {
+            Some(position) => position.ok_or_else(invalid),
+            None => Ok(0),
         };
+        let account_data = next()?;
+        let receipts = next()?;
         Ok(SyncToken {
             events,
             account_data,
+            receipts,
         })
     }
 }
 
 impl std::fmt::Display for SyncToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "s{}_{}", self.events, self.account_data)
+        write!(
+            f,
+            "s{}_{}_{}",
+            self.events, self.account_data, self.receipts
+        )
     }
 }
 
@@ -70,13 +79,15 @@ mod tests {
         let token = SyncToken {
             events: 42,
             account_data: 7,
+            receipts: 3,
         };
         assert_eq!(SyncToken::parse(&token.to_string()).unwrap(), token);
         assert_eq!(
             SyncToken::parse("s5").unwrap(),
             SyncToken {
                 events: 5,
-                account_data: 0
+                account_data: 0,
+                receipts: 0
             }
         );
         for bad in ["", "s", "x5_1", "s-1_2", "sabc", "s1_x", "s1_-3"] {

@@ -1,0 +1,150 @@
+//! Read receipts and read markers, delivered through `/sync`'s ephemeral section.
+
+use serde_json::{json, Value};
+
+use crate::support::{client::enc, Client, TestServer};
+
+fn receipts(sync: &Value, room: &str) -> Vec<Value> {
+    sync["rooms"]["join"][room]["ephemeral"]["events"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .filter(|e| e["type"] == "m.receipt")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn receipt(
+    client: &Client,
+    room: &str,
+    kind: &str,
+    event: &str,
+) -> crate::support::client::Response {
+    let path = format!(
+        "/_matrix/client/v3/rooms/{}/receipt/{kind}/{}",
+        enc(room),
+        enc(event)
+    );
+    client.post(&path, json!({})).await
+}
+
+#[tokio::test]
+async fn public_receipts_reach_members_and_private_ones_only_their_owner() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let first = alice.send_text(&room, "1", "one").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = alice.send_text(&room, "2", "two").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let alice_since = alice.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bob_since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    receipt(&bob, &room, "m.read.private", &first).await.ok();
+    let alice_view = alice.sync(Some(&alice_since), 0, None).await;
+    assert!(
+        receipts(&alice_view, &room).is_empty(),
+        "a private receipt leaked to another user"
+    );
+    let bob_view = bob.sync(Some(&bob_since), 0, None).await;
+    let own = receipts(&bob_view, &room);
+    assert!(own[0]["content"][&first]["m.read.private"]["@bob:localhost"]["ts"].is_u64());
+
+    receipt(&bob, &room, "m.read", &second).await.ok();
+    let alice_next = alice
+        .sync(Some(alice_view["next_batch"].as_str().unwrap()), 0, None)
+        .await;
+    let public = receipts(&alice_next, &room);
+    assert!(
+        public[0]["content"][&second]["m.read"]["@bob:localhost"].is_object(),
+        "{public:?}"
+    );
+    assert!(
+        public[0]["content"].get(&first).is_none(),
+        "only what changed since the token"
+    );
+
+    // A receipt for an earlier event does not move the read position back.
+    receipt(&bob, &room, "m.read", &first).await.ok();
+    let after = alice
+        .sync(Some(alice_next["next_batch"].as_str().unwrap()), 0, None)
+        .await;
+    assert!(
+        receipts(&after, &room).is_empty(),
+        "the read position moved back"
+    );
+}
+
+#[tokio::test]
+async fn read_markers_set_fully_read_and_receipts() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    let event = alice.send_text(&room, "1", "one").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let since = alice.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/_matrix/client/v3/rooms/{}/read_markers", enc(&room));
+    alice
+        .post(
+            &path,
+            json!({ "m.fully_read": event, "m.read.private": event }),
+        )
+        .await
+        .ok();
+    let sync = alice.sync(Some(&since), 0, None).await;
+    let data = sync["rooms"]["join"][&room]["account_data"]["events"]
+        .as_array()
+        .unwrap();
+    assert!(data
+        .iter()
+        .any(|e| e["type"] == "m.fully_read" && e["content"]["event_id"] == event.as_str()));
+    assert_eq!(receipts(&sync, &room).len(), 1);
+    let marker = alice
+        .get(&format!(
+            "/_matrix/client/v3/user/@alice:localhost/rooms/{}/account_data/m.fully_read",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(marker["event_id"], event.as_str());
+}
+
+#[tokio::test]
+async fn bad_receipts_get_matrix_errors() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let outsider = server.register("outsider").await;
+    let room = alice.create_room(json!({})).await;
+    let event = alice.send_text(&room, "1", "one").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    receipt(&alice, &room, "m.read", "$unknown")
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    receipt(&outsider, &room, "m.read", &event)
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    let bad_type = receipt(&alice, &room, "m.bogus", &event).await;
+    assert_eq!(bad_type.status, 400, "{}", bad_type.body);
+}
