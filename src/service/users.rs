@@ -372,14 +372,6 @@ impl Users {
         }
     }
 
-    /// Whether the user exists on this server.
-    pub async fn exists(&self, user_id: &UserId) -> Result<bool> {
-        let mut conn = self.db.conn().await?;
-        Ok(users::get_user(&mut conn, user_id.as_str())
-            .await?
-            .is_some())
-    }
-
     /// The user's profile fields; `M_NOT_FOUND` when the user does not exist.
     pub async fn get_profile(&self, user_id: &UserId) -> Result<Vec<(String, Value)>> {
         let mut conn = self.db.conn().await?;

@@ -281,19 +281,6 @@ pub async fn insert_txn(
         .map(drop)
 }
 
-/// The transaction ID and device of a sent event (for the sender's remote echo).
-pub async fn get_event_txn(
-    conn: &mut AsyncPgConnection,
-    event_id: &str,
-) -> QueryResult<Option<(String, String)>> {
-    event_txns::table
-        .filter(event_txns::event_id.eq(event_id))
-        .select((event_txns::device_id, event_txns::txn_id))
-        .first(conn)
-        .await
-        .optional()
-}
-
 /// The room's forward extremities with their depths.
 pub async fn get_forward_extremities(
     conn: &mut AsyncPgConnection,
@@ -497,24 +484,6 @@ pub async fn forget_room(
     .execute(conn)
     .await?;
     Ok(updated > 0)
-}
-
-/// Whether two users share a joined room.
-pub async fn share_a_room(conn: &mut AsyncPgConnection, a: &str, b: &str) -> QueryResult<bool> {
-    let (m1, m2) = diesel::alias!(room_memberships as m1, room_memberships as m2);
-    let shared = m1
-        .inner_join(
-            m2.on(m2
-                .field(room_memberships::room_id)
-                .eq(m1.field(room_memberships::room_id))),
-        )
-        .filter(m1.field(room_memberships::user_id).eq(a))
-        .filter(m1.field(room_memberships::membership).eq("join"))
-        .filter(m2.field(room_memberships::user_id).eq(b))
-        .filter(m2.field(room_memberships::membership).eq("join"));
-    diesel::select(diesel::dsl::exists(shared))
-        .get_result(conn)
-        .await
 }
 
 /// Creates an alias; a taken alias fails with a unique violation.

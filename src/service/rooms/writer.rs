@@ -166,16 +166,6 @@ impl<'c> RoomWriter<'c> {
             .ok_or_else(|| Error::internal("room has no create event yet"))
     }
 
-    /// The room version.
-    pub fn version(&self) -> &RoomVersionId {
-        &self.version
-    }
-
-    /// The room version's rules.
-    pub fn rules(&self) -> &RoomVersionRules {
-        &self.rules
-    }
-
     /// The connection, for statements that belong to the same transaction.
     pub fn conn(&mut self) -> &mut AsyncPgConnection {
         self.conn
@@ -195,17 +185,6 @@ impl<'c> RoomWriter<'c> {
         let id = store::get_current_state_id(self.conn, &room_id, kind, state_key).await?;
         self.state.insert(key, id.clone());
         Ok(id)
-    }
-
-    /// The current state event of `(type, state_key)`, loaded.
-    pub async fn state_event(&mut self, kind: &str, state_key: &str) -> Result<Option<Pdu>> {
-        let Some(id) = self.state_id(kind, state_key).await? else {
-            return Ok(None);
-        };
-        self.load(std::slice::from_ref(&id)).await?;
-        Ok(EventId::parse(&id)
-            .ok()
-            .and_then(|id| self.pdus.get(&id).cloned()))
     }
 
     async fn load(&mut self, ids: &[String]) -> Result<()> {
