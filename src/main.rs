@@ -38,6 +38,18 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// Recompute a user's unread counts from events, receipts and push rules and report any
+    /// difference from what the server maintains (exit status 1 when there is one).
+    CheckUnread {
+        /// The user (`@alice:example.org`).
+        user: String,
+        /// Only this room (default: every room the user is joined to).
+        #[arg(long)]
+        room: Option<String>,
+        /// Replace what differs with the recomputed values.
+        #[arg(long)]
+        fix: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -141,6 +153,41 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
             server::serve(services, listener)
                 .await
                 .map_err(|e| e.to_string())
+        }
+        Command::CheckUnread { user, room, fix } => {
+            let user_id = ruma::UserId::parse(user.as_str()).map_err(|e| format!("{user}: {e}"))?;
+            let room_id = room
+                .as_deref()
+                .map(ruma::RoomId::parse)
+                .transpose()
+                .map_err(|e| format!("room: {e}"))?;
+            let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
+            let reports = services
+                .rooms
+                .check_unread(&user_id, room_id.as_deref(), fix)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut differences = 0;
+            for (room_id, report) in &reports {
+                println!(
+                    "{room_id}: {} push action(s) expected, {} missing, {} unexpected{}",
+                    report.expected,
+                    report.missing.len(),
+                    report.unexpected.len(),
+                    if fix && !report.is_consistent() {
+                        " (fixed)"
+                    } else {
+                        ""
+                    }
+                );
+                differences += usize::from(!report.is_consistent());
+            }
+            if differences > 0 && !fix {
+                return Err(format!(
+                    "{differences} room(s) differ; run again with --fix to repair"
+                ));
+            }
+            Ok(())
         }
         Command::User {
             command:

@@ -188,6 +188,24 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::filter::create_filter::v3::Request, _, _>(filters::create_filter_route);
     t.ruma::<r::filter::get_filter::v3::Request, _, _>(filters::get_filter_route);
     t.ruma::<r::push::get_pushrules_all::v3::Request, _, _>(push_rules::get_pushrules_all_route);
+    t.ruma::<r::push::get_pushrules_global_scope::v3::Request, _, _>(
+        push_rules::get_pushrules_global_route,
+    );
+    t.ruma::<r::push::get_pushrule::v3::Request, _, _>(push_rules::get_pushrule_route);
+    t.ruma::<r::push::set_pushrule::v3::Request, _, _>(push_rules::set_pushrule_route);
+    t.ruma::<r::push::delete_pushrule::v3::Request, _, _>(push_rules::delete_pushrule_route);
+    t.ruma::<r::push::get_pushrule_enabled::v3::Request, _, _>(
+        push_rules::get_pushrule_enabled_route,
+    );
+    t.ruma::<r::push::set_pushrule_enabled::v3::Request, _, _>(
+        push_rules::set_pushrule_enabled_route,
+    );
+    t.ruma::<r::push::get_pushrule_actions::v3::Request, _, _>(
+        push_rules::get_pushrule_actions_route,
+    );
+    t.ruma::<r::push::set_pushrule_actions::v3::Request, _, _>(
+        push_rules::set_pushrule_actions_route,
+    );
 
     t.ruma::<r::room::create_room::v3::Request, _, _>(rooms::create_room_route);
     t.ruma::<r::membership::join_room_by_id_or_alias::v3::Request, _, _>(

@@ -4,6 +4,7 @@ pub mod account_data;
 pub mod keys;
 pub mod notifier;
 pub mod passwords;
+pub mod push_rules;
 pub mod rate_limit;
 pub mod registration_tokens;
 pub mod rooms;
@@ -42,6 +43,8 @@ pub struct Services {
     pub notifier: Arc<notifier::Notifier>,
     /// `/sync`.
     pub sync: sync::Sync,
+    /// Users' push rules.
+    pub push_rules: push_rules::PushRules,
 }
 
 impl Services {
@@ -61,6 +64,7 @@ impl Services {
             rate_limit: rate_limit::RateLimiter::new(&config),
             account_data: account_data::AccountData::new(db.clone()),
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
+            push_rules: push_rules::PushRules::new(db.clone()),
             sessions,
             config,
             db,

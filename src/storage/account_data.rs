@@ -104,3 +104,33 @@ pub async fn get_account_data_changed(
         .load(conn)
         .await
 }
+
+/// Serialises read-modify-write cycles on one entry until the transaction ends (an advisory
+/// lock, so it also holds while the entry does not exist yet).
+pub async fn lock_account_data_row(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    room_id: &str,
+    data_type: &str,
+) -> QueryResult<()> {
+    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind::<diesel::sql_types::Text, _>(format!("{user_id} {room_id} {data_type}"))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// One global account-data type for several users: `(user_id, content)` for those who have it.
+pub async fn get_global_account_data_of_users(
+    conn: &mut AsyncPgConnection,
+    user_ids: &[&str],
+    data_type: &str,
+) -> QueryResult<Vec<(String, Value)>> {
+    account_data::table
+        .filter(account_data::user_id.eq_any(user_ids))
+        .filter(account_data::room_id.eq(GLOBAL))
+        .filter(account_data::data_type.eq(data_type))
+        .select((account_data::user_id, account_data::content))
+        .load(conn)
+        .await
+}

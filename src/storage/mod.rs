@@ -5,6 +5,7 @@
 
 pub mod account_data;
 pub mod devices;
+pub mod push;
 pub mod receipts;
 pub mod registration;
 pub mod rooms;

@@ -382,6 +382,7 @@ pub async fn set_membership(
     room_id: &str,
     user_id: &str,
     membership: &str,
+    display_name: Option<&str>,
     event_id: &str,
     stream_ordering: i64,
 ) -> QueryResult<()> {
@@ -390,6 +391,7 @@ pub async fn set_membership(
             room_memberships::room_id.eq(room_id),
             room_memberships::user_id.eq(user_id),
             room_memberships::membership.eq(membership),
+            room_memberships::display_name.eq(display_name),
             room_memberships::event_id.eq(event_id),
             room_memberships::stream_ordering.eq(stream_ordering),
         ))
@@ -397,6 +399,7 @@ pub async fn set_membership(
         .do_update()
         .set((
             room_memberships::membership.eq(membership),
+            room_memberships::display_name.eq(display_name),
             room_memberships::event_id.eq(event_id),
             room_memberships::stream_ordering.eq(stream_ordering),
             room_memberships::forgotten.eq(false),
@@ -702,4 +705,37 @@ pub async fn get_membership_position(
         .first(conn)
         .await
         .optional()
+}
+
+#[derive(QueryableByName)]
+struct StretchStart {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    stream_ordering: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    state_group: i64,
+}
+
+/// Where a user's current stretch of being joined began: the stream position and state group
+/// of the first join after their last non-join membership (display name changes are joins too).
+pub async fn get_membership_stretch_start(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<Option<(i64, i64)>> {
+    let start: Option<StretchStart> = diesel::sql_query(
+        "SELECT stream_ordering, state_group FROM events
+         WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2
+           AND pdu->'content'->>'membership' = 'join'
+           AND stream_ordering > COALESCE((
+               SELECT MAX(stream_ordering) FROM events
+               WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2
+                 AND pdu->'content'->>'membership' <> 'join'), 0)
+         ORDER BY stream_ordering LIMIT 1",
+    )
+    .bind::<diesel::sql_types::Text, _>(room_id)
+    .bind::<diesel::sql_types::Text, _>(user_id)
+    .get_result(conn)
+    .await
+    .optional()?;
+    Ok(start.map(|s| (s.stream_ordering, s.state_group)))
 }

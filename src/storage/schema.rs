@@ -162,6 +162,39 @@ diesel::table! {
         event_id -> Text,
         stream_ordering -> Int8,
         forgotten -> Bool,
+        display_name -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    event_push_actions (user_id, room_id, stream_ordering) {
+        user_id -> Text,
+        room_id -> Text,
+        event_id -> Text,
+        stream_ordering -> Int8,
+        thread_id -> Text,
+        notify -> Bool,
+        highlight -> Bool,
+        unread -> Bool,
+        actions -> Jsonb,
+        ts -> Int8,
+    }
+}
+
+diesel::table! {
+    pushers (user_id, app_id, pushkey) {
+        user_id -> Text,
+        app_id -> Text,
+        pushkey -> Text,
+        kind -> Text,
+        app_display_name -> Text,
+        device_display_name -> Text,
+        profile_tag -> Nullable<Text>,
+        lang -> Text,
+        data -> Jsonb,
+        device_id -> Nullable<Text>,
+        created_ts -> Int8,
+        last_stream_ordering -> Int8,
     }
 }
 
@@ -213,10 +246,12 @@ diesel::allow_tables_to_appear_in_same_query!(
     access_tokens,
     account_data,
     devices,
+    event_push_actions,
     event_txns,
     events,
     filters,
     profile_fields,
+    pushers,
     receipts,
     refresh_tokens,
     registration_tokens,

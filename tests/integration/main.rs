@@ -14,4 +14,5 @@ mod startup;
 mod support;
 mod sync;
 mod sync_concurrency;
+mod unread;
 mod write_path;

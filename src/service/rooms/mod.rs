@@ -5,6 +5,7 @@ pub mod create;
 pub mod membership;
 pub mod messages;
 pub mod pdu;
+pub mod push_actions;
 pub mod read;
 pub mod receipts;
 pub mod send;

@@ -25,7 +25,7 @@ use crate::{
     error::{Error, Result},
     service::keys::ServerKeys,
     storage::{
-        now_ms, rooms as store,
+        now_ms, push as push_store, rooms as store,
         state::{self as state_store, STATE_CHAIN_LIMIT},
         streams,
     },
@@ -368,6 +368,17 @@ impl<'c> RoomWriter<'c> {
             },
         )
         .await?;
+        // Before the event's own state changes: push rules see the room as it was.
+        super::push_actions::record_for_new_event(
+            self.conn,
+            self.server_name,
+            &self.rules,
+            &room_id,
+            event_id.as_str(),
+            stream_ordering,
+            &json,
+        )
+        .await?;
         let prev: Vec<String> = self.extremities.iter().map(|e| e.to_string()).collect();
         store::set_forward_extremity(self.conn, room_id.as_str(), &prev, event_id.as_str()).await?;
         if let Some(state_key) = event.state_key {
@@ -391,14 +402,20 @@ impl<'c> RoomWriter<'c> {
                     room_id.as_str(),
                     state_key,
                     membership,
+                    event.content.get("displayname").and_then(Value::as_str),
                     event_id.as_str(),
                     stream_ordering,
                 )
                 .await?;
+                if membership != "join" {
+                    push_store::delete_for_user_room(self.conn, state_key, room_id.as_str())
+                        .await?;
+                }
             }
         }
         if let Some(redacts) = event.redacts {
             store::set_redacted(self.conn, redacts.as_str(), event_id.as_str()).await?;
+            push_store::delete_for_event(self.conn, redacts.as_str()).await?;
         }
         store::notify(
             self.conn,

@@ -10,18 +10,19 @@ use std::{
 };
 
 use diesel_async::AsyncPgConnection;
-use ruma::{api::client::filter::FilterDefinition, RoomVersionId, UserId};
+use ruma::{api::client::filter::FilterDefinition, push::Ruleset, RoomVersionId, UserId};
 use serde_json::{json, Map, Value};
 
 use self::{room_index::RoomIndex, token::SyncToken};
 use super::{
     notifier::Notifier,
+    push_rules::{push_rules_event, PUSH_RULES_TYPE},
     rooms::{visibility::Visibility, writer::version_rules, Rooms},
 };
 use crate::{
     error::{Error, Result},
     storage::{
-        account_data as account_store,
+        account_data as account_store, push as push_store,
         rooms::{self as store, EventRow},
         state as state_store, streams, Db,
     },
@@ -112,6 +113,8 @@ pub struct SyncFilter {
     pub event_fields: Option<Vec<String>>,
     /// Send events as the federation PDUs they are stored as.
     pub federation_format: bool,
+    /// Count thread replies per thread instead of with the room.
+    pub unread_thread_notifications: bool,
 }
 
 fn type_matches(pattern: &str, kind: &str) -> bool {
@@ -151,6 +154,7 @@ impl SyncFilter {
             event_fields: filter.event_fields.clone(),
             federation_format: filter.event_format
                 == ruma::api::client::filter::EventFormat::Federation,
+            unread_thread_notifications: timeline.unread_thread_notifications,
         }
     }
 
@@ -327,6 +331,18 @@ impl Sync {
             }
         }
 
+        // Clients read their push rules from the first sync; a user who never changed them
+        // has no stored entry, so the defaults are sent.
+        if request.since.is_none()
+            && request
+                .filter
+                .account_data
+                .allows(PUSH_RULES_TYPE, user, None)
+            && !global_data.iter().any(|e| e["type"] == PUSH_RULES_TYPE)
+        {
+            global_data.push(push_rules_event(&Ruleset::server_default(request.user_id)));
+        }
+
         let ignored = crate::service::account_data::ignored_users(&mut conn, user).await?;
         let memberships = store::get_user_memberships(&mut conn, user).await?;
         let joined_rooms: Vec<String> = memberships
@@ -436,6 +452,8 @@ impl Sync {
                 _ => {}
             }
         }
+        self.add_unread_counts(&mut conn, user, &mut join, events_position, &request.filter)
+            .await?;
         let empty = join.is_empty()
             && invite.is_empty()
             && leave.is_empty()
@@ -452,6 +470,52 @@ impl Sync {
             "device_unused_fallback_key_types": [],
         });
         Ok((response, empty))
+    }
+
+    /// Sets `unread_notifications`, the MSC2654 `unread_count` and, when the filter asks,
+    /// `unread_thread_notifications` on each joined room of a response. Counted as of the
+    /// response's token, so a count never runs ahead of the timeline it comes with.
+    async fn add_unread_counts(
+        &self,
+        conn: &mut AsyncPgConnection,
+        user: &str,
+        join: &mut Map<String, Value>,
+        up_to: i64,
+        filter: &SyncFilter,
+    ) -> Result<()> {
+        if join.is_empty() {
+            return Ok(());
+        }
+        let room_ids: Vec<String> = join.keys().cloned().collect();
+        let counts = push_store::get_unread_counts(conn, user, &room_ids, up_to).await?;
+        for (room_id, section) in join.iter_mut() {
+            let (mut notifications, mut highlights, mut unread) = (0, 0, 0);
+            let mut threads = Map::new();
+            for count in counts.iter().filter(|c| &c.room_id == room_id) {
+                unread += count.unread;
+                if filter.unread_thread_notifications && !count.thread_id.is_empty() {
+                    if count.notifications > 0 || count.highlights > 0 {
+                        threads.insert(
+                            count.thread_id.clone(),
+                            json!({
+                                "notification_count": count.notifications,
+                                "highlight_count": count.highlights,
+                            }),
+                        );
+                    }
+                } else {
+                    notifications += count.notifications;
+                    highlights += count.highlights;
+                }
+            }
+            section["unread_notifications"] =
+                json!({ "notification_count": notifications, "highlight_count": highlights });
+            section["org.matrix.msc2654.unread_count"] = json!(unread);
+            if filter.unread_thread_notifications {
+                section["unread_thread_notifications"] = Value::Object(threads);
+            }
+        }
+        Ok(())
     }
 
     /// The timeline and state of one room over a range.

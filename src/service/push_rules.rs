@@ -1,0 +1,141 @@
+//! Per-user push rules: the server defaults until the user changes something, then the
+//! user's whole ruleset, kept as the `m.push_rules` global account data clients sync.
+
+use std::collections::HashMap;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use ruma::{
+    push::{InsertPushRuleError, RemovePushRuleError, Ruleset},
+    UserId,
+};
+use serde_json::{json, Value};
+
+use crate::{
+    error::{Error, Result},
+    service::notifier::USER_CHANNEL,
+    storage::{account_data as store, rooms::notify, Db},
+};
+
+/// The account-data type push rules are kept under.
+pub const PUSH_RULES_TYPE: &str = "m.push_rules";
+
+/// The push rules service.
+pub struct PushRules {
+    db: Db,
+}
+
+/// The ruleset stored in an `m.push_rules` account-data content, if it parses.
+fn parse_stored(content: Value) -> Option<Ruleset> {
+    serde_json::from_value(content.get("global")?.clone()).ok()
+}
+
+/// A user's ruleset: what they stored, or the server defaults.
+pub async fn load_ruleset(conn: &mut AsyncPgConnection, user_id: &UserId) -> Result<Ruleset> {
+    Ok(
+        store::get_account_data(conn, user_id.as_str(), store::GLOBAL, PUSH_RULES_TYPE)
+            .await?
+            .and_then(parse_stored)
+            .unwrap_or_else(|| Ruleset::server_default(user_id)),
+    )
+}
+
+/// The rulesets of several users in one query (server defaults for those who changed nothing).
+pub async fn load_rulesets(
+    conn: &mut AsyncPgConnection,
+    user_ids: &[&UserId],
+) -> Result<HashMap<String, Ruleset>> {
+    let ids: Vec<&str> = user_ids.iter().map(|u| u.as_str()).collect();
+    let mut stored: HashMap<String, Ruleset> =
+        store::get_global_account_data_of_users(conn, &ids, PUSH_RULES_TYPE)
+            .await?
+            .into_iter()
+            .filter_map(|(user, content)| Some((user, parse_stored(content)?)))
+            .collect();
+    Ok(user_ids
+        .iter()
+        .map(|user| {
+            let rules = stored
+                .remove(user.as_str())
+                .unwrap_or_else(|| Ruleset::server_default(user));
+            (user.to_string(), rules)
+        })
+        .collect())
+}
+
+/// The `m.push_rules` account-data event of a ruleset.
+pub fn push_rules_event(rules: &Ruleset) -> Value {
+    json!({ "type": PUSH_RULES_TYPE, "content": { "global": rules } })
+}
+
+/// Maps ruma's insert errors onto the errors Synapse returns for them.
+pub fn insert_error(err: InsertPushRuleError) -> Error {
+    match err {
+        InsertPushRuleError::UnknownRuleId => {
+            Error::not_found("The rule named in before/after does not exist")
+        }
+        InsertPushRuleError::ServerDefaultRuleId => {
+            Error::invalid_param("Rule IDs starting with '.' are reserved for server defaults")
+        }
+        InsertPushRuleError::InvalidRuleId => {
+            Error::invalid_param("Rule IDs may not contain '/' or '\\'")
+        }
+        InsertPushRuleError::RelativeToServerDefaultRule => {
+            Error::invalid_param("Rules cannot be placed relative to server-default rules")
+        }
+        InsertPushRuleError::BeforeHigherThanAfter => {
+            Error::invalid_param("'before' names a rule ranked above 'after'")
+        }
+        other => Error::invalid_param(other.to_string()),
+    }
+}
+
+/// Maps ruma's removal errors.
+pub fn remove_error(err: RemovePushRuleError) -> Error {
+    match err {
+        RemovePushRuleError::ServerDefault => {
+            Error::invalid_param("Server-default rules cannot be deleted")
+        }
+        _ => Error::not_found("No such push rule"),
+    }
+}
+
+impl PushRules {
+    /// Creates the service.
+    pub fn new(db: Db) -> Self {
+        PushRules { db }
+    }
+
+    /// The user's ruleset.
+    pub async fn get(&self, user_id: &UserId) -> Result<Ruleset> {
+        let mut conn = self.db.conn().await?;
+        load_ruleset(&mut conn, user_id).await
+    }
+
+    /// Changes the user's ruleset in one transaction (a concurrent change waits, so none is
+    /// lost) and wakes their syncs with the new `m.push_rules`.
+    pub async fn update(
+        &self,
+        user_id: &UserId,
+        change: impl FnOnce(&mut Ruleset) -> Result<()> + Send,
+    ) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            store::lock_account_data_row(conn, user_id.as_str(), store::GLOBAL, PUSH_RULES_TYPE)
+                .await?;
+            let mut rules = load_ruleset(conn, user_id).await?;
+            change(&mut rules)?;
+            let content = json!({ "global": rules });
+            store::set_account_data(
+                conn,
+                user_id.as_str(),
+                store::GLOBAL,
+                PUSH_RULES_TYPE,
+                &content,
+            )
+            .await?;
+            notify(conn, USER_CHANNEL, user_id.as_str()).await?;
+            Ok(())
+        })
+        .await
+    }
+}

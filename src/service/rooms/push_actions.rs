@@ -1,0 +1,448 @@
+//! What each new event means for each local member: push-rule evaluation at write time, and
+//! the check that recomputes it from events, receipts and push rules.
+//!
+//! Counts are not stored anywhere: `/sync` counts the push actions after the user's read
+//! position. So the only maintained data is one row per (event, member) that notifies or
+//! counts as unread, written in the event's own transaction, deleted when the event is
+//! redacted or the member leaves.
+
+use std::collections::HashMap;
+
+use diesel_async::AsyncPgConnection;
+use ruma::{
+    events::{
+        room::power_levels::{RoomPowerLevels, RoomPowerLevelsEventContent, RoomPowerLevelsSource},
+        AnySyncTimelineEvent,
+    },
+    push::{Action, PushConditionPowerLevelsCtx, PushConditionRoomCtx, Ruleset},
+    room_version_rules::RoomVersionRules,
+    serde::Raw,
+    OwnedUserId, RoomId, RoomVersionId, UInt, UserId,
+};
+use serde_json::Value;
+
+use super::writer::version_rules;
+use crate::{
+    error::{Error, Result},
+    service::push_rules::load_rulesets,
+    storage::{
+        push::{self as store, PushActionRow},
+        rooms as rooms_store, state as state_store,
+    },
+};
+
+/// What push rules need to know about the room when an event arrives.
+struct RoomContext {
+    member_count: UInt,
+    power_levels: Option<PushConditionPowerLevelsCtx>,
+}
+
+impl RoomContext {
+    /// From the joined member count and the `m.room.power_levels` and `m.room.create` PDUs.
+    fn new(
+        member_count: usize,
+        power_levels: Option<&Value>,
+        create: Option<&Value>,
+        rules: &RoomVersionRules,
+    ) -> Self {
+        let content: Option<RoomPowerLevelsEventContent> = power_levels
+            .and_then(|pdu| pdu.get("content"))
+            .and_then(|c| serde_json::from_value(c.clone()).ok());
+        let creators: Vec<OwnedUserId> = create
+            .map(|pdu| {
+                let sender = pdu.get("sender").cloned();
+                let additional = pdu
+                    .pointer("/content/additional_creators")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                sender
+                    .into_iter()
+                    .chain(additional)
+                    .filter_map(|c| serde_json::from_value(c).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let levels = RoomPowerLevels::new(
+            content.map_or(RoomPowerLevelsSource::None, RoomPowerLevelsSource::Original),
+            &rules.authorization,
+            creators,
+        );
+        RoomContext {
+            member_count: UInt::try_from(member_count as u64).unwrap_or(UInt::MAX),
+            power_levels: Some(levels.into()),
+        }
+    }
+}
+
+/// The thread an event belongs to: its root for a thread reply, `""` for the main timeline.
+pub fn thread_of(pdu: &Value) -> String {
+    let relation = pdu.pointer("/content/m.relates_to");
+    match relation
+        .and_then(|r| r.get("rel_type"))
+        .and_then(Value::as_str)
+    {
+        Some("m.thread") => relation
+            .and_then(|r| r.get("event_id"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// Whether an event counts as an unread message (MSC2654), decided as Synapse does: messages
+/// with a body, polls and encrypted messages; not notices and not edits.
+pub fn counts_as_unread(pdu: &Value) -> bool {
+    let kind = pdu.get("type").and_then(Value::as_str).unwrap_or_default();
+    let is_state = pdu.get("state_key").is_some();
+    let content = pdu.get("content");
+    if !is_state
+        && kind == "m.room.message"
+        && content
+            .and_then(|c| c.get("msgtype"))
+            .and_then(Value::as_str)
+            == Some("m.notice")
+    {
+        return false;
+    }
+    if pdu
+        .pointer("/content/m.relates_to/rel_type")
+        .and_then(Value::as_str)
+        == Some("m.replace")
+    {
+        return false;
+    }
+    if content
+        .and_then(|c| c.get("body"))
+        .and_then(Value::as_str)
+        .is_some_and(|body| !body.is_empty())
+    {
+        return true;
+    }
+    matches!(kind, "m.poll.start" | "org.matrix.msc3381.poll.start")
+        || (!is_state && kind == "m.room.encrypted")
+}
+
+/// The push action row of one event for one member, if the event notifies or counts as
+/// unread for them.
+async fn evaluate(
+    rules: &Ruleset,
+    room: &RoomContext,
+    event: &EventToEvaluate<'_>,
+    user_id: &UserId,
+    display_name: Option<&str>,
+) -> Option<PushActionRow> {
+    if event.sender == user_id.as_str() {
+        return None;
+    }
+    let mut context = PushConditionRoomCtx::new(
+        event.room_id.to_owned(),
+        room.member_count,
+        user_id.to_owned(),
+        // With no display name, contains_display_name must match nothing (as in Synapse);
+        // ruma matches an empty name against an empty body, so use a name no body contains.
+        display_name
+            .filter(|n| !n.is_empty())
+            .unwrap_or("\u{fffe}")
+            .to_owned(),
+    );
+    context.power_levels = room.power_levels.clone();
+    let actions: Vec<Action> = rules.get_actions(&event.raw, &context).await.to_vec();
+    let notify = actions.iter().any(Action::should_notify);
+    let highlight = actions.iter().any(Action::is_highlight);
+    let unread = event.unread;
+    if !notify && !unread {
+        return None;
+    }
+    Some(PushActionRow {
+        user_id: user_id.to_string(),
+        room_id: event.room_id.to_string(),
+        event_id: event.event_id.to_owned(),
+        stream_ordering: event.stream_ordering,
+        thread_id: event.thread_id.clone(),
+        notify,
+        highlight: notify && highlight,
+        unread,
+        actions: serde_json::to_value(&actions).unwrap_or_default(),
+        ts: event.ts,
+    })
+}
+
+/// An event about to be evaluated for the room's members.
+struct EventToEvaluate<'a> {
+    room_id: &'a RoomId,
+    event_id: &'a str,
+    stream_ordering: i64,
+    sender: &'a str,
+    ts: i64,
+    thread_id: String,
+    unread: bool,
+    raw: Raw<AnySyncTimelineEvent>,
+}
+
+impl<'a> EventToEvaluate<'a> {
+    fn new(room_id: &'a RoomId, event_id: &'a str, stream_ordering: i64, pdu: &'a Value) -> Self {
+        EventToEvaluate {
+            room_id,
+            event_id,
+            stream_ordering,
+            sender: pdu
+                .get("sender")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            ts: pdu
+                .get("origin_server_ts")
+                .and_then(Value::as_i64)
+                .unwrap_or_default(),
+            thread_id: thread_of(pdu),
+            unread: counts_as_unread(pdu),
+            raw: Raw::from_json(
+                serde_json::value::to_raw_value(pdu).expect("a JSON value serialises"),
+            ),
+        }
+    }
+}
+
+/// Whether a user belongs to this server.
+fn is_local(user_id: &str, server_name: &str) -> bool {
+    user_id
+        .split_once(':')
+        .is_some_and(|(_, server)| server == server_name)
+}
+
+/// Evaluates a new event for every joined local member, against the room as it is before
+/// the event (call it before the event's own state changes are applied), and stores the
+/// result in the caller's transaction.
+pub async fn record_for_new_event(
+    conn: &mut AsyncPgConnection,
+    server_name: &str,
+    rules: &RoomVersionRules,
+    room_id: &RoomId,
+    event_id: &str,
+    stream_ordering: i64,
+    pdu: &Value,
+) -> Result<()> {
+    let members = store::get_joined_members_with_names(conn, room_id.as_str()).await?;
+    let event = EventToEvaluate::new(room_id, event_id, stream_ordering, pdu);
+    let local: Vec<(OwnedUserId, Option<String>)> = members
+        .iter()
+        .filter(|(user, _)| user != event.sender && is_local(user, server_name))
+        .filter_map(|(user, name)| Some((UserId::parse(user.as_str()).ok()?, name.clone())))
+        .collect();
+    if local.is_empty() {
+        return Ok(());
+    }
+    let state = store::get_current_state_pdus(
+        conn,
+        room_id.as_str(),
+        &["m.room.power_levels", "m.room.create"],
+    )
+    .await?;
+    let state: HashMap<String, Value> = state.into_iter().collect();
+    let room = RoomContext::new(
+        members.len(),
+        state.get("m.room.power_levels"),
+        state.get("m.room.create"),
+        rules,
+    );
+    let user_refs: Vec<&UserId> = local.iter().map(|(u, _)| u.as_ref()).collect();
+    let rulesets = load_rulesets(conn, &user_refs).await?;
+    let mut rows = Vec::new();
+    for (user, name) in &local {
+        let Some(rules) = rulesets.get(user.as_str()) else {
+            continue;
+        };
+        if let Some(row) = evaluate(rules, &room, &event, user, name.as_deref()).await {
+            rows.push(row);
+        }
+    }
+    store::insert_push_actions(conn, &rows).await?;
+    Ok(())
+}
+
+/// The result of recomputing one member's push actions in one room.
+#[derive(Debug, Default)]
+pub struct CheckReport {
+    /// Rows the recomputation expects.
+    pub expected: usize,
+    /// Rows it expects that are not stored.
+    pub missing: Vec<PushActionRow>,
+    /// Stored rows it does not expect (or that differ).
+    pub unexpected: Vec<PushActionRow>,
+}
+
+impl CheckReport {
+    /// Whether the stored rows match.
+    pub fn is_consistent(&self) -> bool {
+        self.missing.is_empty() && self.unexpected.is_empty()
+    }
+}
+
+/// Recomputes a member's push actions in a room from its events, memberships and the user's
+/// current push rules, and compares them with the stored ones; with `fix`, replaces the stored
+/// rows with the recomputed ones. (A rule changed since an event arrived shows up as a
+/// difference: the stored row reflects the rules of its time.)
+pub async fn check_user_room(
+    conn: &mut AsyncPgConnection,
+    server_name: &str,
+    user_id: &UserId,
+    room_id: &RoomId,
+    fix: bool,
+) -> Result<CheckReport> {
+    let expected = recompute(conn, server_name, user_id, room_id).await?;
+    let stored = store::get_for_user_room(conn, user_id.as_str(), room_id.as_str()).await?;
+    let report = CheckReport {
+        expected: expected.len(),
+        missing: expected
+            .iter()
+            .filter(|row| !stored.contains(row))
+            .cloned()
+            .collect(),
+        unexpected: stored
+            .iter()
+            .filter(|row| !expected.contains(row))
+            .cloned()
+            .collect(),
+    };
+    if fix && !report.is_consistent() {
+        store::delete_for_user_room(conn, user_id.as_str(), room_id.as_str()).await?;
+        store::insert_push_actions(conn, &expected).await?;
+    }
+    Ok(report)
+}
+
+/// The push actions a member should have in a room: for each event since their current
+/// stretch of membership began, evaluated against the state before it.
+async fn recompute(
+    conn: &mut AsyncPgConnection,
+    server_name: &str,
+    user_id: &UserId,
+    room_id: &RoomId,
+) -> Result<Vec<PushActionRow>> {
+    let Some(room) = rooms_store::get_room(conn, room_id.as_str()).await? else {
+        return Err(Error::not_found("Unknown room"));
+    };
+    let joined = rooms_store::get_membership(conn, room_id.as_str(), user_id.as_str())
+        .await?
+        .is_some_and(|(membership, _)| membership == "join");
+    if !joined || !is_local(user_id.as_str(), server_name) {
+        return Ok(Vec::new());
+    }
+    let version = RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
+    let rules = version_rules(&version)?;
+    let Some(joined_at) =
+        rooms_store::get_membership_stretch_start(conn, room_id.as_str(), user_id.as_str()).await?
+    else {
+        return Ok(Vec::new());
+    };
+    let ruleset = load_rulesets(conn, &[user_id])
+        .await?
+        .remove(user_id.as_str())
+        .unwrap_or_else(|| Ruleset::server_default(user_id));
+    let events = rooms_store::get_room_events_between(
+        conn,
+        room_id.as_str(),
+        joined_at.0 - 1,
+        i64::MAX,
+        i64::MAX,
+    )
+    .await?;
+    let mut contexts: HashMap<i64, (RoomContext, Option<String>)> = HashMap::new();
+    let mut rows = Vec::new();
+    let mut state_before = joined_at.1;
+    for row in &events {
+        let group = std::mem::replace(&mut state_before, row.state_group);
+        if row.stream_ordering <= joined_at.0 || row.redacted_by.is_some() {
+            continue;
+        }
+        if !contexts.contains_key(&group) {
+            let context = context_at(conn, group, user_id, &rules).await?;
+            contexts.insert(group, context);
+        }
+        let (room, name) = &contexts[&group];
+        let event = EventToEvaluate::new(room_id, &row.event_id, row.stream_ordering, &row.pdu);
+        if let Some(action) = evaluate(&ruleset, room, &event, user_id, name.as_deref()).await {
+            rows.push(action);
+        }
+    }
+    Ok(rows)
+}
+
+/// The room context and the member's display name in a state group.
+async fn context_at(
+    conn: &mut AsyncPgConnection,
+    group: i64,
+    user_id: &UserId,
+    rules: &RoomVersionRules,
+) -> Result<(RoomContext, Option<String>)> {
+    let state = state_store::get_state_ids(conn, group).await?;
+    let wanted: Vec<String> = state
+        .iter()
+        .filter(|((kind, key), _)| {
+            kind == "m.room.member"
+                || (key.is_empty() && (kind == "m.room.power_levels" || kind == "m.room.create"))
+        })
+        .map(|(_, id)| id.clone())
+        .collect();
+    let pdus = rooms_store::get_events(conn, &wanted).await?;
+    let mut joined = 0;
+    let mut name = None;
+    let (mut power_levels, mut create) = (None, None);
+    for event in &pdus {
+        match event.event_type.as_str() {
+            "m.room.member" => {
+                let content = event.pdu.get("content");
+                if content
+                    .and_then(|c| c.get("membership"))
+                    .and_then(Value::as_str)
+                    == Some("join")
+                {
+                    joined += 1;
+                    if event.state_key.as_deref() == Some(user_id.as_str()) {
+                        name = content
+                            .and_then(|c| c.get("displayname"))
+                            .and_then(Value::as_str)
+                            .map(str::to_owned);
+                    }
+                }
+            }
+            "m.room.power_levels" => power_levels = Some(&event.pdu),
+            _ => create = Some(&event.pdu),
+        }
+    }
+    Ok((RoomContext::new(joined, power_levels, create, rules), name))
+}
+
+impl super::Rooms {
+    /// Checks (and with `fix`, repairs) a user's push actions in one room or in every room
+    /// they are joined to, each room in its own transaction.
+    pub async fn check_unread(
+        &self,
+        user_id: &UserId,
+        room_id: Option<&RoomId>,
+        fix: bool,
+    ) -> Result<Vec<(String, CheckReport)>> {
+        use diesel_async::AsyncConnection;
+        let mut conn = self.db.conn().await?;
+        let rooms = match room_id {
+            Some(room) => vec![room.to_owned()],
+            None => rooms_store::get_rooms_for_user(&mut conn, user_id.as_str(), "join")
+                .await?
+                .into_iter()
+                .filter_map(|r| ruma::OwnedRoomId::try_from(r).ok())
+                .collect(),
+        };
+        let server_name = self.config.server_name.as_str();
+        let mut reports = Vec::new();
+        for room in rooms {
+            let report = conn
+                .transaction::<_, Error, _>(async |conn| {
+                    check_user_room(conn, server_name, user_id, &room, fix).await
+                })
+                .await?;
+            reports.push((room.to_string(), report));
+        }
+        Ok(reports)
+    }
+}

@@ -1,0 +1,221 @@
+//! Push actions (what each event means for each local member), unread counts and pushers.
+
+use diesel::{
+    prelude::*,
+    sql_types::{Array, BigInt, Bool, Jsonb, Text},
+};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::Value;
+
+use super::schema::{event_push_actions, events, room_current_state, room_memberships};
+
+/// One event's meaning for one member.
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
+#[diesel(table_name = event_push_actions)]
+pub struct PushActionRow {
+    /// The member.
+    pub user_id: String,
+    /// Room.
+    pub room_id: String,
+    /// Event.
+    pub event_id: String,
+    /// The event's stream position.
+    pub stream_ordering: i64,
+    /// `""` for the main timeline, else the thread root.
+    pub thread_id: String,
+    /// The push rules say notify.
+    pub notify: bool,
+    /// The push rules say highlight.
+    pub highlight: bool,
+    /// It counts as an unread message (MSC2654).
+    pub unread: bool,
+    /// The push rule actions.
+    pub actions: Value,
+    /// The event's `origin_server_ts`.
+    pub ts: i64,
+}
+
+/// Stores push actions.
+pub async fn insert_push_actions(
+    conn: &mut AsyncPgConnection,
+    rows: &[PushActionRow],
+) -> QueryResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    diesel::insert_into(event_push_actions::table)
+        .values(rows)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// A redacted event stops counting for everyone.
+pub async fn delete_for_event(conn: &mut AsyncPgConnection, event_id: &str) -> QueryResult<()> {
+    diesel::delete(event_push_actions::table.filter(event_push_actions::event_id.eq(event_id)))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// A member who leaves has nothing unread in the room any more.
+pub async fn delete_for_user_room(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    room_id: &str,
+) -> QueryResult<()> {
+    diesel::delete(
+        event_push_actions::table
+            .filter(event_push_actions::user_id.eq(user_id))
+            .filter(event_push_actions::room_id.eq(room_id)),
+    )
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// A member's push actions in a room, in stream order.
+pub async fn get_for_user_room(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    room_id: &str,
+) -> QueryResult<Vec<PushActionRow>> {
+    event_push_actions::table
+        .filter(event_push_actions::user_id.eq(user_id))
+        .filter(event_push_actions::room_id.eq(room_id))
+        .order(event_push_actions::stream_ordering)
+        .select(PushActionRow::as_select())
+        .load(conn)
+        .await
+}
+
+/// Joined members of a room with their display names.
+pub async fn get_joined_members_with_names(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<Vec<(String, Option<String>)>> {
+    room_memberships::table
+        .filter(room_memberships::room_id.eq(room_id))
+        .filter(room_memberships::membership.eq("join"))
+        .select((room_memberships::user_id, room_memberships::display_name))
+        .load(conn)
+        .await
+}
+
+/// The PDUs of some current state entries of a room: `(type, pdu)`, state key `""`.
+pub async fn get_current_state_pdus(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    event_types: &[&str],
+) -> QueryResult<Vec<(String, Value)>> {
+    room_current_state::table
+        .inner_join(events::table.on(events::event_id.eq(room_current_state::event_id)))
+        .filter(room_current_state::room_id.eq(room_id))
+        .filter(room_current_state::state_key.eq(""))
+        .filter(room_current_state::event_type.eq_any(event_types))
+        .select((room_current_state::event_type, events::pdu))
+        .load(conn)
+        .await
+}
+
+/// Unread counts of one room and thread (`thread_id` `""`: the main timeline).
+#[derive(Debug, Clone, QueryableByName)]
+pub struct UnreadCounts {
+    /// Room.
+    #[diesel(sql_type = Text)]
+    pub room_id: String,
+    /// Thread.
+    #[diesel(sql_type = Text)]
+    pub thread_id: String,
+    /// Notifying events.
+    #[diesel(sql_type = BigInt)]
+    pub notifications: i64,
+    /// Highlighting events.
+    #[diesel(sql_type = BigInt)]
+    pub highlights: i64,
+    /// Unread messages.
+    #[diesel(sql_type = BigInt)]
+    pub unread: i64,
+}
+
+/// The part of a query that says whether the push action `a` is after the user's read
+/// position: their latest receipt, public or private, unthreaded or for the action's thread
+/// (`main` for the main timeline).
+const AFTER_READ_POSITION: &str = "a.stream_ordering > COALESCE((
+        SELECT MAX(r.event_stream) FROM receipts r
+        WHERE r.room_id = a.room_id AND r.user_id = a.user_id
+          AND r.thread_id IN ('', CASE WHEN a.thread_id = '' THEN 'main' ELSE a.thread_id END)
+    ), 0)";
+
+/// A user's unread counts in the given rooms, per thread, over events up to `up_to`. Counted at read time from the push
+/// actions after the read position, so they are exact whatever order receipts and events
+/// commit in.
+pub async fn get_unread_counts(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    room_ids: &[String],
+    up_to: i64,
+) -> QueryResult<Vec<UnreadCounts>> {
+    diesel::sql_query(format!(
+        "SELECT a.room_id, a.thread_id,
+                COUNT(*) FILTER (WHERE a.notify) AS notifications,
+                COUNT(*) FILTER (WHERE a.highlight) AS highlights,
+                COUNT(*) FILTER (WHERE a.unread) AS unread
+         FROM event_push_actions a
+         WHERE a.user_id = $1 AND a.room_id = ANY($2) AND a.stream_ordering <= $3
+           AND {AFTER_READ_POSITION}
+         GROUP BY a.room_id, a.thread_id"
+    ))
+    .bind::<Text, _>(user_id)
+    .bind::<Array<Text>, _>(room_ids)
+    .bind::<BigInt, _>(up_to)
+    .load(conn)
+    .await
+}
+
+/// One entry of a user's notification history.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct NotificationRow {
+    /// Room.
+    #[diesel(sql_type = Text)]
+    pub room_id: String,
+    /// Event.
+    #[diesel(sql_type = Text)]
+    pub event_id: String,
+    /// Stream position (the pagination token).
+    #[diesel(sql_type = BigInt)]
+    pub stream_ordering: i64,
+    /// Push rule actions.
+    #[diesel(sql_type = Jsonb)]
+    pub actions: Value,
+    /// When the event was sent.
+    #[diesel(sql_type = BigInt)]
+    pub ts: i64,
+    /// Whether the user has read it.
+    #[diesel(sql_type = Bool)]
+    pub read: bool,
+}
+
+/// A user's notifications, newest first, before stream position `before`.
+pub async fn get_notifications(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    before: i64,
+    limit: i64,
+    only_highlight: bool,
+) -> QueryResult<Vec<NotificationRow>> {
+    diesel::sql_query(format!(
+        "SELECT a.room_id, a.event_id, a.stream_ordering, a.actions, a.ts,
+                NOT ({AFTER_READ_POSITION}) AS read
+         FROM event_push_actions a
+         WHERE a.user_id = $1 AND a.notify AND a.stream_ordering < $2 AND (a.highlight OR NOT $3)
+         ORDER BY a.stream_ordering DESC
+         LIMIT $4"
+    ))
+    .bind::<Text, _>(user_id)
+    .bind::<BigInt, _>(before)
+    .bind::<Bool, _>(only_highlight)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await
+}

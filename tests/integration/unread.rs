@@ -1,0 +1,347 @@
+//! Unread counts: push-rule evaluation at write time, counted after the read position.
+
+use serde_json::{json, Value};
+
+use crate::support::{client::enc, Client, TestServer};
+
+async fn send(client: &Client, room: &str, txn: &str, content: Value) -> String {
+    let path = format!(
+        "/_matrix/client/v3/rooms/{}/send/m.room.message/{}",
+        enc(room),
+        enc(txn)
+    );
+    client.put(&path, content).await.ok()["event_id"]
+        .as_str()
+        .expect("event_id")
+        .to_owned()
+}
+
+async fn text(client: &Client, room: &str, txn: &str, body: &str) -> String {
+    send(
+        client,
+        room,
+        txn,
+        json!({ "msgtype": "m.text", "body": body }),
+    )
+    .await
+}
+
+async fn receipt(client: &Client, room: &str, kind: &str, event: &str, thread: Option<&str>) {
+    let path = format!(
+        "/_matrix/client/v3/rooms/{}/receipt/{kind}/{}",
+        enc(room),
+        enc(event)
+    );
+    let body = thread.map_or(json!({}), |t| json!({ "thread_id": t }));
+    client.post(&path, body).await.ok();
+}
+
+/// `(notification_count, highlight_count, unread_count)` of a room in a fresh initial sync.
+async fn counts(client: &Client, room: &str) -> (u64, u64, u64) {
+    let sync = client.sync(None, 0, None).await;
+    let section = &sync["rooms"]["join"][room];
+    (
+        section["unread_notifications"]["notification_count"]
+            .as_u64()
+            .expect("notification_count"),
+        section["unread_notifications"]["highlight_count"]
+            .as_u64()
+            .expect("highlight_count"),
+        section["org.matrix.msc2654.unread_count"]
+            .as_u64()
+            .expect("unread_count"),
+    )
+}
+
+/// Alice's room with Bob in it.
+async fn two_person_room(server: &TestServer) -> (Client, Client, String) {
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    (alice, bob, room)
+}
+
+#[tokio::test]
+async fn messages_count_until_read_and_own_messages_never_count() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    assert_eq!(counts(&bob, &room).await, (0, 0, 0));
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(text(&alice, &room, &format!("t{i}"), &format!("hello {i}")).await);
+    }
+    text(&bob, &room, "own", "my own words").await;
+    assert_eq!(counts(&bob, &room).await, (3, 0, 3));
+    assert_eq!(counts(&alice, &room).await, (1, 0, 1), "Bob's message");
+
+    receipt(&bob, &room, "m.read", &ids[1], None).await;
+    assert_eq!(counts(&bob, &room).await, (1, 0, 1));
+    // Repeating a receipt, or one for an earlier event, changes nothing.
+    receipt(&bob, &room, "m.read", &ids[1], None).await;
+    receipt(&bob, &room, "m.read", &ids[0], None).await;
+    assert_eq!(counts(&bob, &room).await, (1, 0, 1));
+    // A private receipt counts as much as a public one.
+    receipt(&bob, &room, "m.read.private", &ids[2], None).await;
+    assert_eq!(counts(&bob, &room).await, (0, 0, 0));
+}
+
+/// The seed's example: read up to 100, 101-103 unread; the receipt for 102 and event 104
+/// race; the result is exactly 2 whichever commits first.
+#[tokio::test]
+async fn a_receipt_racing_a_new_message_leaves_an_exact_count() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    for round in 0..8 {
+        let read = text(&alice, &room, &format!("r{round}-100"), "100").await;
+        receipt(&bob, &room, "m.read", &read, None).await;
+        let mut unread = Vec::new();
+        for n in 101..=103 {
+            unread.push(text(&alice, &room, &format!("r{round}-{n}"), &n.to_string()).await);
+        }
+        let txn = format!("r{round}-104");
+        let (_, _) = tokio::join!(
+            receipt(&bob, &room, "m.read", &unread[1], None),
+            text(&alice, &room, &txn, "104"),
+        );
+        assert_eq!(counts(&bob, &room).await, (2, 0, 2), "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn redacted_messages_stop_counting() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let first = text(&alice, &room, "1", "one").await;
+    text(&alice, &room, "2", "two").await;
+    assert_eq!(counts(&bob, &room).await, (2, 0, 2));
+    let path = format!(
+        "/_matrix/client/v3/rooms/{}/redact/{}/x1",
+        enc(&room),
+        enc(&first)
+    );
+    alice.put(&path, json!({})).await.ok();
+    assert_eq!(counts(&bob, &room).await, (1, 0, 1));
+}
+
+#[tokio::test]
+async fn leaving_clears_counts_and_messages_while_away_never_count() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    text(&alice, &room, "1", "before leaving").await;
+    assert_eq!(counts(&bob, &room).await, (1, 0, 1));
+    bob.room_action(&room, "leave", json!({})).await.ok();
+    text(&alice, &room, "2", "while away").await;
+    bob.join(&room).await.ok();
+    assert_eq!(counts(&bob, &room).await, (0, 0, 0));
+    text(&alice, &room, "3", "after rejoining").await;
+    assert_eq!(counts(&bob, &room).await, (1, 0, 1));
+}
+
+#[tokio::test]
+async fn mentions_highlight_and_notices_and_edits_are_not_unread() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    bob.put(
+        "/_matrix/client/v3/profile/@bob:localhost/displayname",
+        json!({ "displayname": "Bobby" }),
+    )
+    .await
+    .ok();
+    // The spec's default rules dropped the legacy display-name rule (clients send
+    // m.mentions); a user rule with contains_display_name still works.
+    text(&alice, &room, "0", "hi Bobby, look").await;
+    assert_eq!(
+        counts(&bob, &room).await,
+        (1, 0, 1),
+        "no legacy display-name rule"
+    );
+    let rule = json!({
+        "conditions": [{ "kind": "contains_display_name" }],
+        "actions": ["notify", { "set_tweak": "highlight" }],
+    });
+    bob.put("/_matrix/client/v3/pushrules/global/override/name", rule)
+        .await
+        .ok();
+    text(&alice, &room, "1", "hi Bobby, look").await;
+    text(&alice, &room, "1b", "Bobbyish is not a word match").await;
+    assert_eq!(counts(&bob, &room).await, (3, 1, 3), "display name mention");
+    receipt(
+        &bob,
+        &room,
+        "m.read",
+        &text(&alice, &room, "r", "x").await,
+        None,
+    )
+    .await;
+    let intentional = json!({
+        "msgtype": "m.text",
+        "body": "ping",
+        "m.mentions": { "user_ids": ["@bob:localhost"] },
+    });
+    send(&alice, &room, "2", intentional).await;
+    assert_eq!(counts(&bob, &room).await, (1, 1, 1), "intentional mention");
+    send(
+        &alice,
+        &room,
+        "3",
+        json!({ "msgtype": "m.notice", "body": "bot says" }),
+    )
+    .await;
+    assert_eq!(
+        counts(&bob, &room).await,
+        (1, 1, 1),
+        "a notice neither notifies nor counts as unread"
+    );
+    let edit = json!({
+        "msgtype": "m.text",
+        "body": "* ping!",
+        "m.new_content": { "msgtype": "m.text", "body": "ping!" },
+        "m.relates_to": { "rel_type": "m.replace", "event_id": "$whatever" },
+    });
+    send(&alice, &room, "4", edit).await;
+    assert_eq!(
+        counts(&bob, &room).await,
+        (1, 1, 1),
+        "an edit is not a new message"
+    );
+}
+
+#[tokio::test]
+async fn a_muted_room_keeps_unread_messages_but_stops_notifying() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let path = format!("/_matrix/client/v3/pushrules/global/room/{}", enc(&room));
+    bob.put(&path, json!({ "actions": [] })).await.ok();
+    let rule = bob.get(&path).await.ok();
+    assert_eq!(rule["rule_id"], room.as_str());
+    text(&alice, &room, "1", "quiet please").await;
+    assert_eq!(counts(&bob, &room).await, (0, 0, 1));
+    bob.delete(&path, json!({})).await.ok();
+    text(&alice, &room, "2", "loud again").await;
+    assert_eq!(counts(&bob, &room).await, (1, 0, 2));
+}
+
+#[tokio::test]
+async fn thread_replies_are_counted_per_thread_when_the_filter_asks() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let root = text(&alice, &room, "root", "thread root").await;
+    let reply = |n: u32| {
+        json!({
+            "msgtype": "m.text",
+            "body": format!("reply {n}"),
+            "m.relates_to": { "rel_type": "m.thread", "event_id": root },
+        })
+    };
+    send(&alice, &room, "t1", reply(1)).await;
+    let last_reply = send(&alice, &room, "t2", reply(2)).await;
+    let filter = json!({ "room": { "timeline": { "unread_thread_notifications": true } } });
+    let threaded = bob.sync(None, 0, Some(&filter.to_string())).await;
+    let section = &threaded["rooms"]["join"][&room];
+    assert_eq!(section["unread_notifications"]["notification_count"], 1);
+    assert_eq!(
+        section["unread_thread_notifications"][&root]["notification_count"],
+        2
+    );
+    assert_eq!(
+        counts(&bob, &room).await,
+        (3, 0, 3),
+        "unthreaded view sums all"
+    );
+
+    // A threaded receipt reads the thread only; a `main` receipt reads the main timeline only.
+    receipt(&bob, &room, "m.read", &last_reply, Some(&root)).await;
+    assert_eq!(counts(&bob, &room).await, (1, 0, 1));
+    receipt(&bob, &room, "m.read", &root, Some("main")).await;
+    assert_eq!(counts(&bob, &room).await, (0, 0, 0));
+}
+
+#[tokio::test]
+async fn recomputed_counts_match_the_maintained_ones() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    bob.put(
+        "/_matrix/client/v3/profile/@bob:localhost/displayname",
+        json!({ "displayname": "Bobby" }),
+    )
+    .await
+    .ok();
+    let first = text(&alice, &room, "1", "hello").await;
+    let mention = json!({
+        "msgtype": "m.text",
+        "body": "Bobby?",
+        "m.mentions": { "user_ids": ["@bob:localhost"] },
+    });
+    send(&alice, &room, "2", mention).await;
+    let redacted = text(&alice, &room, "3", "oops").await;
+    alice
+        .put(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/redact/{}/x",
+                enc(&room),
+                enc(&redacted)
+            ),
+            json!({}),
+        )
+        .await
+        .ok();
+    send(
+        &alice,
+        &room,
+        "4",
+        json!({ "msgtype": "m.notice", "body": "notice" }),
+    )
+    .await;
+    receipt(&bob, &room, "m.read", &first, None).await;
+    let before = counts(&bob, &room).await;
+    assert_eq!(before, (1, 1, 1));
+
+    let check = |fix: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"));
+        command
+            .args(["check-unread", "@bob:localhost"])
+            .env("DATABASE_URL", server.database_url())
+            .env("MYELIN_SERVER_NAME", "localhost")
+            .env("RUST_LOG", "warn");
+        if fix {
+            command.arg("--fix");
+        }
+        command.output().expect("run myelin check-unread")
+    };
+    let clean = check(false);
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+
+    let stored = server
+        .count("SELECT COUNT(*) AS n FROM event_push_actions")
+        .await;
+    assert!(stored > 0);
+    let mut db = server.db().await;
+    diesel_async::RunQueryDsl::execute(
+        diesel::sql_query("DELETE FROM event_push_actions WHERE user_id = '@bob:localhost'"),
+        &mut db,
+    )
+    .await
+    .unwrap();
+    assert_eq!(counts(&bob, &room).await, (0, 0, 0));
+    let broken = check(false);
+    assert!(
+        !broken.status.success(),
+        "the check must notice missing rows"
+    );
+    assert!(String::from_utf8_lossy(&broken.stdout).contains("missing"));
+    let fixed = check(true);
+    assert!(fixed.status.success());
+    assert_eq!(counts(&bob, &room).await, before);
+    assert_eq!(
+        server
+            .count("SELECT COUNT(*) AS n FROM event_push_actions")
+            .await,
+        stored
+    );
+    assert!(check(false).status.success());
+}
