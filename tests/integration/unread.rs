@@ -345,3 +345,78 @@ async fn recomputed_counts_match_the_maintained_ones() {
     );
     assert!(check(false).status.success());
 }
+
+#[tokio::test]
+async fn notifications_list_newest_first_with_read_flags_and_pages() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let first = text(&alice, &room, "1", "one").await;
+    let mention = json!({
+        "msgtype": "m.text",
+        "body": "two",
+        "m.mentions": { "user_ids": ["@bob:localhost"] },
+    });
+    let second = send(&alice, &room, "2", mention).await;
+    let third = text(&alice, &room, "3", "three").await;
+    text(&bob, &room, "own", "never a notification for its sender").await;
+    receipt(&bob, &room, "m.read.private", &first, None).await;
+
+    let all = bob.get("/_matrix/client/v3/notifications").await.ok();
+    let listed: Vec<&str> = all["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["event"]["event_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [third.as_str(), second.as_str(), first.as_str()]);
+    let reads: Vec<bool> = all["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["read"].as_bool().unwrap())
+        .collect();
+    assert_eq!(reads, [false, false, true]);
+    assert_eq!(all["notifications"][0]["room_id"], room.as_str());
+    assert!(all["notifications"][0]["actions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("notify")));
+    assert_eq!(all["notifications"][0]["event"]["content"]["body"], "three");
+
+    let highlights = bob
+        .get("/_matrix/client/v3/notifications?only=highlight")
+        .await
+        .ok();
+    assert_eq!(highlights["notifications"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        highlights["notifications"][0]["event"]["event_id"],
+        second.as_str()
+    );
+
+    let page = bob
+        .get("/_matrix/client/v3/notifications?limit=2")
+        .await
+        .ok();
+    assert_eq!(page["notifications"].as_array().unwrap().len(), 2);
+    let token = page["next_token"].as_str().expect("next_token").to_owned();
+    let rest = bob
+        .get(&format!(
+            "/_matrix/client/v3/notifications?limit=2&from={}",
+            enc(&token)
+        ))
+        .await
+        .ok();
+    assert_eq!(rest["notifications"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        rest["notifications"][0]["event"]["event_id"],
+        first.as_str()
+    );
+
+    // Alice's history has only Bob's message; Bob's private receipt is nowhere in it.
+    let theirs = alice.get("/_matrix/client/v3/notifications").await.ok();
+    assert_eq!(theirs["notifications"].as_array().unwrap().len(), 1);
+    assert!(!theirs.to_string().contains("m.read.private"));
+    bob.get("/_matrix/client/v3/notifications?from=nonsense")
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+}

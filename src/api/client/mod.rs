@@ -7,6 +7,7 @@ pub mod directory;
 pub mod discovery;
 pub mod events;
 pub mod filters;
+pub mod notifications;
 pub mod profile;
 pub mod push_rules;
 pub mod receipts;

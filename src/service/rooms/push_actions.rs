@@ -446,3 +446,76 @@ impl super::Rooms {
         Ok(reports)
     }
 }
+
+/// Longest page of `/notifications`.
+const MAX_NOTIFICATIONS_PAGE: u64 = 100;
+/// Page length when the client does not say.
+const DEFAULT_NOTIFICATIONS_PAGE: u64 = 20;
+
+impl super::Rooms {
+    /// The user's notification history, newest first, from the push-action index. `from` is a
+    /// `next_token` of an earlier page; `only_highlight` keeps highlights only.
+    pub async fn notifications(
+        &self,
+        user_id: &UserId,
+        from: Option<&str>,
+        limit: Option<u64>,
+        only_highlight: bool,
+    ) -> Result<(Vec<Value>, Option<String>)> {
+        let before = match from {
+            None => i64::MAX,
+            Some(token) => token
+                .parse::<i64>()
+                .map_err(|_| Error::invalid_param("Unknown pagination token"))?,
+        };
+        let limit = limit
+            .unwrap_or(DEFAULT_NOTIFICATIONS_PAGE)
+            .clamp(1, MAX_NOTIFICATIONS_PAGE);
+        let mut conn = self.db.conn().await?;
+        let rows = store::get_notifications(
+            &mut conn,
+            user_id.as_str(),
+            before,
+            limit as i64,
+            only_highlight,
+        )
+        .await?;
+        let ids: Vec<String> = rows.iter().map(|r| r.event_id.clone()).collect();
+        let events: HashMap<String, rooms_store::EventRow> =
+            rooms_store::get_events(&mut conn, &ids)
+                .await?
+                .into_iter()
+                .map(|e| (e.event_id.clone(), e))
+                .collect();
+        let mut rules_by_room: HashMap<String, RoomVersionRules> = HashMap::new();
+        let mut notifications = Vec::new();
+        for row in &rows {
+            let Some(event) = events.get(&row.event_id) else {
+                continue;
+            };
+            if !rules_by_room.contains_key(&row.room_id) {
+                let room = rooms_store::get_room(&mut conn, &row.room_id)
+                    .await?
+                    .ok_or_else(|| Error::internal("push action for an unknown room"))?;
+                let version =
+                    RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
+                rules_by_room.insert(row.room_id.clone(), version_rules(&version)?);
+            }
+            let rules = &rules_by_room[&row.room_id];
+            let rendered = self
+                .render(&mut conn, rules, std::slice::from_ref(event))
+                .await?;
+            notifications.push(serde_json::json!({
+                "actions": row.actions,
+                "event": rendered.into_iter().next(),
+                "read": row.read,
+                "room_id": row.room_id,
+                "ts": row.ts,
+            }));
+        }
+        let next = (rows.len() as u64 == limit)
+            .then(|| rows.last().map(|r| r.stream_ordering.to_string()))
+            .flatten();
+        Ok((notifications, next))
+    }
+}
