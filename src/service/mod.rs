@@ -10,6 +10,7 @@ pub mod registration_tokens;
 pub mod rooms;
 pub mod sessions;
 pub mod sync;
+pub mod typing;
 pub mod uia;
 pub mod users;
 

@@ -17,7 +17,7 @@ use futures_util::{stream, StreamExt};
 use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
-use super::sessions::Sessions;
+use super::{sessions::Sessions, typing::Typing};
 use crate::storage::{rooms as store, Db};
 
 /// Channel for room changes (payload: room ID).
@@ -26,12 +26,16 @@ pub const ROOM_CHANNEL: &str = "myelin_room";
 pub const USER_CHANNEL: &str = "myelin_user";
 /// Channel for revoked access tokens (payload: comma-separated hex SHA-256 hashes).
 pub const TOKEN_CHANNEL: &str = "myelin_token";
+/// Channel for typing changes (payload: [`super::typing::encode`]).
+pub const TYPING_CHANNEL: &str = "myelin_typing";
 
 /// Per-user wake-up handles.
 pub struct Notifier {
     db: Db,
     sessions: Arc<Sessions>,
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Who is typing where (kept in step through [`TYPING_CHANNEL`]).
+    pub typing: Typing,
 }
 
 impl Notifier {
@@ -41,6 +45,7 @@ impl Notifier {
             db,
             sessions,
             waiters: Mutex::new(HashMap::new()),
+            typing: Typing::default(),
         })
     }
 
@@ -86,6 +91,30 @@ impl Notifier {
         }
     }
 
+    /// Applies a typing change and wakes the room; typing with a timeout gets a timer that
+    /// ends it (and wakes the room again) when it runs out.
+    fn typing_changed(self: &Arc<Self>, payload: &str) {
+        let Some((room_id, user_id, timeout)) = super::typing::decode(payload) else {
+            tracing::warn!("malformed typing notification: {payload}");
+            return;
+        };
+        let room_id = room_id.to_owned();
+        if self.typing.apply(&room_id, user_id, timeout) {
+            let notifier = self.clone();
+            let room = room_id.clone();
+            tokio::spawn(async move { notifier.wake_room(&room).await });
+        }
+        if let Some(timeout) = timeout {
+            let notifier = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(timeout + Duration::from_millis(5)).await;
+                if notifier.typing.expire(&room_id) {
+                    notifier.wake_room(&room_id).await;
+                }
+            });
+        }
+    }
+
     /// Listens for notifications until the process ends, reconnecting after failures.
     pub fn listen(self: &Arc<Self>, database_url: String) {
         let notifier = self.clone();
@@ -128,13 +157,16 @@ impl Notifier {
         });
         client
             .batch_execute(&format!(
-                "LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL}; LISTEN {TOKEN_CHANNEL};"
+                "LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL}; LISTEN {TOKEN_CHANNEL}; \
+                 LISTEN {TYPING_CHANNEL};"
             ))
             .await?;
         while let Some((channel, payload)) = receiver.recv().await {
             let notifier = self.clone();
             if channel == ROOM_CHANNEL {
                 tokio::spawn(async move { notifier.wake_room(&payload).await });
+            } else if channel == TYPING_CHANNEL {
+                notifier.typing_changed(&payload);
             } else if channel == TOKEN_CHANNEL {
                 let hashes: Vec<String> = payload.split(',').map(str::to_owned).collect();
                 notifier.sessions.forget_cached_hex(&hashes);

@@ -53,6 +53,13 @@ impl Db {
     pub async fn conn(&self) -> Result<Conn> {
         Ok(self.pool.get().await?)
     }
+
+    /// Whether every connection is in use and requests are queueing for one: the moment to
+    /// shed work nothing durable depends on (typing, presence).
+    pub fn is_saturated(&self) -> bool {
+        let status = self.pool.status();
+        status.waiting > 0 || (status.available == 0 && status.size >= status.max_size)
+    }
 }
 
 /// Applies every pending migration to the database at `url`; returns how many ran.

@@ -14,5 +14,6 @@ mod startup;
 mod support;
 mod sync;
 mod sync_concurrency;
+mod typing;
 mod unread;
 mod write_path;

@@ -15,6 +15,7 @@ pub mod register;
 pub mod rooms;
 pub mod session;
 pub mod sync;
+pub mod typing;
 
 use ruma::UserId;
 

@@ -2,6 +2,7 @@
 
 pub mod alias;
 pub mod create;
+pub mod ephemeral;
 pub mod membership;
 pub mod messages;
 pub mod pdu;

@@ -286,10 +286,13 @@ impl Sync {
         let mut conn = self.db.conn().await?;
         let account_position = streams::current_position(&mut conn, streams::ACCOUNT_DATA).await?;
         let receipts_position = streams::current_position(&mut conn, streams::RECEIPTS).await?;
+        let typing = &self.notifier.typing;
         let next = SyncToken {
             events: events_position,
             account_data: account_position,
             receipts: receipts_position,
+            // Another process's clock may be a little ahead; never go back from the token.
+            typing: typing.position().max(request.since.map_or(0, |s| s.typing)),
         };
         if let Some(since) = request.since {
             if since.events > next.events
@@ -359,6 +362,7 @@ impl Sync {
                 user,
             )
             .await?;
+        let mut typing_events = typing.changed_since(&joined_rooms, since.map(|s| s.typing));
         let changed: HashSet<&str> = match since {
             Some(since) => self
                 .index
@@ -378,11 +382,17 @@ impl Sync {
             let data = room_data.remove(room_id).unwrap_or_default();
             match membership.as_str() {
                 "join" => {
-                    let receipt = receipts.remove(room_id);
+                    let mut ephemeral: Vec<Value> = receipts.remove(room_id).into_iter().collect();
+                    if let Some(users) = typing_events.remove(room_id) {
+                        let users: Vec<String> =
+                            users.into_iter().filter(|u| !ignored.contains(u)).collect();
+                        ephemeral
+                            .push(json!({ "type": "m.typing", "content": { "user_ids": users } }));
+                    }
                     if !membership_changed
                         && !changed.contains(room_id.as_str())
                         && data.is_empty()
-                        && receipt.is_none()
+                        && ephemeral.is_empty()
                     {
                         continue;
                     }
@@ -405,13 +415,12 @@ impl Sync {
                             .as_array()
                             .is_none_or(Vec::is_empty)
                         && data.is_empty()
-                        && receipt.is_none();
+                        && ephemeral.is_empty();
                     if is_empty && range.since.is_some() {
                         continue;
                     }
                     section["account_data"] = json!({ "events": data });
-                    section["ephemeral"] =
-                        json!({ "events": receipt.into_iter().collect::<Vec<_>>() });
+                    section["ephemeral"] = json!({ "events": ephemeral });
                     section["summary"] = self.summary(&mut conn, room_id, user).await?;
                     join.insert(room_id.clone(), section);
                 }
