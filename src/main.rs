@@ -150,6 +150,7 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
                 .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
             services.notifier.listen(database_url.to_owned());
+            services.push_sender.start();
             server::serve(services, listener)
                 .await
                 .map_err(|e| e.to_string())

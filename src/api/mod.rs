@@ -188,6 +188,8 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::filter::create_filter::v3::Request, _, _>(filters::create_filter_route);
     t.ruma::<r::filter::get_filter::v3::Request, _, _>(filters::get_filter_route);
     t.ruma::<r::push::get_pushrules_all::v3::Request, _, _>(push_rules::get_pushrules_all_route);
+    t.ruma::<r::push::get_pushers::v3::Request, _, _>(pushers::get_pushers_route);
+    t.ruma::<r::push::set_pusher::v3::Request, _, _>(pushers::set_pusher_route);
     t.ruma::<r::push::get_notifications::v3::Request, _, _>(notifications::get_notifications_route);
     t.ruma::<r::push::get_pushrules_global_scope::v3::Request, _, _>(
         push_rules::get_pushrules_global_route,

@@ -5,6 +5,8 @@ pub mod keys;
 pub mod notifier;
 pub mod passwords;
 pub mod push_rules;
+pub mod push_sender;
+pub mod pushers;
 pub mod rate_limit;
 pub mod registration_tokens;
 pub mod rooms;
@@ -46,6 +48,10 @@ pub struct Services {
     pub sync: sync::Sync,
     /// Users' push rules.
     pub push_rules: push_rules::PushRules,
+    /// Users' pushers.
+    pub pushers: pushers::Pushers,
+    /// Delivers pushes to gateways (started by `serve`).
+    pub push_sender: Arc<push_sender::PushSender>,
 }
 
 impl Services {
@@ -55,6 +61,7 @@ impl Services {
         let keys = Arc::new(keys::ServerKeys::load_or_create(&db).await?);
         let sessions = Arc::new(sessions::Sessions::new(db.clone(), config.clone()));
         let notifier = notifier::Notifier::new(db.clone(), sessions.clone());
+        let push_sender = push_sender::PushSender::new(db.clone(), notifier.push_wake.clone());
         Ok(Arc::new(Services {
             sync: sync::Sync::new(db.clone(), notifier.clone()),
             notifier,
@@ -66,6 +73,8 @@ impl Services {
             account_data: account_data::AccountData::new(db.clone()),
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),
+            pushers: pushers::Pushers::new(db.clone()),
+            push_sender,
             sessions,
             config,
             db,

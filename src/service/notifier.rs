@@ -36,6 +36,8 @@ pub struct Notifier {
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
     /// Who is typing where (kept in step through [`TYPING_CHANNEL`]).
     pub typing: Typing,
+    /// Woken on every room write, for the push sender.
+    pub push_wake: Arc<Notify>,
 }
 
 impl Notifier {
@@ -46,6 +48,7 @@ impl Notifier {
             sessions,
             waiters: Mutex::new(HashMap::new()),
             typing: Typing::default(),
+            push_wake: Arc::default(),
         })
     }
 
@@ -164,6 +167,7 @@ impl Notifier {
         while let Some((channel, payload)) = receiver.recv().await {
             let notifier = self.clone();
             if channel == ROOM_CHANNEL {
+                notifier.push_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room(&payload).await });
             } else if channel == TYPING_CHANNEL {
                 notifier.typing_changed(&payload);

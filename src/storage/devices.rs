@@ -102,7 +102,8 @@ pub async fn rename_device(
     Ok(updated > 0)
 }
 
-/// Deletes devices (and, by cascade, their tokens); returns the hashes of the access tokens removed.
+/// Deletes devices (and, by cascade, their tokens) and the pushers they set up; returns the
+/// hashes of the access tokens removed.
 pub async fn delete_devices(
     conn: &mut AsyncPgConnection,
     user_id: &str,
@@ -121,6 +122,9 @@ pub async fn delete_devices(
     )
     .execute(conn)
     .await?;
+    for device_id in device_ids {
+        super::pushers::delete_pushers_of_device(conn, user_id, device_id).await?;
+    }
     Ok(hashes)
 }
 

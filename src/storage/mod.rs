@@ -6,6 +6,7 @@
 pub mod account_data;
 pub mod devices;
 pub mod push;
+pub mod pushers;
 pub mod receipts;
 pub mod registration;
 pub mod rooms;

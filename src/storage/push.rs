@@ -141,7 +141,7 @@ pub struct UnreadCounts {
 /// The part of a query that says whether the push action `a` is after the user's read
 /// position: their latest receipt, public or private, unthreaded or for the action's thread
 /// (`main` for the main timeline).
-const AFTER_READ_POSITION: &str = "a.stream_ordering > COALESCE((
+pub(super) const AFTER_READ_POSITION: &str = "a.stream_ordering > COALESCE((
         SELECT MAX(r.event_stream) FROM receipts r
         WHERE r.room_id = a.room_id AND r.user_id = a.user_id
           AND r.thread_id IN ('', CASE WHEN a.thread_id = '' THEN 'main' ELSE a.thread_id END)

@@ -8,6 +8,7 @@ mod api_spec;
 mod devices;
 mod errors;
 mod profile_and_account_data;
+mod pushers;
 mod receipts;
 mod rooms;
 mod startup;

@@ -10,6 +10,7 @@ pub mod filters;
 pub mod notifications;
 pub mod profile;
 pub mod push_rules;
+pub mod pushers;
 pub mod receipts;
 pub mod register;
 pub mod rooms;

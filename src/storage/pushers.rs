@@ -1,0 +1,231 @@
+//! Pushers: where to send a user's push notifications, and how far each has got.
+
+use diesel::{prelude::*, sql_types::Text};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::Value;
+
+use super::schema::{event_push_actions, pushers};
+
+/// A stored pusher.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = pushers)]
+pub struct PusherRow {
+    /// Owner.
+    pub user_id: String,
+    /// Application.
+    pub app_id: String,
+    /// The device's push key.
+    pub pushkey: String,
+    /// `http`.
+    pub kind: String,
+    /// Shown to the user.
+    pub app_display_name: String,
+    /// Shown to the user.
+    pub device_display_name: String,
+    /// Rule set selector.
+    pub profile_tag: Option<String>,
+    /// Language of notifications.
+    pub lang: String,
+    /// `url`, `format` and whatever else the client put there.
+    pub data: Value,
+    /// The device whose access token created it.
+    pub device_id: Option<String>,
+    /// When it was created.
+    pub created_ts: i64,
+    /// Notifications up to this stream position are done.
+    pub last_stream_ordering: i64,
+}
+
+/// Adds or replaces a pusher (its progress is kept on replacement).
+pub async fn upsert_pusher(conn: &mut AsyncPgConnection, pusher: &PusherRow) -> QueryResult<()> {
+    diesel::insert_into(pushers::table)
+        .values(pusher)
+        .on_conflict((pushers::user_id, pushers::app_id, pushers::pushkey))
+        .do_update()
+        .set((
+            pushers::kind.eq(&pusher.kind),
+            pushers::app_display_name.eq(&pusher.app_display_name),
+            pushers::device_display_name.eq(&pusher.device_display_name),
+            pushers::profile_tag.eq(&pusher.profile_tag),
+            pushers::lang.eq(&pusher.lang),
+            pushers::data.eq(&pusher.data),
+            pushers::device_id.eq(&pusher.device_id),
+        ))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Removes a user's pusher; returns whether it existed.
+pub async fn delete_pusher(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    app_id: &str,
+    pushkey: &str,
+) -> QueryResult<bool> {
+    diesel::delete(pushers::table.find((user_id, app_id, pushkey)))
+        .execute(conn)
+        .await
+        .map(|n| n > 0)
+}
+
+/// Removes other users' pushers with this app ID and push key (a device changing hands).
+pub async fn delete_pushers_of_others(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    app_id: &str,
+    pushkey: &str,
+) -> QueryResult<()> {
+    diesel::delete(
+        pushers::table
+            .filter(pushers::app_id.eq(app_id))
+            .filter(pushers::pushkey.eq(pushkey))
+            .filter(pushers::user_id.ne(user_id)),
+    )
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// Removes the pushers a device created (it logged out or was deleted).
+pub async fn delete_pushers_of_device(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    device_id: &str,
+) -> QueryResult<()> {
+    diesel::delete(
+        pushers::table
+            .filter(pushers::user_id.eq(user_id))
+            .filter(pushers::device_id.eq(device_id)),
+    )
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// A user's pushers.
+pub async fn get_pushers_of_user(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Vec<PusherRow>> {
+    pushers::table
+        .filter(pushers::user_id.eq(user_id))
+        .order(pushers::created_ts)
+        .select(PusherRow::as_select())
+        .load(conn)
+        .await
+}
+
+/// Every pusher on the server.
+pub async fn get_all_pushers(conn: &mut AsyncPgConnection) -> QueryResult<Vec<PusherRow>> {
+    pushers::table
+        .select(PusherRow::as_select())
+        .load(conn)
+        .await
+}
+
+/// Records that a pusher is done up to a stream position.
+pub async fn set_pusher_progress(
+    conn: &mut AsyncPgConnection,
+    pusher: &PusherRow,
+    position: i64,
+) -> QueryResult<()> {
+    diesel::update(pushers::table.find((&pusher.user_id, &pusher.app_id, &pusher.pushkey)))
+        .filter(pushers::last_stream_ordering.lt(position))
+        .set(pushers::last_stream_ordering.eq(position))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// A user's notifying push actions after a stream position: `(room, event, stream, actions)`.
+pub async fn get_pending_notifications(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    after: i64,
+    limit: i64,
+) -> QueryResult<Vec<(String, String, i64, Value)>> {
+    event_push_actions::table
+        .filter(event_push_actions::user_id.eq(user_id))
+        .filter(event_push_actions::notify.eq(true))
+        .filter(event_push_actions::stream_ordering.gt(after))
+        .order(event_push_actions::stream_ordering)
+        .limit(limit)
+        .select((
+            event_push_actions::room_id,
+            event_push_actions::event_id,
+            event_push_actions::stream_ordering,
+            event_push_actions::actions,
+        ))
+        .load(conn)
+        .await
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+/// The badge a push carries: how many rooms have unread notifications (as Synapse counts).
+pub async fn count_rooms_with_notifications(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<i64> {
+    let count: Count = diesel::sql_query(format!(
+        "SELECT COUNT(DISTINCT a.room_id) AS n FROM event_push_actions a
+         WHERE a.user_id = $1 AND a.notify AND {}",
+        super::push::AFTER_READ_POSITION
+    ))
+    .bind::<Text, _>(user_id)
+    .get_result(conn)
+    .await?;
+    Ok(count.n)
+}
+
+/// Pushers with notifications after their progress mark.
+pub async fn get_pushers_with_pending(conn: &mut AsyncPgConnection) -> QueryResult<Vec<PusherRow>> {
+    let pending = event_push_actions::table
+        .filter(event_push_actions::user_id.eq(pushers::user_id))
+        .filter(event_push_actions::notify.eq(true))
+        .filter(event_push_actions::stream_ordering.gt(pushers::last_stream_ordering));
+    pushers::table
+        .filter(diesel::dsl::exists(pending))
+        .select(PusherRow::as_select())
+        .load(conn)
+        .await
+}
+
+/// A member's display name in a room and the room's name, for a push's text.
+pub async fn get_push_names(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    sender: &str,
+) -> QueryResult<(Option<String>, Option<String>)> {
+    use super::schema::{events, room_current_state, room_memberships};
+    let sender_name: Option<Option<String>> = room_memberships::table
+        .find((room_id, sender))
+        .select(room_memberships::display_name)
+        .first(conn)
+        .await
+        .optional()?;
+    let room_name: Option<Value> = room_current_state::table
+        .inner_join(events::table.on(events::event_id.eq(room_current_state::event_id)))
+        .filter(room_current_state::room_id.eq(room_id))
+        .filter(room_current_state::event_type.eq("m.room.name"))
+        .filter(room_current_state::state_key.eq(""))
+        .select(events::pdu)
+        .first(conn)
+        .await
+        .optional()?;
+    Ok((
+        sender_name.flatten(),
+        room_name
+            .and_then(|pdu| {
+                pdu.pointer("/content/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .filter(|name| !name.is_empty()),
+    ))
+}

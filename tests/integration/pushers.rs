@@ -1,0 +1,314 @@
+//! Pushers: registration and delivery to a push gateway the test runs on loopback.
+
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use serde_json::{json, Value};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
+
+use crate::support::{Client, TestServer};
+
+/// How a test gateway behaves.
+#[derive(Clone, Copy)]
+enum Behaviour {
+    /// Answer 500 to the first N requests, then accept.
+    FailFirst(usize),
+    /// Never answer.
+    Hang,
+    /// Say the push key is unknown.
+    Reject,
+}
+
+/// A minimal push gateway: records every notification it is sent.
+struct Gateway {
+    url: String,
+    received: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<AtomicUsize>,
+}
+
+impl Gateway {
+    async fn start(behaviour: Behaviour) -> Gateway {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "http://{}/_matrix/push/v1/notify",
+            listener.local_addr().unwrap()
+        );
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (seen, count) = (received.clone(), requests.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let (seen, count) = (seen.clone(), count.clone());
+                tokio::spawn(async move {
+                    let body = read_request(&mut socket).await;
+                    let n = count.fetch_add(1, Ordering::SeqCst);
+                    let (status, answer) = match behaviour {
+                        Behaviour::Hang => {
+                            tokio::time::sleep(Duration::from_secs(60)).await;
+                            return;
+                        }
+                        Behaviour::FailFirst(failures) if n < failures => {
+                            ("500 Internal Server Error", json!({}))
+                        }
+                        Behaviour::Reject => {
+                            let key = body["notification"]["devices"][0]["pushkey"].clone();
+                            ("200 OK", json!({ "rejected": [key] }))
+                        }
+                        Behaviour::FailFirst(_) => {
+                            seen.lock().unwrap().push(body);
+                            ("200 OK", json!({ "rejected": [] }))
+                        }
+                    };
+                    let answer = answer.to_string();
+                    let response = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    let _ = socket.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        Gateway {
+            url,
+            received,
+            requests,
+        }
+    }
+
+    /// Waits until `n` notifications have arrived.
+    async fn wait_for(&self, n: usize, within: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + within;
+        loop {
+            let received = self.received.lock().unwrap().clone();
+            if received.len() >= n || Instant::now() > deadline {
+                return received;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Reads one HTTP request and returns its JSON body.
+async fn read_request(socket: &mut tokio::net::TcpStream) -> Value {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return Value::Null;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while buffer.len() < end + 4 + length {
+            let n = socket.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            buffer.extend_from_slice(&chunk[..n]);
+        }
+        return serde_json::from_slice(&buffer[end + 4..]).unwrap_or(Value::Null);
+    }
+}
+
+fn pusher(url: &str, pushkey: &str) -> Value {
+    json!({
+        "pushkey": pushkey,
+        "kind": "http",
+        "app_id": "org.example.app",
+        "app_display_name": "Example",
+        "device_display_name": "Phone",
+        "lang": "en",
+        "data": { "url": url, "extra": "kept" },
+    })
+}
+
+async fn setup(behaviour: Behaviour) -> (TestServer, Gateway, Client, Client, String) {
+    let server = TestServer::start().await;
+    let gateway = Gateway::start(behaviour).await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    bob.post(
+        "/_matrix/client/v3/pushers/set",
+        pusher(&gateway.url, "key-1"),
+    )
+    .await
+    .ok();
+    (server, gateway, alice, bob, room)
+}
+
+#[tokio::test]
+async fn notifying_events_are_pushed_with_counts_after_the_gateway_recovers() {
+    let (_server, gateway, alice, _bob, room) = setup(Behaviour::FailFirst(2)).await;
+    let notice = json!({ "msgtype": "m.notice", "body": "not worth a push" });
+    alice
+        .put(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/send/m.room.message/n1",
+                crate::support::client::enc(&room)
+            ),
+            notice,
+        )
+        .await
+        .ok();
+    let first = alice.send_text(&room, "1", "hello bob").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = alice.send_text(&room, "2", "still there?").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Two failures cost 1 s + 2 s of backoff; then both arrive, in order.
+    let received = gateway.wait_for(2, Duration::from_secs(20)).await;
+    assert_eq!(received.len(), 2, "{received:?}");
+    assert!(gateway.requests.load(Ordering::SeqCst) >= 4);
+    let notification = &received[0]["notification"];
+    assert_eq!(notification["event_id"], first.as_str());
+    assert_eq!(received[1]["notification"]["event_id"], second.as_str());
+    assert_eq!(notification["room_id"], room.as_str());
+    assert_eq!(notification["type"], "m.room.message");
+    assert_eq!(notification["sender"], "@alice:localhost");
+    assert_eq!(notification["content"]["body"], "hello bob");
+    assert_eq!(notification["counts"]["unread"], 1, "one room with unread");
+    let device = &notification["devices"][0];
+    assert_eq!(device["pushkey"], "key-1");
+    assert_eq!(device["app_id"], "org.example.app");
+    assert_eq!(
+        device["data"],
+        json!({ "extra": "kept" }),
+        "url is not echoed"
+    );
+    // A two-person room rings (`.m.rule.room_one_to_one` sets a sound).
+    assert_eq!(device["tweaks"]["sound"], "default");
+    assert_eq!(notification["prio"], "high");
+    let all = serde_json::to_string(&received).unwrap();
+    assert!(!all.contains("not worth a push"), "a notice was pushed");
+    assert!(!all.contains("m.read"), "receipts never travel in pushes");
+}
+
+#[tokio::test]
+async fn a_hanging_gateway_never_slows_sending() {
+    let (_server, gateway, alice, _bob, room) = setup(Behaviour::Hang).await;
+    let started = Instant::now();
+    for i in 0..10 {
+        alice.send_text(&room, &format!("t{i}"), "hi").await.ok();
+    }
+    let took = started.elapsed();
+    // The gateway is holding a request open the whole time.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(gateway.requests.load(Ordering::SeqCst) >= 1);
+    assert!(
+        took < Duration::from_secs(5),
+        "10 sends took {took:?} while the gateway hung"
+    );
+}
+
+#[tokio::test]
+async fn a_rejected_push_key_removes_the_pusher() {
+    let (_server, gateway, alice, bob, room) = setup(Behaviour::Reject).await;
+    assert_eq!(
+        bob.get("/_matrix/client/v3/pushers").await.ok()["pushers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    alice.send_text(&room, "1", "hello").await.ok();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = bob.get("/_matrix/client/v3/pushers").await.ok()["pushers"]
+            .as_array()
+            .unwrap()
+            .len();
+        if left == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the rejected pusher stayed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gateway.requests.load(Ordering::SeqCst) >= 1);
+}
+
+#[tokio::test]
+async fn pushers_are_listed_validated_replaced_and_deleted() {
+    let server = TestServer::start().await;
+    let bob = server.register("bob").await;
+    let carol = server.register("carol").await;
+    let url = "https://push.example.org/_matrix/push/v1/notify";
+    bob.post("/_matrix/client/v3/pushers/set", pusher(url, "k"))
+        .await
+        .ok();
+    let listed = bob.get("/_matrix/client/v3/pushers").await.ok();
+    let one = &listed["pushers"][0];
+    assert_eq!(one["pushkey"], "k");
+    assert_eq!(one["kind"], "http");
+    assert_eq!(one["data"]["url"], url);
+    assert_eq!(one["device_display_name"], "Phone");
+
+    // The same key registered by someone else without `append` takes it over.
+    carol
+        .post("/_matrix/client/v3/pushers/set", pusher(url, "k"))
+        .await
+        .ok();
+    assert!(bob.get("/_matrix/client/v3/pushers").await.ok()["pushers"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    let mut bad = pusher("https://push.example.org/somewhere", "k2");
+    bob.post("/_matrix/client/v3/pushers/set", bad.clone())
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+    bad["data"]["url"] = json!("not a url");
+    bob.post("/_matrix/client/v3/pushers/set", bad)
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+    let mut email = pusher(url, "me@example.org");
+    email["kind"] = json!("email");
+    bob.post("/_matrix/client/v3/pushers/set", email)
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+
+    carol
+        .post(
+            "/_matrix/client/v3/pushers/set",
+            json!({ "pushkey": "k", "app_id": "org.example.app", "kind": null }),
+        )
+        .await
+        .ok();
+    assert!(
+        carol.get("/_matrix/client/v3/pushers").await.ok()["pushers"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // A pusher goes with the device that made it.
+    bob.post("/_matrix/client/v3/pushers/set", pusher(url, "k3"))
+        .await
+        .ok();
+    bob.post("/_matrix/client/v3/logout", json!({})).await.ok();
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM pushers").await, 0);
+}
