@@ -70,6 +70,8 @@ pub struct Config {
     pub jwt: Option<JwtConfig>,
     /// Database connection pool size.
     pub database_pool_size: usize,
+    /// Whether presence is tracked and shared.
+    pub presence_enabled: bool,
 }
 
 /// The TOML file's shape; every key is optional and named like its environment variable
@@ -95,6 +97,7 @@ struct FileConfig {
     jwt_issuer: Option<String>,
     jwt_audience: Option<String>,
     database_pool_size: Option<toml::Value>,
+    presence: Option<toml::Value>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -228,14 +231,8 @@ impl Config {
                 }
             },
         };
-        let rate_limits_enabled = match src.get("rate_limits") {
-            None => true,
-            Some(raw) => match raw.value.as_str() {
-                "on" | "true" => true,
-                "off" | "false" => false,
-                other => return Err(bad(&raw.source, format!("'{other}' is not on or off"))),
-            },
-        };
+        let rate_limits_enabled = switch(src, "rate_limits", true)?;
+        let presence_enabled = switch(src, "presence", true)?;
         let rate_limit_login = RateLimit {
             per_second: positive(src, "rate_limit_login_per_second", 0.17)?,
             burst: positive(src, "rate_limit_login_burst", 3.0)?,
@@ -282,7 +279,19 @@ impl Config {
             refreshable_access_token_lifetime_ms,
             jwt,
             database_pool_size,
+            presence_enabled,
         })
+    }
+}
+
+fn switch(src: &Sources, key: &'static str, default: bool) -> Result<bool, ConfigError> {
+    match src.get(key) {
+        None => Ok(default),
+        Some(raw) => match raw.value.as_str() {
+            "on" | "true" => Ok(true),
+            "off" | "false" => Ok(false),
+            other => Err(bad(&raw.source, format!("'{other}' is not on or off"))),
+        },
     }
 }
 
@@ -337,6 +346,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         jwt_issuer,
         jwt_audience,
         database_pool_size,
+        presence,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -371,6 +381,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("jwt_issuer", s(jwt_issuer)),
         ("jwt_audience", s(jwt_audience)),
         ("database_pool_size", database_pool_size),
+        ("presence", presence),
     ];
     Ok(entries
         .into_iter()

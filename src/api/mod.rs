@@ -233,6 +233,8 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::receipt::create_receipt::v3::Request, _, _>(receipts::create_receipt_route);
     t.ruma::<r::read_marker::set_read_marker::v3::Request, _, _>(receipts::read_markers_route);
     t.ruma::<r::typing::create_typing_event::v3::Request, _, _>(typing::typing_route);
+    t.ruma::<r::presence::set_presence::v3::Request, _, _>(presence::set_presence_route);
+    t.ruma::<r::presence::get_presence::v3::Request, _, _>(presence::get_presence_route);
     t.ruma::<r::state::send_state_event::v3::Request, _, _>(events::send_state_route);
     t.ruma::<r::state::get_state_events::v3::Request, _, _>(events::get_state_route);
     t.ruma::<r::state::get_state_event_for_key::v3::Request, _, _>(events::get_state_event_route);

@@ -4,6 +4,7 @@ pub mod account_data;
 pub mod keys;
 pub mod notifier;
 pub mod passwords;
+pub mod presence;
 pub mod push_rules;
 pub mod push_sender;
 pub mod pushers;
@@ -50,6 +51,8 @@ pub struct Services {
     pub push_rules: push_rules::PushRules,
     /// Users' pushers.
     pub pushers: pushers::Pushers,
+    /// Presence.
+    pub presence: Arc<presence::Presence>,
     /// Delivers pushes to gateways (started by `serve`).
     pub push_sender: Arc<push_sender::PushSender>,
 }
@@ -62,8 +65,9 @@ impl Services {
         let sessions = Arc::new(sessions::Sessions::new(db.clone(), config.clone()));
         let notifier = notifier::Notifier::new(db.clone(), sessions.clone());
         let push_sender = push_sender::PushSender::new(db.clone(), notifier.push_wake.clone());
+        let presence = presence::Presence::new(db.clone(), config.presence_enabled);
         Ok(Arc::new(Services {
-            sync: sync::Sync::new(db.clone(), notifier.clone()),
+            sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
             notifier,
             rooms: rooms::Rooms::new(db.clone(), config.clone(), keys.clone()),
             keys,
@@ -74,6 +78,7 @@ impl Services {
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),
             pushers: pushers::Pushers::new(db.clone()),
+            presence,
             push_sender,
             sessions,
             config,

@@ -28,6 +28,8 @@ pub const USER_CHANNEL: &str = "myelin_user";
 pub const TOKEN_CHANNEL: &str = "myelin_token";
 /// Channel for typing changes (payload: [`super::typing::encode`]).
 pub const TYPING_CHANNEL: &str = "myelin_typing";
+/// Channel for presence changes (payload: user ID).
+pub const PRESENCE_CHANNEL: &str = "myelin_presence";
 
 /// Per-user wake-up handles.
 pub struct Notifier {
@@ -89,6 +91,29 @@ impl Notifier {
             Ok(users) => users.iter().for_each(|user| self.wake_user(user)),
             Err(err) => {
                 tracing::warn!("could not look up room members to wake: {err}");
+                self.wake_all();
+            }
+        }
+    }
+
+    /// Wakes the user and everyone sharing a joined room with them (a presence change).
+    async fn wake_room_sharers(&self, user_id: &str) {
+        self.wake_user(user_id);
+        let rooms = async {
+            let mut conn = self.db.conn().await?;
+            Ok::<_, crate::error::Error>(
+                store::get_rooms_for_user(&mut conn, user_id, "join").await?,
+            )
+        }
+        .await;
+        match rooms {
+            Ok(rooms) => {
+                for room in rooms {
+                    self.wake_room(&room).await;
+                }
+            }
+            Err(err) => {
+                tracing::warn!("could not look up rooms to wake: {err}");
                 self.wake_all();
             }
         }
@@ -161,7 +186,7 @@ impl Notifier {
         client
             .batch_execute(&format!(
                 "LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL}; LISTEN {TOKEN_CHANNEL}; \
-                 LISTEN {TYPING_CHANNEL};"
+                 LISTEN {TYPING_CHANNEL}; LISTEN {PRESENCE_CHANNEL};"
             ))
             .await?;
         while let Some((channel, payload)) = receiver.recv().await {
@@ -169,6 +194,8 @@ impl Notifier {
             if channel == ROOM_CHANNEL {
                 notifier.push_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room(&payload).await });
+            } else if channel == PRESENCE_CHANNEL {
+                tokio::spawn(async move { notifier.wake_room_sharers(&payload).await });
             } else if channel == TYPING_CHANNEL {
                 notifier.typing_changed(&payload);
             } else if channel == TOKEN_CHANNEL {

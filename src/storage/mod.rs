@@ -5,6 +5,7 @@
 
 pub mod account_data;
 pub mod devices;
+pub mod presence;
 pub mod push;
 pub mod pushers;
 pub mod receipts;

@@ -182,6 +182,17 @@ diesel::table! {
 }
 
 diesel::table! {
+    presence (user_id) {
+        user_id -> Text,
+        state -> Text,
+        status_msg -> Nullable<Text>,
+        last_active_ts -> Int8,
+        last_seen_ts -> Int8,
+        stream_ordering -> Int8,
+    }
+}
+
+diesel::table! {
     pushers (user_id, app_id, pushkey) {
         user_id -> Text,
         app_id -> Text,
@@ -250,6 +261,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     event_txns,
     events,
     filters,
+    presence,
     profile_fields,
     pushers,
     receipts,

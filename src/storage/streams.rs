@@ -14,6 +14,8 @@ pub const EVENTS: &str = "events";
 pub const ACCOUNT_DATA: &str = "account_data";
 /// The read-receipt stream.
 pub const RECEIPTS: &str = "receipts";
+/// The presence stream.
+pub const PRESENCE: &str = "presence";
 
 /// Takes the next position of a stream (call it last in the transaction: it serialises commits).
 pub async fn next_position(conn: &mut AsyncPgConnection, stream: &str) -> QueryResult<i64> {

@@ -7,6 +7,7 @@ mod accounts;
 mod api_spec;
 mod devices;
 mod errors;
+mod presence;
 mod profile_and_account_data;
 mod pushers;
 mod receipts;

@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod events;
 pub mod filters;
 pub mod notifications;
+pub mod presence;
 pub mod profile;
 pub mod push_rules;
 pub mod pushers;

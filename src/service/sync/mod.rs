@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 use self::{room_index::RoomIndex, token::SyncToken};
 use super::{
     notifier::Notifier,
+    presence::Presence,
     push_rules::{push_rules_event, PUSH_RULES_TYPE},
     rooms::{visibility::Visibility, writer::version_rules, Rooms},
 };
@@ -103,6 +104,8 @@ pub struct SyncFilter {
     pub state: EventFilter,
     /// Global account data.
     pub account_data: EventFilter,
+    /// Presence events.
+    pub presence: EventFilter,
     /// Per-room account data.
     pub room_account_data: EventFilter,
     /// Send only the member events the timeline needs.
@@ -145,6 +148,22 @@ impl SyncFilter {
             account_data: EventFilter {
                 types: account_data.types.clone(),
                 not_types: account_data.not_types.clone(),
+                ..EventFilter::default()
+            },
+            presence: EventFilter {
+                types: filter.presence.types.clone(),
+                not_types: filter.presence.not_types.clone(),
+                senders: filter
+                    .presence
+                    .senders
+                    .as_ref()
+                    .map(|s| s.iter().map(|u| u.to_string()).collect()),
+                not_senders: filter
+                    .presence
+                    .not_senders
+                    .iter()
+                    .map(|u| u.to_string())
+                    .collect(),
                 ..EventFilter::default()
             },
             room_account_data: EventFilter::from_room_filter(&room.account_data),
@@ -234,6 +253,7 @@ pub struct Sync {
     db: Db,
     index: RoomIndex,
     notifier: Arc<Notifier>,
+    presence: Arc<Presence>,
 }
 
 /// Which part of a room's history a section covers.
@@ -246,11 +266,12 @@ struct Range {
 
 impl Sync {
     /// Creates the service.
-    pub fn new(db: Db, notifier: Arc<Notifier>) -> Self {
+    pub fn new(db: Db, notifier: Arc<Notifier>, presence: Arc<Presence>) -> Self {
         Sync {
             index: RoomIndex::new(db.clone()),
             db,
             notifier,
+            presence,
         }
     }
 
@@ -286,6 +307,7 @@ impl Sync {
         let mut conn = self.db.conn().await?;
         let account_position = streams::current_position(&mut conn, streams::ACCOUNT_DATA).await?;
         let receipts_position = streams::current_position(&mut conn, streams::RECEIPTS).await?;
+        let presence_position = streams::current_position(&mut conn, streams::PRESENCE).await?;
         let typing = &self.notifier.typing;
         let next = SyncToken {
             events: events_position,
@@ -293,11 +315,13 @@ impl Sync {
             receipts: receipts_position,
             // Another process's clock may be a little ahead; never go back from the token.
             typing: typing.position().max(request.since.map_or(0, |s| s.typing)),
+            presence: presence_position,
         };
         if let Some(since) = request.since {
             if since.events > next.events
                 || since.account_data > next.account_data
                 || since.receipts > next.receipts
+                || since.presence > next.presence
             {
                 return Err(Error::invalid_param(
                     "Unknown sync token (it is not from this server)",
@@ -463,16 +487,33 @@ impl Sync {
         }
         self.add_unread_counts(&mut conn, user, &mut join, events_position, &request.filter)
             .await?;
+        let presence: Vec<Value> = self
+            .presence
+            .events_for(
+                &mut conn,
+                user,
+                request.since.map_or(0, |s| s.presence),
+                presence_position,
+            )
+            .await?
+            .into_iter()
+            .filter(|event| {
+                let sender = event["sender"].as_str().unwrap_or_default();
+                !ignored.contains(sender)
+                    && request.filter.presence.allows("m.presence", sender, None)
+            })
+            .collect();
         let empty = join.is_empty()
             && invite.is_empty()
             && leave.is_empty()
             && knock.is_empty()
-            && global_data.is_empty();
+            && global_data.is_empty()
+            && presence.is_empty();
         let response = json!({
             "next_batch": next.to_string(),
             "rooms": { "join": join, "invite": invite, "leave": leave, "knock": knock },
             "account_data": { "events": global_data },
-            "presence": { "events": [] },
+            "presence": { "events": presence },
             "to_device": { "events": [] },
             "device_lists": { "changed": [], "left": [] },
             "device_one_time_keys_count": {},

@@ -1,6 +1,6 @@
 //! Sync tokens (`next_batch`/`since`) and pagination tokens (`prev_batch`, `/messages`).
 //!
-//! A sync token holds one position per stream: `s{events}_{account_data}_{receipts}_{typing}`. Streams added later
+//! A sync token holds one position per stream: `s{events}_{account_data}_{receipts}_{typing}_{presence}`. Streams added later
 //! append positions; older tokens with fewer positions read the missing ones as 0. A pagination
 //! token `t{N}` is a point in a room's history between the event at position N and the next.
 
@@ -17,10 +17,12 @@ pub struct SyncToken {
     pub receipts: i64,
     /// Typing changes (an in-memory clock, see [`crate::service::typing`]).
     pub typing: i64,
+    /// Presence stream.
+    pub presence: i64,
 }
 
 impl SyncToken {
-    /// Parses `s{events}_{account_data}_{receipts}_{typing}`; anything else is `M_INVALID_PARAM`.
+    /// Parses `s{events}_{account_data}_{receipts}_{typing}_{presence}`; anything else is `M_INVALID_PARAM`.
     pub fn parse(token: &str) -> Result<Self> {
         let invalid = || Error::invalid_param(format!("Invalid sync token: {token}"));
         let body = token.strip_prefix('s').ok_or_else(invalid)?;
@@ -35,11 +37,13 @@ impl SyncToken {
         let account_data = next()?;
         let receipts = next()?;
         let typing = next()?;
+        let presence = next()?;
         Ok(SyncToken {
             events,
             account_data,
             receipts,
             typing,
+            presence,
         })
     }
 }
@@ -48,8 +52,8 @@ impl std::fmt::Display for SyncToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "s{}_{}_{}_{}",
-            self.events, self.account_data, self.receipts, self.typing
+            "s{}_{}_{}_{}_{}",
+            self.events, self.account_data, self.receipts, self.typing, self.presence
         )
     }
 }
@@ -85,6 +89,7 @@ mod tests {
             account_data: 7,
             receipts: 3,
             typing: 1_700_000_000_000,
+            presence: 9,
         };
         assert_eq!(SyncToken::parse(&token.to_string()).unwrap(), token);
         assert_eq!(
@@ -94,6 +99,7 @@ mod tests {
                 account_data: 0,
                 receipts: 0,
                 typing: 0,
+                presence: 0,
             }
         );
         for bad in ["", "s", "x5_1", "s-1_2", "sabc", "s1_x", "s1_-3"] {

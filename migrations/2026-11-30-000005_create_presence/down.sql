@@ -1,0 +1,2 @@
+DELETE FROM stream_positions WHERE stream = 'presence';
+DROP TABLE presence;

@@ -1,0 +1,152 @@
+//! Presence rows and the presence stream.
+
+use diesel::{
+    prelude::*,
+    sql_types::{BigInt, Text},
+};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::{schema::presence, streams};
+
+/// A user's presence.
+#[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
+#[diesel(table_name = presence)]
+pub struct PresenceRow {
+    /// User.
+    pub user_id: String,
+    /// `online`, `unavailable` or `offline`.
+    pub state: String,
+    /// Free-text status.
+    pub status_msg: Option<String>,
+    /// Last activity.
+    pub last_active_ts: i64,
+    /// Last sync or presence update.
+    pub last_seen_ts: i64,
+    /// Position of the last change.
+    pub stream_ordering: i64,
+}
+
+/// A user's presence row.
+pub async fn get_presence(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Option<PresenceRow>> {
+    presence::table
+        .find(user_id)
+        .select(PresenceRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Locks a user's presence row for a read-modify-write (nothing when there is none).
+pub async fn lock_presence(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Option<PresenceRow>> {
+    presence::table
+        .find(user_id)
+        .select(PresenceRow::as_select())
+        .for_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Writes a presence change at a new stream position (inside a transaction).
+pub async fn set_presence(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    state: &str,
+    status_msg: Option<&str>,
+    last_active_ts: i64,
+    last_seen_ts: i64,
+) -> QueryResult<i64> {
+    let position = streams::next_position(conn, streams::PRESENCE).await?;
+    diesel::insert_into(presence::table)
+        .values((
+            presence::user_id.eq(user_id),
+            presence::state.eq(state),
+            presence::status_msg.eq(status_msg),
+            presence::last_active_ts.eq(last_active_ts),
+            presence::last_seen_ts.eq(last_seen_ts),
+            presence::stream_ordering.eq(position),
+        ))
+        .on_conflict(presence::user_id)
+        .do_update()
+        .set((
+            presence::state.eq(state),
+            presence::status_msg.eq(status_msg),
+            presence::last_active_ts.eq(last_active_ts),
+            presence::last_seen_ts.eq(last_seen_ts),
+            presence::stream_ordering.eq(position),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(position)
+}
+
+/// Notes that a user was seen, without it being news for anyone.
+pub async fn touch_presence(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    now: i64,
+) -> QueryResult<()> {
+    diesel::update(presence::table.find(user_id))
+        .set(presence::last_seen_ts.eq(now))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Users not offline whose last sign of life is older than `before`.
+pub async fn get_silent_users(
+    conn: &mut AsyncPgConnection,
+    before: i64,
+) -> QueryResult<Vec<String>> {
+    presence::table
+        .filter(presence::state.ne("offline"))
+        .filter(presence::last_seen_ts.lt(before))
+        .select(presence::user_id)
+        .load(conn)
+        .await
+}
+
+/// Presence changes in `(after, up_to]` of the user and of everyone sharing a joined room
+/// with them.
+pub async fn get_presence_changed_for(
+    conn: &mut AsyncPgConnection,
+    user_id: &str,
+    after: i64,
+    up_to: i64,
+) -> QueryResult<Vec<PresenceRow>> {
+    diesel::sql_query(
+        "SELECT p.* FROM presence p
+         WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3
+           AND (p.user_id = $1 OR EXISTS (
+               SELECT 1 FROM room_memberships mine
+               JOIN room_memberships theirs ON theirs.room_id = mine.room_id
+               WHERE mine.user_id = $1 AND mine.membership = 'join'
+                 AND theirs.user_id = p.user_id AND theirs.membership = 'join'))",
+    )
+    .bind::<Text, _>(user_id)
+    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(up_to)
+    .load(conn)
+    .await
+}
+
+/// Whether two users share a joined room.
+pub async fn share_a_room(conn: &mut AsyncPgConnection, a: &str, b: &str) -> QueryResult<bool> {
+    use super::schema::room_memberships as m;
+    let (mine, theirs) = diesel::alias!(m as mine, m as theirs);
+    let shared = mine
+        .inner_join(theirs.on(theirs.field(m::room_id).eq(mine.field(m::room_id))))
+        .filter(mine.field(m::user_id).eq(a))
+        .filter(mine.field(m::membership).eq("join"))
+        .filter(theirs.field(m::user_id).eq(b))
+        .filter(theirs.field(m::membership).eq("join"));
+    diesel::select(diesel::dsl::exists(shared))
+        .get_result(conn)
+        .await
+}

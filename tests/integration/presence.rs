@@ -1,0 +1,152 @@
+//! Presence: set, read and synced to those who share a room; offline after silence.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{client::enc, Client, ServerOptions, TestServer};
+
+fn presence_of<'a>(sync: &'a Value, user: &str) -> Option<&'a Value> {
+    sync["presence"]["events"]
+        .as_array()?
+        .iter()
+        .find(|e| e["type"] == "m.presence" && e["sender"] == user)
+        .map(|e| &e["content"])
+}
+
+/// Long-polls until a sync carries presence for `user` matching `want`.
+async fn wait_presence(client: &Client, since: &str, user: &str, want: &str) -> (Value, String) {
+    let mut since = since.to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let path = format!(
+            "/_matrix/client/v3/sync?timeout=5000&set_presence=offline&since={}",
+            enc(&since)
+        );
+        let sync = client.get(&path).await.ok();
+        since = sync["next_batch"].as_str().unwrap().to_owned();
+        if let Some(content) = presence_of(&sync, user).filter(|c| c["presence"] == want) {
+            return (content.clone(), since);
+        }
+    }
+    panic!("{user} never became {want}");
+}
+
+async fn quiet_sync(client: &Client) -> String {
+    client
+        .get("/_matrix/client/v3/sync?set_presence=offline")
+        .await
+        .ok()["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn put_presence(client: &Client, body: Value) -> crate::support::client::Response {
+    let path = format!(
+        "/_matrix/client/v3/presence/{}/status",
+        enc(&client.user_id)
+    );
+    client.put(&path, body).await
+}
+
+#[tokio::test]
+async fn presence_reaches_those_who_share_a_room_and_no_one_else() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let eve = server.register("eve").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let bob_since = quiet_sync(&bob).await;
+    let eve_since = quiet_sync(&eve).await;
+
+    put_presence(
+        &alice,
+        json!({ "presence": "online", "status_msg": "at lunch" }),
+    )
+    .await
+    .ok();
+    let (content, _) = wait_presence(&bob, &bob_since, "@alice:localhost", "online").await;
+    assert_eq!(content["status_msg"], "at lunch");
+    assert_eq!(content["currently_active"], true);
+    assert!(content["last_active_ago"].as_u64().unwrap() < 10_000);
+
+    let path = format!(
+        "/_matrix/client/v3/presence/{}/status",
+        enc("@alice:localhost")
+    );
+    let seen = bob.get(&path).await.ok();
+    assert_eq!(seen["presence"], "online");
+    assert_eq!(seen["status_msg"], "at lunch");
+    eve.get(&path).await.assert_error(403, "M_FORBIDDEN");
+    let eve_view = eve
+        .get(&format!(
+            "/_matrix/client/v3/sync?timeout=0&set_presence=offline&since={}",
+            enc(&eve_since)
+        ))
+        .await
+        .ok();
+    assert!(presence_of(&eve_view, "@alice:localhost").is_none());
+
+    // Only your own presence can be set, and only to a known state.
+    let other = format!(
+        "/_matrix/client/v3/presence/{}/status",
+        enc("@bob:localhost")
+    );
+    alice
+        .put(&other, json!({ "presence": "online" }))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    put_presence(&alice, json!({ "presence": "dancing" }))
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+}
+
+#[tokio::test]
+async fn syncing_keeps_a_user_online_and_silence_takes_them_offline() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let since = quiet_sync(&alice).await;
+
+    // A sync without set_presence means online.
+    bob.sync(None, 0, None).await;
+    let (_, since) = wait_presence(&alice, &since, "@bob:localhost", "online").await;
+
+    // Pretend Bob's last sign of life was a minute ago: the sweeper takes him offline.
+    let mut db = server.db().await;
+    diesel_async::RunQueryDsl::execute(
+        diesel::sql_query(
+            "UPDATE presence SET last_seen_ts = last_seen_ts - 60000 WHERE user_id = '@bob:localhost'",
+        ),
+        &mut db,
+    )
+    .await
+    .unwrap();
+    let (content, _) = wait_presence(&alice, &since, "@bob:localhost", "offline").await;
+    assert!(content.get("currently_active").is_none());
+}
+
+#[tokio::test]
+async fn presence_can_be_switched_off() {
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_PRESENCE", "off")).await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    put_presence(&alice, json!({ "presence": "online", "status_msg": "hi" }))
+        .await
+        .ok();
+    let path = format!(
+        "/_matrix/client/v3/presence/{}/status",
+        enc("@alice:localhost")
+    );
+    assert_eq!(bob.get(&path).await.ok(), json!({ "presence": "offline" }));
+    let sync = bob.sync(None, 0, None).await;
+    assert_eq!(sync["presence"]["events"], json!([]));
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM presence").await, 0);
+}
