@@ -43,4 +43,7 @@ done
 
 echo "== matrix-js-sdk"
 [ -d tests/clients/js/node_modules ] || (cd tests/clients/js && npm ci --silent --no-audit --no-fund)
-node tests/clients/js/sync_scrollback.mjs "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
+for script in tests/clients/js/*.mjs; do
+    [ "$(basename "$script")" = harness.mjs ] && continue
+    node "$script" "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
+done

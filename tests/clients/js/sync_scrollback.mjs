@@ -4,122 +4,16 @@
 //
 // User A is driven with plain HTTP requests; user B is a matrix-js-sdk client (no crypto).
 //
-// Usage: node sync_scrollback.mjs http://127.0.0.1:PORT
-// Set MYELIN_JS_VERBOSE=1 to log every request the SDK makes and the SDK's own debug log.
+// Usage: node sync_scrollback.mjs http://127.0.0.1:PORT (MYELIN_JS_VERBOSE=1 logs requests)
 
 import { randomBytes } from "node:crypto";
-import {
-    ClientEvent,
-    Direction,
-    EventType,
-    RoomEvent,
-    SyncState,
-    createClient,
-} from "matrix-js-sdk";
-import { logger } from "matrix-js-sdk/lib/logger.js";
+import { Direction, EventType, RoomEvent } from "matrix-js-sdk";
 
-const TOTAL_TIMEOUT_MS = 120_000;
+import { harness } from "./harness.mjs";
+
 const MESSAGES = 200;
 const verbose = !!process.env.MYELIN_JS_VERBOSE;
-
-const baseUrl = (process.argv[2] || "").replace(/\/+$/, "");
-if (!baseUrl) {
-    console.error("usage: node sync_scrollback.mjs http://127.0.0.1:PORT");
-    process.exit(2);
-}
-
-logger.setLevel(verbose ? "debug" : "warn", false);
-
-const hardTimeout = setTimeout(() => {
-    console.error(`FAIL: overall timeout of ${TOTAL_TIMEOUT_MS / 1000} s reached`);
-    console.log("js-sdk sync: 0 passed, 1 failed");
-    process.exit(1);
-}, TOTAL_TIMEOUT_MS);
-
-let client = null;
-
-function fail(message) {
-    console.error(`FAIL: ${message}`);
-    try {
-        client?.stopClient();
-    } catch {
-        // ignore: we are failing anyway
-    }
-    console.log("js-sdk sync: 0 passed, 1 failed");
-    process.exit(1);
-}
-
-function check(condition, message) {
-    if (!condition) fail(message);
-    console.log(`ok - ${message}`);
-}
-
-// Plain client-server API calls (user A, registration).
-async function api(method, path, { token, body } = {}) {
-    const headers = { "Content-Type": "application/json" };
-    if (token) headers.Authorization = `Bearer ${token}`;
-    const res = await fetch(`${baseUrl}/_matrix/client/v3${path}`, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await res.text();
-    let json;
-    try {
-        json = JSON.parse(text);
-    } catch {
-        json = undefined;
-    }
-    if (!res.ok || json === undefined) {
-        fail(`${method} ${path} answered ${res.status}: ${text.slice(0, 500)}`);
-    }
-    return json;
-}
-
-async function register(username) {
-    const res = await api("POST", "/register", {
-        body: {
-            username,
-            password: "correct horse battery staple",
-            auth: { type: "m.login.dummy" },
-            initial_device_display_name: "js-sdk test",
-        },
-    });
-    check(res.user_id && res.access_token && res.device_id, `register ${username} -> ${res.user_id}`);
-    return res;
-}
-
-// The SDK's requests go through this fetch so failures can be pinned on one request.
-const sdkErrors = [];
-async function loggingFetch(input, init = {}) {
-    const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
-    const method = init.method || "GET";
-    const shortUrl = url.replace(baseUrl, "").replace(/access_token=[^&]*/, "access_token=…");
-    let res;
-    try {
-        res = await fetch(input, init);
-    } catch (err) {
-        if (verbose || err?.name !== "AbortError") console.error(`sdk: ${method} ${shortUrl} -> ${err}`);
-        throw err;
-    }
-    if (verbose) console.error(`sdk: ${method} ${shortUrl} -> ${res.status}`);
-    if (!res.ok) {
-        const body = await res.clone().text();
-        sdkErrors.push(`${method} ${shortUrl} -> ${res.status} ${body.slice(0, 300)}`);
-        if (verbose) console.error(`sdk:   ${body.slice(0, 300)}`);
-    }
-    return res;
-}
-
-function withTimeout(promise, ms, what) {
-    let timer;
-    return Promise.race([
-        promise,
-        new Promise((_, reject) => {
-            timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
-        }),
-    ]).finally(() => clearTimeout(timer));
-}
+const { api, register, check, fail, pass, withTimeout, startClient } = harness("sync");
 
 async function main() {
     const suffix = randomBytes(4).toString("hex");
@@ -144,35 +38,7 @@ async function main() {
     for (let i = 0; i < MESSAGES; i++) await send(`msg ${i}`);
     console.log(`ok - A sent ${MESSAGES} messages`);
 
-    client = createClient({
-        baseUrl,
-        accessToken: bob.access_token,
-        userId: bob.user_id,
-        deviceId: bob.device_id,
-        fetchFn: loggingFetch,
-        timelineSupport: true,
-    });
-
-    const ready = new Promise((resolve, reject) => {
-        const onSync = (state, _prev, data) => {
-            if (state === SyncState.Prepared || state === SyncState.Syncing) {
-                client.off(ClientEvent.Sync, onSync);
-                resolve(state);
-            } else if (state === SyncState.Error) {
-                client.off(ClientEvent.Sync, onSync);
-                reject(new Error(`sync state ERROR: ${data?.error ?? "(no error given)"}`));
-            }
-        };
-        client.on(ClientEvent.Sync, onSync);
-    });
-    await client.startClient({ initialSyncLimit: 10 });
-    let state;
-    try {
-        state = await withTimeout(ready, 30_000, "sync state PREPARED");
-    } catch (err) {
-        fail(`${err.message}\nfailed SDK requests:\n  ${sdkErrors.join("\n  ") || "(none)"}`);
-    }
-    check(true, `B's client reached sync state ${state}`);
+    const client = await startClient(bob, { initialSyncLimit: 10 });
 
     const room = client.getRoom(roomId);
     check(room !== null, "B's client knows the room after the initial sync");
@@ -202,7 +68,7 @@ async function main() {
     try {
         liveEvent = await withTimeout(live, 10_000, "the live message on Room.timeline");
     } catch (err) {
-        fail(`${err.message}\nfailed SDK requests:\n  ${sdkErrors.join("\n  ") || "(none)"}`);
+        fail(err.message);
     }
     check(liveEvent.getId() === liveSent.event_id, "B received the live message as a live Room.timeline event");
 
@@ -214,11 +80,7 @@ async function main() {
         try {
             await withTimeout(client.scrollback(room, 50), 15_000, "scrollback");
         } catch (err) {
-            fail(
-                `scrollback round ${rounds} failed: ${err.message}\nfailed SDK requests:\n  ${
-                    sdkErrors.join("\n  ") || "(none)"
-                }`,
-            );
+            fail(`scrollback round ${rounds} failed: ${err.message}`);
         }
         const after = room.getLiveTimeline().getEvents().length;
         if (verbose) console.error(`scrollback round ${rounds}: ${before} -> ${after} events`);
@@ -245,12 +107,7 @@ async function main() {
     }
     check(true, `the timeline holds "msg 0".."msg ${MESSAGES - 1}","live message" in order, no gap, no duplicate`);
 
-    client.stopClient();
-    client = null;
-    clearTimeout(hardTimeout);
-    console.log("js-sdk sync: 1 passed, 0 failed");
-    // Exit explicitly: an aborted long-poll or keep-alive socket must not keep node alive.
-    process.exit(0);
+    pass();
 }
 
 main().catch((err) => fail(err?.stack || String(err)));
