@@ -356,11 +356,12 @@ async fn recompute(
         if row.stream_ordering <= joined_at.0 || row.redacted_by.is_some() {
             continue;
         }
-        if !contexts.contains_key(&group) {
-            let context = context_at(conn, group, user_id, &rules).await?;
-            contexts.insert(group, context);
-        }
-        let (room, name) = &contexts[&group];
+        let (room, name) = match contexts.entry(group) {
+            std::collections::hash_map::Entry::Occupied(known) => known.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(context_at(conn, group, user_id, &rules).await?)
+            }
+        };
         let event = EventToEvaluate::new(room_id, &row.event_id, row.stream_ordering, &row.pdu);
         if let Some(action) = evaluate(&ruleset, room, &event, user_id, name.as_deref()).await {
             rows.push(action);
