@@ -243,6 +243,38 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::context::get_context::v3::Request, _, _>(events::context_route);
     t.ruma::<r::room::get_event_by_timestamp::v1::Request, _, _>(events::timestamp_to_event_route);
 
+    t.ruma::<r::keys::upload_keys::v3::Request, _, _>(keys::upload_keys_route);
+    t.ruma::<r::keys::get_keys::v3::Request, _, _>(keys::query_keys_route);
+    t.ruma::<r::keys::claim_keys::v3::Request, _, _>(keys::claim_keys_route);
+    t.ruma::<r::keys::get_key_changes::v3::Request, _, _>(keys::key_changes_route);
+    t.ruma::<r::keys::upload_signing_keys::v3::Request, _, _>(keys::upload_signing_keys_route);
+    t.ruma::<r::keys::upload_signatures::v3::Request, _, _>(keys::upload_signatures_route);
+    t.ruma::<r::to_device::send_event_to_device::v3::Request, _, _>(keys::send_to_device_route);
+    t.ruma::<r::backup::create_backup_version::v3::Request, _, _>(backup::create_version_route);
+    t.ruma::<r::backup::get_latest_backup_info::v3::Request, _, _>(
+        backup::get_latest_version_route,
+    );
+    t.ruma::<r::backup::get_backup_info::v3::Request, _, _>(backup::get_version_route);
+    t.ruma::<r::backup::update_backup_version::v3::Request, _, _>(backup::update_version_route);
+    t.ruma::<r::backup::delete_backup_version::v3::Request, _, _>(backup::delete_version_route);
+    t.ruma::<r::backup::add_backup_keys::v3::Request, _, _>(backup::put_keys_route);
+    t.ruma::<r::backup::add_backup_keys_for_room::v3::Request, _, _>(backup::put_room_keys_route);
+    t.ruma::<r::backup::add_backup_keys_for_session::v3::Request, _, _>(
+        backup::put_session_key_route,
+    );
+    t.ruma::<r::backup::get_backup_keys::v3::Request, _, _>(backup::get_keys_route);
+    t.ruma::<r::backup::get_backup_keys_for_room::v3::Request, _, _>(backup::get_room_keys_route);
+    t.ruma::<r::backup::get_backup_keys_for_session::v3::Request, _, _>(
+        backup::get_session_key_route,
+    );
+    t.ruma::<r::backup::delete_backup_keys::v3::Request, _, _>(backup::delete_keys_route);
+    t.ruma::<r::backup::delete_backup_keys_for_room::v3::Request, _, _>(
+        backup::delete_room_keys_route,
+    );
+    t.ruma::<r::backup::delete_backup_keys_for_session::v3::Request, _, _>(
+        backup::delete_session_key_route,
+    );
+
     t.ruma::<r::alias::create_alias::v3::Request, _, _>(directory::create_alias_route);
     t.ruma::<r::alias::get_alias::v3::Request, _, _>(directory::get_alias_route);
     t.ruma::<r::alias::delete_alias::v3::Request, _, _>(directory::delete_alias_route);

@@ -1,6 +1,7 @@
 //! Domain logic. Handlers call services; services call storage.
 
 pub mod account_data;
+pub mod e2ee;
 pub mod keys;
 pub mod notifier;
 pub mod passwords;
@@ -53,6 +54,12 @@ pub struct Services {
     pub pushers: pushers::Pushers,
     /// Presence.
     pub presence: Arc<presence::Presence>,
+    /// Device, one-time and cross-signing keys.
+    pub e2ee_keys: e2ee::keys::Keys,
+    /// To-device messages.
+    pub to_device: e2ee::to_device::ToDevice,
+    /// Server-side key backup.
+    pub backup: e2ee::backup::Backup,
     /// Delivers pushes to gateways (started by `serve`).
     pub push_sender: Arc<push_sender::PushSender>,
 }
@@ -78,6 +85,9 @@ impl Services {
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),
             pushers: pushers::Pushers::new(db.clone()),
+            e2ee_keys: e2ee::keys::Keys::new(db.clone()),
+            to_device: e2ee::to_device::ToDevice::new(db.clone(), config.server_name.to_string()),
+            backup: e2ee::backup::Backup::new(db.clone()),
             presence,
             push_sender,
             sessions,

@@ -28,8 +28,9 @@ pub const USER_CHANNEL: &str = "myelin_user";
 pub const TOKEN_CHANNEL: &str = "myelin_token";
 /// Channel for typing changes (payload: [`super::typing::encode`]).
 pub const TYPING_CHANNEL: &str = "myelin_typing";
-/// Channel for presence changes (payload: user ID).
-pub const PRESENCE_CHANNEL: &str = "myelin_presence";
+/// Channel for changes everyone sharing a room with a user must see: presence, devices and
+/// keys (payload: user ID).
+pub const SHARERS_CHANNEL: &str = "myelin_sharers";
 
 /// Per-user wake-up handles.
 pub struct Notifier {
@@ -96,7 +97,7 @@ impl Notifier {
         }
     }
 
-    /// Wakes the user and everyone sharing a joined room with them (a presence change).
+    /// Wakes the user and everyone sharing a joined room with them (presence, device lists).
     async fn wake_room_sharers(&self, user_id: &str) {
         self.wake_user(user_id);
         let rooms = async {
@@ -186,7 +187,7 @@ impl Notifier {
         client
             .batch_execute(&format!(
                 "LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL}; LISTEN {TOKEN_CHANNEL}; \
-                 LISTEN {TYPING_CHANNEL}; LISTEN {PRESENCE_CHANNEL};"
+                 LISTEN {TYPING_CHANNEL}; LISTEN {SHARERS_CHANNEL};"
             ))
             .await?;
         while let Some((channel, payload)) = receiver.recv().await {
@@ -194,7 +195,7 @@ impl Notifier {
             if channel == ROOM_CHANNEL {
                 notifier.push_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room(&payload).await });
-            } else if channel == PRESENCE_CHANNEL {
+            } else if channel == SHARERS_CHANNEL {
                 tokio::spawn(async move { notifier.wake_room_sharers(&payload).await });
             } else if channel == TYPING_CHANNEL {
                 notifier.typing_changed(&payload);

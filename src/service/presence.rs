@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::{
     error::{Error, Result},
-    service::notifier::PRESENCE_CHANNEL,
+    service::notifier::SHARERS_CHANNEL,
     storage::{
         now_ms,
         presence::{self as store, PresenceRow},
@@ -105,7 +105,7 @@ impl Presence {
         conn.transaction::<_, Error, _>(async |conn| {
             store::lock_presence(conn, user_id.as_str()).await?;
             store::set_presence(conn, user_id.as_str(), state, status_msg, now, now).await?;
-            notify(conn, PRESENCE_CHANNEL, user_id.as_str()).await?;
+            notify(conn, SHARERS_CHANNEL, user_id.as_str()).await?;
             Ok(())
         })
         .await
@@ -158,7 +158,7 @@ impl Presence {
                 row => {
                     let status = row.as_ref().and_then(|r| r.status_msg.as_deref());
                     store::set_presence(conn, user_id.as_str(), state, status, now, now).await?;
-                    notify(conn, PRESENCE_CHANNEL, user_id.as_str()).await?;
+                    notify(conn, SHARERS_CHANNEL, user_id.as_str()).await?;
                 }
             }
             Ok(())
@@ -228,7 +228,7 @@ impl Presence {
                     row.last_seen_ts,
                 )
                 .await?;
-                notify(conn, PRESENCE_CHANNEL, &user).await?;
+                notify(conn, SHARERS_CHANNEL, &user).await?;
                 Ok(())
             })
             .await?;

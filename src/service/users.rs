@@ -8,6 +8,7 @@ use ruma::{OwnedDeviceId, OwnedUserId, UserId};
 use serde_json::Value;
 
 use super::{
+    e2ee::device_list_changed,
     passwords,
     sessions::{IssuedTokens, Sessions},
     uia::{Completed, Uia},
@@ -327,6 +328,7 @@ impl Users {
                         .collect();
                     let mut revoked =
                         devices::delete_devices(conn, user_id.as_str(), &others).await?;
+                    device_list_changed(conn, user_id.as_str()).await?;
                     revoked.extend(
                         devices::delete_user_tokens(conn, user_id.as_str(), keep_device).await?,
                     );
@@ -355,7 +357,9 @@ impl Users {
                 users::deactivate_user(conn, user_id.as_str()).await?;
                 users::delete_profile_fields(conn, user_id.as_str(), None).await?;
                 let all = devices::get_device_ids(conn, user_id.as_str()).await?;
-                Ok(devices::delete_devices(conn, user_id.as_str(), &all).await?)
+                let revoked = devices::delete_devices(conn, user_id.as_str(), &all).await?;
+                device_list_changed(conn, user_id.as_str()).await?;
+                Ok(revoked)
             })
             .await?;
         self.sessions.forget_cached(&revoked);
@@ -453,7 +457,9 @@ impl Users {
         let revoked = conn
             .transaction::<_, Error, _>(async |conn| {
                 uia.0.finish(conn, uia.1).await?;
-                Ok(devices::delete_devices(conn, user_id.as_str(), device_ids).await?)
+                let revoked = devices::delete_devices(conn, user_id.as_str(), device_ids).await?;
+                device_list_changed(conn, user_id.as_str()).await?;
+                Ok(revoked)
             })
             .await?;
         self.sessions.forget_cached(&revoked);
@@ -466,7 +472,9 @@ impl Users {
         let revoked = conn
             .transaction::<_, Error, _>(async |conn| {
                 let all = devices::get_device_ids(conn, user_id.as_str()).await?;
-                Ok(devices::delete_devices(conn, user_id.as_str(), &all).await?)
+                let revoked = devices::delete_devices(conn, user_id.as_str(), &all).await?;
+                device_list_changed(conn, user_id.as_str()).await?;
+                Ok(revoked)
             })
             .await?;
         self.sessions.forget_cached(&revoked);
@@ -476,8 +484,15 @@ impl Users {
     /// Logs out one device (`/logout`): its tokens die and the device is removed, as Synapse does.
     pub async fn logout(&self, user_id: &UserId, device_id: &str) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        let revoked =
-            devices::delete_devices(&mut conn, user_id.as_str(), &[device_id.to_owned()]).await?;
+        let revoked = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let revoked =
+                    devices::delete_devices(conn, user_id.as_str(), &[device_id.to_owned()])
+                        .await?;
+                device_list_changed(conn, user_id.as_str()).await?;
+                Ok(revoked)
+            })
+            .await?;
         self.sessions.forget_cached(&revoked);
         Ok(())
     }

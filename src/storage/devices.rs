@@ -102,8 +102,8 @@ pub async fn rename_device(
     Ok(updated > 0)
 }
 
-/// Deletes devices (and, by cascade, their tokens) and the pushers they set up; returns the
-/// hashes of the access tokens removed.
+/// Deletes devices (and, by cascade, their tokens and keys), the pushers they set up and their
+/// to-device inboxes; returns the hashes of the access tokens removed.
 pub async fn delete_devices(
     conn: &mut AsyncPgConnection,
     user_id: &str,
@@ -125,6 +125,7 @@ pub async fn delete_devices(
     for device_id in device_ids {
         super::pushers::delete_pushers_of_device(conn, user_id, device_id).await?;
     }
+    super::to_device::delete_inboxes(conn, user_id, device_ids).await?;
     Ok(hashes)
 }
 

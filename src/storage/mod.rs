@@ -4,7 +4,9 @@
 //! Lookups return `Option`; the service decides what a missing row means.
 
 pub mod account_data;
+pub mod backup;
 pub mod devices;
+pub mod e2ee;
 pub mod presence;
 pub mod push;
 pub mod pushers;
@@ -14,6 +16,7 @@ pub mod rooms;
 pub mod schema;
 pub mod state;
 pub mod streams;
+pub mod to_device;
 pub mod users;
 
 use diesel_async::{

@@ -22,6 +22,104 @@ diesel::table! {
 }
 
 diesel::table! {
+    backup_keys (user_id, version, room_id, session_id) {
+        user_id -> Text,
+        version -> Int8,
+        room_id -> Text,
+        session_id -> Text,
+        first_message_index -> Int8,
+        forwarded_count -> Int8,
+        is_verified -> Bool,
+        session_data -> Jsonb,
+    }
+}
+
+diesel::table! {
+    backup_versions (user_id, version) {
+        user_id -> Text,
+        version -> Int8,
+        algorithm -> Text,
+        auth_data -> Jsonb,
+        etag -> Int8,
+        deleted -> Bool,
+    }
+}
+
+diesel::table! {
+    cross_signing_keys (user_id, key_type) {
+        user_id -> Text,
+        key_type -> Text,
+        key -> Jsonb,
+    }
+}
+
+diesel::table! {
+    device_keys (user_id, device_id) {
+        user_id -> Text,
+        device_id -> Text,
+        keys -> Jsonb,
+    }
+}
+
+diesel::table! {
+    device_list_changes (stream_ordering) {
+        stream_ordering -> Int8,
+        user_id -> Text,
+    }
+}
+
+diesel::table! {
+    fallback_keys (user_id, device_id, algorithm) {
+        user_id -> Text,
+        device_id -> Text,
+        algorithm -> Text,
+        key_id -> Text,
+        key -> Jsonb,
+        used -> Bool,
+    }
+}
+
+diesel::table! {
+    key_signatures (target_user_id, target_key_id, signer_user_id, signer_key_id) {
+        target_user_id -> Text,
+        target_key_id -> Text,
+        signer_user_id -> Text,
+        signer_key_id -> Text,
+        signature -> Text,
+    }
+}
+
+diesel::table! {
+    one_time_keys (user_id, device_id, key_id) {
+        user_id -> Text,
+        device_id -> Text,
+        algorithm -> Text,
+        key_id -> Text,
+        key -> Jsonb,
+    }
+}
+
+diesel::table! {
+    to_device_inbox (user_id, device_id, stream_ordering) {
+        user_id -> Text,
+        device_id -> Text,
+        stream_ordering -> Int8,
+        sender -> Text,
+        event_type -> Text,
+        content -> Jsonb,
+    }
+}
+
+diesel::table! {
+    to_device_txns (user_id, device_id, txn_id) {
+        user_id -> Text,
+        device_id -> Text,
+        txn_id -> Text,
+        created_ts -> Int8,
+    }
+}
+
+diesel::table! {
     devices (user_id, device_id) {
         user_id -> Text,
         device_id -> Text,
@@ -256,11 +354,19 @@ diesel::table! {
 diesel::allow_tables_to_appear_in_same_query!(
     access_tokens,
     account_data,
+    backup_keys,
+    backup_versions,
+    cross_signing_keys,
+    device_keys,
+    device_list_changes,
     devices,
     event_push_actions,
     event_txns,
     events,
+    fallback_keys,
     filters,
+    key_signatures,
+    one_time_keys,
     presence,
     profile_fields,
     pushers,
@@ -276,6 +382,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     state_group_entries,
     state_groups,
     stream_positions,
+    to_device_inbox,
+    to_device_txns,
     uia_sessions,
     users,
 );

@@ -6,6 +6,7 @@
 mod accounts;
 mod api_spec;
 mod devices;
+mod e2ee;
 mod errors;
 mod presence;
 mod profile_and_account_data;

@@ -2,11 +2,13 @@
 
 pub mod account;
 pub mod account_data;
+pub mod backup;
 pub mod devices;
 pub mod directory;
 pub mod discovery;
 pub mod events;
 pub mod filters;
+pub mod keys;
 pub mod notifications;
 pub mod presence;
 pub mod profile;

@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 
 use self::{room_index::RoomIndex, token::SyncToken};
 use super::{
+    e2ee::{keys::device_list_delta, to_device},
     notifier::Notifier,
     presence::Presence,
     push_rules::{push_rules_event, PUSH_RULES_TYPE},
@@ -23,9 +24,9 @@ use super::{
 use crate::{
     error::{Error, Result},
     storage::{
-        account_data as account_store, push as push_store,
+        account_data as account_store, e2ee as e2ee_store, push as push_store,
         rooms::{self as store, EventRow},
-        state as state_store, streams, Db,
+        state as state_store, streams, to_device as to_device_store, Db,
     },
 };
 
@@ -308,20 +309,28 @@ impl Sync {
         let account_position = streams::current_position(&mut conn, streams::ACCOUNT_DATA).await?;
         let receipts_position = streams::current_position(&mut conn, streams::RECEIPTS).await?;
         let presence_position = streams::current_position(&mut conn, streams::PRESENCE).await?;
+        let device_lists_position =
+            streams::current_position(&mut conn, e2ee_store::DEVICE_LISTS).await?;
+        let to_device_position =
+            streams::current_position(&mut conn, to_device_store::TO_DEVICE).await?;
         let typing = &self.notifier.typing;
-        let next = SyncToken {
+        let mut next = SyncToken {
             events: events_position,
             account_data: account_position,
             receipts: receipts_position,
             // Another process's clock may be a little ahead; never go back from the token.
             typing: typing.position().max(request.since.map_or(0, |s| s.typing)),
             presence: presence_position,
+            device_lists: device_lists_position,
+            to_device: to_device_position,
         };
         if let Some(since) = request.since {
             if since.events > next.events
                 || since.account_data > next.account_data
                 || since.receipts > next.receipts
                 || since.presence > next.presence
+                || since.device_lists > next.device_lists
+                || since.to_device > next.to_device
             {
                 return Err(Error::invalid_param(
                     "Unknown sync token (it is not from this server)",
@@ -503,21 +512,56 @@ impl Sync {
                     && request.filter.presence.allows("m.presence", sender, None)
             })
             .collect();
+        let (to_device, to_device_reached) = to_device::take_for_sync(
+            &mut conn,
+            user,
+            request.device_id,
+            request.since.map_or(0, |s| s.to_device),
+            to_device_position,
+        )
+        .await?;
+        next.to_device = to_device_reached;
+        let (changed_devices, left_devices) = match request.since {
+            Some(since) => {
+                device_list_delta(
+                    &mut conn,
+                    user,
+                    (since.device_lists, device_lists_position),
+                    (since.events, events_position),
+                )
+                .await?
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        let mut one_time_keys_count: Map<String, Value> =
+            e2ee_store::count_one_time_keys(&mut conn, user, request.device_id)
+                .await?
+                .into_iter()
+                .map(|(algorithm, count)| (algorithm, Value::from(count)))
+                .collect();
+        one_time_keys_count
+            .entry("signed_curve25519")
+            .or_insert(Value::from(0));
+        let unused_fallback =
+            e2ee_store::get_unused_fallback_algorithms(&mut conn, user, request.device_id).await?;
         let empty = join.is_empty()
             && invite.is_empty()
             && leave.is_empty()
             && knock.is_empty()
             && global_data.is_empty()
-            && presence.is_empty();
+            && presence.is_empty()
+            && to_device.is_empty()
+            && changed_devices.is_empty()
+            && left_devices.is_empty();
         let response = json!({
             "next_batch": next.to_string(),
             "rooms": { "join": join, "invite": invite, "leave": leave, "knock": knock },
             "account_data": { "events": global_data },
             "presence": { "events": presence },
-            "to_device": { "events": [] },
-            "device_lists": { "changed": [], "left": [] },
-            "device_one_time_keys_count": {},
-            "device_unused_fallback_key_types": [],
+            "to_device": { "events": to_device },
+            "device_lists": { "changed": changed_devices, "left": left_devices },
+            "device_one_time_keys_count": one_time_keys_count,
+            "device_unused_fallback_key_types": unused_fallback,
         });
         Ok((response, empty))
     }

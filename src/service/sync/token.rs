@@ -1,8 +1,10 @@
 //! Sync tokens (`next_batch`/`since`) and pagination tokens (`prev_batch`, `/messages`).
 //!
-//! A sync token holds one position per stream: `s{events}_{account_data}_{receipts}_{typing}_{presence}`. Streams added later
-//! append positions; older tokens with fewer positions read the missing ones as 0. A pagination
-//! token `t{N}` is a point in a room's history between the event at position N and the next.
+//! A sync token holds one position per stream:
+//! `s{events}_{account_data}_{receipts}_{typing}_{presence}_{device_lists}_{to_device}`.
+//! Streams added later append positions; older tokens with fewer positions read the missing
+//! ones as 0. A pagination token `t{N}` is a point in a room's history between the event at
+//! position N and the next.
 
 use crate::error::{Error, Result};
 
@@ -19,10 +21,14 @@ pub struct SyncToken {
     pub typing: i64,
     /// Presence stream.
     pub presence: i64,
+    /// Device-list changes.
+    pub device_lists: i64,
+    /// To-device messages (this device's inbox).
+    pub to_device: i64,
 }
 
 impl SyncToken {
-    /// Parses `s{events}_{account_data}_{receipts}_{typing}_{presence}`; anything else is `M_INVALID_PARAM`.
+    /// Parses `s{events}_{account_data}_{receipts}_{typing}_{presence}_{device_lists}_{to_device}`; anything else is `M_INVALID_PARAM`.
     pub fn parse(token: &str) -> Result<Self> {
         let invalid = || Error::invalid_param(format!("Invalid sync token: {token}"));
         let body = token.strip_prefix('s').ok_or_else(invalid)?;
@@ -38,12 +44,16 @@ impl SyncToken {
         let receipts = next()?;
         let typing = next()?;
         let presence = next()?;
+        let device_lists = next()?;
+        let to_device = next()?;
         Ok(SyncToken {
             events,
             account_data,
             receipts,
             typing,
             presence,
+            device_lists,
+            to_device,
         })
     }
 }
@@ -52,8 +62,14 @@ impl std::fmt::Display for SyncToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "s{}_{}_{}_{}_{}",
-            self.events, self.account_data, self.receipts, self.typing, self.presence
+            "s{}_{}_{}_{}_{}_{}_{}",
+            self.events,
+            self.account_data,
+            self.receipts,
+            self.typing,
+            self.presence,
+            self.device_lists,
+            self.to_device
         )
     }
 }
@@ -90,6 +106,8 @@ mod tests {
             receipts: 3,
             typing: 1_700_000_000_000,
             presence: 9,
+            device_lists: 4,
+            to_device: 11,
         };
         assert_eq!(SyncToken::parse(&token.to_string()).unwrap(), token);
         assert_eq!(
@@ -100,6 +118,8 @@ mod tests {
                 receipts: 0,
                 typing: 0,
                 presence: 0,
+                device_lists: 0,
+                to_device: 0,
             }
         );
         for bad in ["", "s", "x5_1", "s-1_2", "sabc", "s1_x", "s1_-3"] {

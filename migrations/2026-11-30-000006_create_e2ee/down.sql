@@ -1,0 +1,11 @@
+DROP TABLE backup_keys;
+DROP TABLE backup_versions;
+DELETE FROM stream_positions WHERE stream IN ('device_lists', 'to_device');
+DROP TABLE to_device_txns;
+DROP TABLE to_device_inbox;
+DROP TABLE device_list_changes;
+DROP TABLE key_signatures;
+DROP TABLE cross_signing_keys;
+DROP TABLE fallback_keys;
+DROP TABLE one_time_keys;
+DROP TABLE device_keys;

@@ -1,0 +1,515 @@
+//! Device keys, one-time and fallback keys, cross-signing keys and signatures.
+
+use std::collections::{BTreeMap, HashMap};
+
+use diesel_async::AsyncConnection;
+use ruma::UserId;
+use serde_json::{json, Map, Value};
+
+use super::{cross_signing_public_key, device_list_changed, has_valid_signature, public_key};
+use crate::{
+    error::{Error, Result},
+    storage::{
+        e2ee::{self as store, SignatureRow},
+        Db,
+    },
+};
+
+/// The one-time key algorithm clients use; always reported, with 0 when none are left, so
+/// clients know to upload more.
+const SIGNED_CURVE25519: &str = "signed_curve25519";
+/// Cross-signing key types as stored.
+const MASTER: &str = "master";
+const SELF_SIGNING: &str = "self_signing";
+const USER_SIGNING: &str = "user_signing";
+
+/// The keys service.
+pub struct Keys {
+    db: Db,
+}
+
+/// What `/keys/upload` carries, as JSON.
+pub struct Upload {
+    /// The device's identity keys.
+    pub device_keys: Option<Value>,
+    /// `algorithm:id` -> key.
+    pub one_time_keys: BTreeMap<String, Value>,
+    /// `algorithm:id` -> key.
+    pub fallback_keys: BTreeMap<String, Value>,
+}
+
+/// What `/keys/device_signing/upload` carries, as JSON.
+pub struct SigningKeys {
+    /// Master key.
+    pub master: Option<Value>,
+    /// Self-signing key.
+    pub self_signing: Option<Value>,
+    /// User-signing key.
+    pub user_signing: Option<Value>,
+}
+
+fn invalid_signature(message: impl Into<String>) -> Error {
+    Error::matrix(
+        actix_web::http::StatusCode::BAD_REQUEST,
+        "M_INVALID_SIGNATURE",
+        message,
+    )
+}
+
+/// Splits `algorithm:id`.
+fn algorithm_of(key_id: &str) -> Result<&str> {
+    match key_id.split_once(':') {
+        Some((algorithm, id)) if !algorithm.is_empty() && !id.is_empty() => Ok(algorithm),
+        _ => Err(Error::invalid_param(format!(
+            "Key ID {key_id} is not of the form algorithm:id"
+        ))),
+    }
+}
+
+/// Checks a key object's `user_id` and `usage`.
+fn check_cross_signing_key(key: &Value, user_id: &UserId, usage: &str) -> Result<(String, String)> {
+    if key.get("user_id").and_then(Value::as_str) != Some(user_id.as_str()) {
+        return Err(Error::invalid_param(format!(
+            "The {usage} key's user_id is not yours"
+        )));
+    }
+    let has_usage = key
+        .get("usage")
+        .and_then(Value::as_array)
+        .is_some_and(|u| u.iter().any(|v| v == usage));
+    if !has_usage {
+        return Err(Error::invalid_param(format!(
+            "The {usage} key's usage must include {usage}"
+        )));
+    }
+    cross_signing_public_key(key)
+        .ok_or_else(|| Error::invalid_param(format!("The {usage} key has no ed25519 key")))
+}
+
+impl Keys {
+    /// Creates the service.
+    pub fn new(db: Db) -> Self {
+        Keys { db }
+    }
+
+    /// `/keys/upload`: stores what the device sent after checking it is the device's own and
+    /// signed by it; returns the remaining one-time key counts.
+    pub async fn upload(
+        &self,
+        user_id: &UserId,
+        device_id: &str,
+        upload: Upload,
+    ) -> Result<BTreeMap<String, i64>> {
+        let signing_key_id = format!("ed25519:{device_id}");
+        if let Some(keys) = &upload.device_keys {
+            if keys.get("user_id").and_then(Value::as_str) != Some(user_id.as_str())
+                || keys.get("device_id").and_then(Value::as_str) != Some(device_id)
+            {
+                return Err(Error::invalid_param(
+                    "device_keys must be for your own user and device",
+                ));
+            }
+            let Some(ed25519) = public_key(keys, &signing_key_id) else {
+                return Err(Error::invalid_param(format!(
+                    "device_keys has no {signing_key_id} key"
+                )));
+            };
+            if !has_valid_signature(keys, user_id.as_str(), &signing_key_id, ed25519) {
+                return Err(invalid_signature(
+                    "device_keys are not signed by the device",
+                ));
+            }
+        }
+        let mut conn = self.db.conn().await?;
+        let device_key = match &upload.device_keys {
+            Some(keys) => Some(keys.clone()),
+            None => store::get_device_key(&mut conn, user_id.as_str(), device_id).await?,
+        };
+        let ed25519 = device_key
+            .as_ref()
+            .and_then(|k| public_key(k, &signing_key_id).map(str::to_owned));
+        // Signed one-time and fallback keys must be signed by this device.
+        for (key_id, key) in upload.one_time_keys.iter().chain(&upload.fallback_keys) {
+            algorithm_of(key_id)?;
+            if let (Some(ed25519), true) = (&ed25519, key.get("signatures").is_some()) {
+                if !has_valid_signature(key, user_id.as_str(), &signing_key_id, ed25519) {
+                    return Err(invalid_signature(format!(
+                        "{key_id} is not signed by the device"
+                    )));
+                }
+            }
+        }
+        let ids: Vec<String> = upload.one_time_keys.keys().cloned().collect();
+        let user = user_id.as_str();
+        conn.transaction::<_, Error, _>(async |conn| {
+            for (key_id, existing) in store::get_one_time_keys(conn, user, device_id, &ids).await? {
+                if upload.one_time_keys.get(&key_id) != Some(&existing) {
+                    return Err(Error::invalid_param(format!(
+                        "One time key {key_id} already exists"
+                    )));
+                }
+            }
+            let new_keys: Vec<(String, String, Value)> = upload
+                .one_time_keys
+                .iter()
+                .map(|(id, key)| Ok((algorithm_of(id)?.to_owned(), id.clone(), key.clone())))
+                .collect::<Result<_>>()?;
+            store::insert_one_time_keys(conn, user, device_id, &new_keys).await?;
+            for (key_id, key) in &upload.fallback_keys {
+                let algorithm = algorithm_of(key_id)?;
+                store::upsert_fallback_key(conn, user, device_id, algorithm, key_id, key).await?;
+            }
+            if let Some(keys) = &upload.device_keys {
+                if store::upsert_device_keys(conn, user, device_id, keys).await? {
+                    device_list_changed(conn, user).await?;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        self.one_time_key_counts(user_id, device_id).await
+    }
+
+    /// A device's remaining one-time keys per algorithm.
+    pub async fn one_time_key_counts(
+        &self,
+        user_id: &UserId,
+        device_id: &str,
+    ) -> Result<BTreeMap<String, i64>> {
+        let mut conn = self.db.conn().await?;
+        let mut counts: BTreeMap<String, i64> =
+            store::count_one_time_keys(&mut conn, user_id.as_str(), device_id)
+                .await?
+                .into_iter()
+                .collect();
+        counts.entry(SIGNED_CURVE25519.to_owned()).or_insert(0);
+        Ok(counts)
+    }
+
+    /// `/keys/query` for local users: device keys (all devices when the list is empty) and
+    /// cross-signing keys, with the signatures added since; user-signing keys only for the
+    /// requester's own account.
+    pub async fn query(
+        &self,
+        requester: &UserId,
+        wanted: &BTreeMap<String, Vec<String>>,
+        server_name: &str,
+    ) -> Result<Value> {
+        let users: Vec<String> = wanted
+            .keys()
+            .filter(|u| u.rsplit_once(':').is_some_and(|(_, s)| s == server_name))
+            .cloned()
+            .collect();
+        let mut conn = self.db.conn().await?;
+        let signatures = store::get_signatures(&mut conn, &users).await?;
+        let mut extra: HashMap<(&str, &str), Vec<&SignatureRow>> = HashMap::new();
+        for row in &signatures {
+            extra
+                .entry((row.target_user_id.as_str(), row.target_key_id.as_str()))
+                .or_default()
+                .push(row);
+        }
+        let with_signatures = |user: &str, key_id: &str, mut key: Value| {
+            for row in extra.get(&(user, key_id)).into_iter().flatten() {
+                key["signatures"][&row.signer_user_id][&row.signer_key_id] =
+                    Value::from(row.signature.as_str());
+            }
+            key
+        };
+
+        let mut device_keys: Map<String, Value> =
+            users.iter().map(|u| (u.clone(), json!({}))).collect();
+        for (user, device, mut keys, display_name) in
+            store::get_device_keys(&mut conn, &users).await?
+        {
+            let devices = &wanted[&user];
+            if !devices.is_empty() && !devices.contains(&device) {
+                continue;
+            }
+            if let Some(name) = display_name {
+                keys["unsigned"] = json!({ "device_display_name": name });
+            }
+            let keys = with_signatures(&user, &device, keys);
+            device_keys[&user][&device] = keys;
+        }
+        let (mut master, mut self_signing, mut user_signing) = (Map::new(), Map::new(), Map::new());
+        for (user, kind, key) in store::get_cross_signing_keys(&mut conn, &users).await? {
+            let Some((_, public)) = cross_signing_public_key(&key) else {
+                continue;
+            };
+            let key = with_signatures(&user, &public, key);
+            match kind.as_str() {
+                MASTER => master.insert(user, key),
+                SELF_SIGNING => self_signing.insert(user, key),
+                _ if user == requester.as_str() => user_signing.insert(user, key),
+                _ => None,
+            };
+        }
+        Ok(json!({
+            "device_keys": device_keys,
+            "master_keys": master,
+            "self_signing_keys": self_signing,
+            "user_signing_keys": user_signing,
+            "failures": {},
+        }))
+    }
+
+    /// `/keys/claim`: one key per requested device, taken atomically (two claims never get the
+    /// same one-time key); the fallback key when a device has no one-time key left.
+    pub async fn claim(
+        &self,
+        wanted: &BTreeMap<String, BTreeMap<String, String>>,
+    ) -> Result<Value> {
+        let mut conn = self.db.conn().await?;
+        let mut claimed = Map::new();
+        for (user, devices) in wanted {
+            for (device, algorithm) in devices {
+                let key = match store::claim_one_time_key(&mut conn, user, device, algorithm)
+                    .await?
+                {
+                    Some(key) => Some(key),
+                    None => store::claim_fallback_key(&mut conn, user, device, algorithm).await?,
+                };
+                if let Some((key_id, key)) = key {
+                    let entry = claimed.entry(user.clone()).or_insert_with(|| json!({}));
+                    entry[device] = json!({ key_id: key });
+                }
+            }
+        }
+        Ok(json!({ "one_time_keys": claimed, "failures": {} }))
+    }
+
+    /// Fallback-key algorithms of a device nobody has claimed.
+    pub async fn unused_fallback_key_types(
+        &self,
+        user_id: &UserId,
+        device_id: &str,
+    ) -> Result<Vec<String>> {
+        let mut conn = self.db.conn().await?;
+        Ok(store::get_unused_fallback_algorithms(&mut conn, user_id.as_str(), device_id).await?)
+    }
+
+    /// Whether uploading these cross-signing keys replaces an existing master key (then the
+    /// caller must pass user-interactive auth first).
+    pub async fn replaces_master_key(&self, user_id: &UserId, keys: &SigningKeys) -> Result<bool> {
+        let Some(new_master) = &keys.master else {
+            return Ok(false);
+        };
+        let mut conn = self.db.conn().await?;
+        let existing = store::get_cross_signing_keys(&mut conn, &[user_id.to_string()]).await?;
+        Ok(existing
+            .iter()
+            .any(|(_, kind, key)| kind == MASTER && key != new_master))
+    }
+
+    /// `/keys/device_signing/upload`: the self-signing and user-signing keys must be signed by
+    /// the master key (the new one, or the stored one).
+    pub async fn upload_signing_keys(&self, user_id: &UserId, keys: SigningKeys) -> Result<()> {
+        let user = user_id.as_str();
+        let mut conn = self.db.conn().await?;
+        let stored = store::get_cross_signing_keys(&mut conn, &[user.to_owned()]).await?;
+        let master = match &keys.master {
+            Some(master) => master.clone(),
+            None => stored
+                .iter()
+                .find(|(_, kind, _)| kind == MASTER)
+                .map(|(_, _, key)| key.clone())
+                .ok_or_else(|| Error::invalid_param("No master key: upload one first"))?,
+        };
+        let (master_id, master_public) = check_cross_signing_key(&master, user_id, MASTER)?;
+        for (kind, key) in [
+            (SELF_SIGNING, &keys.self_signing),
+            (USER_SIGNING, &keys.user_signing),
+        ] {
+            if let Some(key) = key {
+                check_cross_signing_key(key, user_id, kind)?;
+                if !has_valid_signature(key, user, &master_id, &master_public) {
+                    return Err(invalid_signature(format!(
+                        "The {kind} key is not signed by the master key"
+                    )));
+                }
+            }
+        }
+        conn.transaction::<_, Error, _>(async |conn| {
+            for (kind, key) in [
+                (MASTER, &keys.master),
+                (SELF_SIGNING, &keys.self_signing),
+                (USER_SIGNING, &keys.user_signing),
+            ] {
+                if let Some(key) = key {
+                    store::set_cross_signing_key(conn, user, kind, key).await?;
+                }
+            }
+            device_list_changed(conn, user).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// `/keys/signatures/upload`: each signed object must match the stored key it signs and
+    /// carry a valid signature by one of the caller's keys (a device key, the self-signing key
+    /// or the user-signing key). Returns the per-key failures.
+    pub async fn upload_signatures(
+        &self,
+        signer: &UserId,
+        signed: &BTreeMap<String, BTreeMap<String, Value>>,
+    ) -> Result<Value> {
+        let mut conn = self.db.conn().await?;
+        let mut users: Vec<String> = signed.keys().cloned().collect();
+        users.push(signer.to_string());
+        let devices = store::get_device_keys(&mut conn, &users).await?;
+        let cross = store::get_cross_signing_keys(&mut conn, &users).await?;
+        // The caller's keys that may sign: key ID -> public key.
+        let mut signing_keys: HashMap<String, String> = HashMap::new();
+        for (user, device, keys, _) in &devices {
+            if user == signer.as_str() {
+                let id = format!("ed25519:{device}");
+                if let Some(public) = public_key(keys, &id) {
+                    signing_keys.insert(id, public.to_owned());
+                }
+            }
+        }
+        for (user, kind, key) in &cross {
+            if user == signer.as_str()
+                && (kind == SELF_SIGNING || kind == USER_SIGNING || kind == MASTER)
+            {
+                if let Some((id, public)) = cross_signing_public_key(key) {
+                    signing_keys.insert(id, public);
+                }
+            }
+        }
+        let strip = |key: &Value| {
+            let mut key = key.clone();
+            if let Some(object) = key.as_object_mut() {
+                object.remove("signatures");
+                object.remove("unsigned");
+            }
+            key
+        };
+        let mut failures: Map<String, Value> = Map::new();
+        let mut accepted = Vec::new();
+        for (target_user, objects) in signed {
+            for (key_id, object) in objects {
+                let stored = devices
+                    .iter()
+                    .find(|(u, d, _, _)| u == target_user && d == key_id)
+                    .map(|(_, _, keys, _)| keys)
+                    .or_else(|| {
+                        cross.iter().find_map(|(u, _, key)| {
+                            (u == target_user
+                                && cross_signing_public_key(key).is_some_and(|(_, p)| &p == key_id))
+                            .then_some(key)
+                        })
+                    });
+                let mut fail = |errcode: &str, error: &str| {
+                    failures
+                        .entry(target_user.clone())
+                        .or_insert_with(|| json!({}))[key_id] =
+                        json!({ "errcode": errcode, "error": error });
+                };
+                let Some(stored) = stored else {
+                    fail("M_NOT_FOUND", "No such key");
+                    continue;
+                };
+                if strip(stored) != strip(object) {
+                    fail(
+                        "M_INVALID_SIGNATURE",
+                        "The signed object does not match the stored key",
+                    );
+                    continue;
+                }
+                let signatures = object
+                    .pointer(&format!(
+                        "/signatures/{}",
+                        signer.as_str().replace('~', "~0").replace('/', "~1")
+                    ))
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                let mut any = false;
+                for (signer_key_id, signature) in &signatures {
+                    let Some(public) = signing_keys.get(signer_key_id) else {
+                        continue;
+                    };
+                    if stored["signatures"][signer.as_str()][signer_key_id] == *signature {
+                        continue;
+                    }
+                    if !has_valid_signature(object, signer.as_str(), signer_key_id, public) {
+                        continue;
+                    }
+                    any = true;
+                    accepted.push(SignatureRow {
+                        target_user_id: target_user.clone(),
+                        target_key_id: key_id.clone(),
+                        signer_user_id: signer.to_string(),
+                        signer_key_id: signer_key_id.clone(),
+                        signature: signature.as_str().unwrap_or_default().to_owned(),
+                    });
+                }
+                if !any {
+                    fail(
+                        "M_INVALID_SIGNATURE",
+                        "No valid new signature by one of your keys",
+                    );
+                }
+            }
+        }
+        let changed: Vec<String> = {
+            let mut users: Vec<String> =
+                accepted.iter().map(|s| s.target_user_id.clone()).collect();
+            users.dedup();
+            users
+        };
+        conn.transaction::<_, Error, _>(async |conn| {
+            store::add_signatures(conn, &accepted).await?;
+            for user in &changed {
+                device_list_changed(conn, user).await?;
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(json!({ "failures": failures }))
+    }
+
+    /// Users whose keys changed between two sync tokens' device-list positions, and users who
+    /// no longer share a room with the caller (between the event positions).
+    pub async fn changes(
+        &self,
+        user_id: &UserId,
+        device_lists: (i64, i64),
+        events: (i64, i64),
+    ) -> Result<(Vec<String>, Vec<String>)> {
+        let mut conn = self.db.conn().await?;
+        device_list_delta(&mut conn, user_id.as_str(), device_lists, events).await
+    }
+}
+
+/// `device_lists.changed` and `.left` between two positions of the device-list and event
+/// streams.
+pub async fn device_list_delta(
+    conn: &mut diesel_async::AsyncPgConnection,
+    user_id: &str,
+    device_lists: (i64, i64),
+    events: (i64, i64),
+) -> Result<(Vec<String>, Vec<String>)> {
+    let mut changed =
+        store::get_device_list_changes_for(conn, user_id, device_lists.0, device_lists.1).await?;
+    let mut left = Vec::new();
+    if events.0 < events.1 {
+        for (user, shares) in
+            store::get_membership_changes_for(conn, user_id, events.0, events.1).await?
+        {
+            if shares {
+                changed.push(user);
+            } else {
+                left.push(user);
+            }
+        }
+    }
+    changed.sort();
+    changed.dedup();
+    left.sort();
+    left.dedup();
+    left.retain(|u| !changed.contains(u));
+    Ok((changed, left))
+}
