@@ -8,6 +8,11 @@ import { logger } from "matrix-js-sdk/lib/logger.js";
 
 const verbose = !!process.env.MYELIN_JS_VERBOSE;
 logger.setLevel(verbose ? "debug" : "warn", false);
+if (!verbose) {
+    // The Rust crypto's tracing writes debug and info lines straight to the console.
+    console.debug = () => {};
+    console.info = () => {};
+}
 
 export function harness(name, { totalTimeoutMs = 120_000 } = {}) {
     const baseUrl = (process.argv[2] || "").replace(/\/+$/, "");
@@ -136,8 +141,9 @@ export function harness(name, { totalTimeoutMs = 120_000 } = {}) {
         }
     }
 
-    // A started SDK client for a registered or logged-in session, once its first sync is done.
-    async function startClient(session, options = {}) {
+    // A started SDK client for a registered or logged-in session, once its first sync is done;
+    // with `crypto`, it runs the SDK's Rust crypto (in memory).
+    async function startClient(session, options = {}, { crypto = false } = {}) {
         const client = createClient({
             baseUrl,
             accessToken: session.access_token,
@@ -147,6 +153,7 @@ export function harness(name, { totalTimeoutMs = 120_000 } = {}) {
             timelineSupport: true,
         });
         clients.push(client);
+        if (crypto) await client.initRustCrypto({ useIndexedDB: false });
         const ready = new Promise((resolve, reject) => {
             const onSync = (state, _prev, data) => {
                 if (state === SyncState.Prepared || state === SyncState.Syncing) {
