@@ -1,9 +1,14 @@
 //! Per-user push rules: the server defaults until the user changes something, then the
 //! user's whole ruleset, kept as the `m.push_rules` global account data clients sync.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    num::NonZeroUsize,
+    sync::{Arc, LazyLock, Mutex},
+};
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use lru::LruCache;
 use ruma::{
     push::{InsertPushRuleError, RemovePushRuleError, Ruleset},
     UserId,
@@ -39,27 +44,59 @@ pub async fn load_ruleset(conn: &mut AsyncPgConnection, user_id: &UserId) -> Res
     )
 }
 
-/// The rulesets of several users in one query (server defaults for those who changed nothing).
+/// Parsed rulesets by user, tagged with the account-data position they were read at (0: the
+/// server defaults). A stored ruleset is parsed again only when its position moves, so the
+/// cache stays right across server processes without any invalidation.
+static RULESETS: LazyLock<Mutex<LruCache<String, (i64, Arc<Ruleset>)>>> =
+    LazyLock::new(|| Mutex::new(LruCache::new(NonZeroUsize::new(50_000).expect("non-zero"))));
+
+/// The rulesets of several users (server defaults for those who changed nothing): one query
+/// for their positions, and one more only for rulesets changed since they were cached.
 pub async fn load_rulesets(
     conn: &mut AsyncPgConnection,
     user_ids: &[&UserId],
-) -> Result<HashMap<String, Ruleset>> {
+) -> Result<HashMap<String, Arc<Ruleset>>> {
     let ids: Vec<&str> = user_ids.iter().map(|u| u.as_str()).collect();
-    let mut stored: HashMap<String, Ruleset> =
-        store::get_global_account_data_of_users(conn, &ids, PUSH_RULES_TYPE)
+    let positions: HashMap<String, i64> =
+        store::get_global_account_data_positions(conn, &ids, PUSH_RULES_TYPE)
             .await?
             .into_iter()
-            .filter_map(|(user, content)| Some((user, parse_stored(content)?)))
             .collect();
-    Ok(user_ids
-        .iter()
-        .map(|user| {
-            let rules = stored
-                .remove(user.as_str())
-                .unwrap_or_else(|| Ruleset::server_default(user));
-            (user.to_string(), rules)
-        })
-        .collect())
+    let mut found = HashMap::new();
+    let mut stale = Vec::new();
+    {
+        let mut cache = RULESETS.lock().unwrap_or_else(|e| e.into_inner());
+        for user in user_ids {
+            let position = positions.get(user.as_str()).copied().unwrap_or(0);
+            match cache.get(user.as_str()) {
+                Some((cached_at, rules)) if *cached_at == position => {
+                    found.insert(user.to_string(), rules.clone());
+                }
+                _ if position == 0 => {
+                    let rules = Arc::new(Ruleset::server_default(user));
+                    cache.put(user.to_string(), (0, rules.clone()));
+                    found.insert(user.to_string(), rules);
+                }
+                _ => stale.push(user.as_str()),
+            }
+        }
+    }
+    if !stale.is_empty() {
+        let stored = store::get_global_account_data_of_users(conn, &stale, PUSH_RULES_TYPE).await?;
+        let mut cache = RULESETS.lock().unwrap_or_else(|e| e.into_inner());
+        for (user, content) in stored {
+            let Ok(user_id) = UserId::parse(user.as_str()) else {
+                continue;
+            };
+            let rules = Arc::new(
+                parse_stored(content).unwrap_or_else(|| Ruleset::server_default(&user_id)),
+            );
+            let position = positions.get(&user).copied().unwrap_or(0);
+            cache.put(user.clone(), (position, rules.clone()));
+            found.insert(user, rules);
+        }
+    }
+    Ok(found)
 }
 
 /// The `m.push_rules` account-data event of a ruleset.

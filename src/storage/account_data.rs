@@ -134,3 +134,18 @@ pub async fn get_global_account_data_of_users(
         .load(conn)
         .await
 }
+
+/// The positions of one global account-data type for several users (those who have it).
+pub async fn get_global_account_data_positions(
+    conn: &mut AsyncPgConnection,
+    user_ids: &[&str],
+    data_type: &str,
+) -> QueryResult<Vec<(String, i64)>> {
+    account_data::table
+        .filter(account_data::user_id.eq_any(user_ids))
+        .filter(account_data::room_id.eq(GLOBAL))
+        .filter(account_data::data_type.eq(data_type))
+        .select((account_data::user_id, account_data::stream_ordering))
+        .load(conn)
+        .await
+}

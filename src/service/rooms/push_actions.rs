@@ -6,7 +6,7 @@
 //! counts as unread, written in the event's own transaction, deleted when the event is
 //! redacted or the member leaves.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use diesel_async::AsyncPgConnection;
 use ruma::{
@@ -14,7 +14,7 @@ use ruma::{
         room::power_levels::{RoomPowerLevels, RoomPowerLevelsEventContent, RoomPowerLevelsSource},
         AnySyncTimelineEvent,
     },
-    push::{Action, PushConditionPowerLevelsCtx, PushConditionRoomCtx, Ruleset},
+    push::{Action, FlattenedJson, PushConditionPowerLevelsCtx, PushConditionRoomCtx, Ruleset},
     room_version_rules::RoomVersionRules,
     serde::Raw,
     OwnedUserId, RoomId, RoomVersionId, UInt, UserId,
@@ -148,7 +148,15 @@ async fn evaluate(
             .to_owned(),
     );
     context.power_levels = room.power_levels.clone();
-    let actions: Vec<Action> = rules.get_actions(&event.raw, &context).await.to_vec();
+    // As `Ruleset::get_actions`, but with the event flattened once for all members.
+    let mut actions: &[Action] = &[];
+    for rule in rules {
+        if rule.applies(&event.flattened, &context).await {
+            actions = rule.actions();
+            break;
+        }
+    }
+    let actions = actions.to_vec();
     let notify = actions.iter().any(Action::should_notify);
     let highlight = actions.iter().any(Action::is_highlight);
     let unread = event.unread;
@@ -178,7 +186,7 @@ struct EventToEvaluate<'a> {
     ts: i64,
     thread_id: String,
     unread: bool,
-    raw: Raw<AnySyncTimelineEvent>,
+    flattened: FlattenedJson,
 }
 
 impl<'a> EventToEvaluate<'a> {
@@ -197,9 +205,9 @@ impl<'a> EventToEvaluate<'a> {
                 .unwrap_or_default(),
             thread_id: thread_of(pdu),
             unread: counts_as_unread(pdu),
-            raw: Raw::from_json(
+            flattened: FlattenedJson::from_raw(&Raw::<AnySyncTimelineEvent>::from_json(
                 serde_json::value::to_raw_value(pdu).expect("a JSON value serialises"),
-            ),
+            )),
         }
     }
 }
@@ -339,7 +347,7 @@ async fn recompute(
     let ruleset = load_rulesets(conn, &[user_id])
         .await?
         .remove(user_id.as_str())
-        .unwrap_or_else(|| Ruleset::server_default(user_id));
+        .unwrap_or_else(|| Arc::new(Ruleset::server_default(user_id)));
     let events = rooms_store::get_room_events_between(
         conn,
         room_id.as_str(),
