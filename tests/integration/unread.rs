@@ -420,3 +420,102 @@ async fn notifications_list_newest_first_with_read_flags_and_pages() {
         .await
         .assert_error(400, "M_INVALID_PARAM");
 }
+
+#[tokio::test]
+async fn push_rules_are_ordered_edited_and_synced() {
+    let server = TestServer::start().await;
+    let bob = server.register("bob").await;
+    let since = bob.sync(None, 0, None).await;
+    assert_eq!(
+        since["account_data"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "m.push_rules")
+            .count(),
+        1,
+        "the first sync carries the default rules"
+    );
+    let since = since["next_batch"].as_str().unwrap().to_owned();
+    let rule = |word: &str| json!({ "pattern": word, "actions": ["notify"] });
+    bob.put(
+        "/_matrix/client/v3/pushrules/global/content/first",
+        rule("cake"),
+    )
+    .await
+    .ok();
+    bob.put(
+        "/_matrix/client/v3/pushrules/global/content/second?before=first",
+        rule("pie"),
+    )
+    .await
+    .ok();
+    bob.put(
+        "/_matrix/client/v3/pushrules/global/content/third?after=nonexistent",
+        rule("tea"),
+    )
+    .await
+    .assert_error(404, "M_NOT_FOUND");
+    bob.put(
+        "/_matrix/client/v3/pushrules/global/override/.m.rule.custom",
+        json!({ "conditions": [], "actions": [] }),
+    )
+    .await
+    .assert_error(400, "M_INVALID_PARAM");
+    bob.put(
+        "/_matrix/client/v3/pushrules/global/override/no_conditions",
+        json!({ "actions": [] }),
+    )
+    .await
+    .assert_error(400, "M_BAD_JSON");
+    let content = bob.get("/_matrix/client/v3/pushrules/global/").await.ok()["content"].clone();
+    let ids: Vec<&str> = content
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rule_id"].as_str().unwrap())
+        .filter(|id| !id.starts_with('.'))
+        .collect();
+    assert_eq!(ids, ["second", "first"]);
+
+    // Server-default rules can be disabled and given other actions, not deleted.
+    let master = "/_matrix/client/v3/pushrules/global/override/.m.rule.master";
+    bob.put(&format!("{master}/enabled"), json!({ "enabled": true }))
+        .await
+        .ok();
+    assert_eq!(
+        bob.get(&format!("{master}/enabled")).await.ok()["enabled"],
+        true
+    );
+    let suppress = "/_matrix/client/v3/pushrules/global/override/.m.rule.suppress_notices";
+    bob.put(
+        &format!("{suppress}/actions"),
+        json!({ "actions": ["notify"] }),
+    )
+    .await
+    .ok();
+    assert_eq!(
+        bob.get(&format!("{suppress}/actions")).await.ok()["actions"],
+        json!(["notify"])
+    );
+    bob.delete(master, json!({}))
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+    bob.get("/_matrix/client/v3/pushrules/global/room/!nope:localhost")
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+
+    let next = bob.sync(Some(&since), 0, None).await;
+    let synced = next["account_data"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "m.push_rules")
+        .expect("changed rules are synced")
+        .clone();
+    assert!(synced["content"]["global"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["rule_id"] == "first"));
+}
