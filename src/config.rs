@@ -72,6 +72,11 @@ pub struct Config {
     pub database_pool_size: usize,
     /// Whether presence is tracked and shared.
     pub presence_enabled: bool,
+    /// Largest media upload in bytes.
+    pub max_upload_size: u64,
+    /// Media uploaded before this time (ms since the epoch) stays downloadable through the
+    /// legacy unauthenticated `/_matrix/media/v3` endpoints; 0: none is.
+    pub legacy_media_until_ms: u64,
 }
 
 /// The TOML file's shape; every key is optional and named like its environment variable
@@ -98,6 +103,8 @@ struct FileConfig {
     jwt_audience: Option<String>,
     database_pool_size: Option<toml::Value>,
     presence: Option<toml::Value>,
+    max_upload_size: Option<toml::Value>,
+    legacy_media_until: Option<toml::Value>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -233,6 +240,16 @@ impl Config {
         };
         let rate_limits_enabled = switch(src, "rate_limits", true)?;
         let presence_enabled = switch(src, "presence", true)?;
+        let max_upload_size = integer(src, "max_upload_size", 100 * 1024 * 1024)?;
+        let legacy_media_until_ms = match src.get("legacy_media_until") {
+            None => 0,
+            Some(raw) => raw.value.parse::<u64>().map_err(|_| {
+                bad(
+                    &raw.source,
+                    format!("'{}' is not a time in milliseconds since 1970", raw.value),
+                )
+            })?,
+        };
         let rate_limit_login = RateLimit {
             per_second: positive(src, "rate_limit_login_per_second", 0.17)?,
             burst: positive(src, "rate_limit_login_burst", 3.0)?,
@@ -280,6 +297,8 @@ impl Config {
             jwt,
             database_pool_size,
             presence_enabled,
+            max_upload_size,
+            legacy_media_until_ms,
         })
     }
 }
@@ -347,6 +366,8 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         jwt_audience,
         database_pool_size,
         presence,
+        max_upload_size,
+        legacy_media_until,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -382,6 +403,8 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("jwt_audience", s(jwt_audience)),
         ("database_pool_size", database_pool_size),
         ("presence", presence),
+        ("max_upload_size", max_upload_size),
+        ("legacy_media_until", legacy_media_until),
     ];
     Ok(entries
         .into_iter()

@@ -275,6 +275,8 @@ fn routes(t: &mut RouteTable) {
         backup::delete_session_key_route,
     );
 
+    media_routes(t);
+
     t.ruma::<r::alias::create_alias::v3::Request, _, _>(directory::create_alias_route);
     t.ruma::<r::alias::get_alias::v3::Request, _, _>(directory::get_alias_route);
     t.ruma::<r::alias::delete_alias::v3::Request, _, _>(directory::delete_alias_route);
@@ -288,6 +290,39 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::user_directory::search_users::v3::Request, _, _>(directory::search_users_route);
 
     admin::routes(t);
+}
+
+/// The media routes, the deprecated unauthenticated ones included (they serve media from
+/// before the configured freeze only).
+#[allow(deprecated)]
+fn media_routes(t: &mut RouteTable) {
+    use ::ruma::api::client as r;
+    use client::media;
+
+    for version in ["v3", "r0"] {
+        let upload = format!("/_matrix/media/{version}/upload");
+        t.raw(Method::POST, &upload, media::upload_route);
+        t.raw(
+            Method::PUT,
+            &format!("{upload}/{{server_name}}/{{media_id}}"),
+            media::upload_pending_route,
+        );
+    }
+    t.ruma::<r::media::create_mxc_uri::v1::Request, _, _>(media::create_route);
+    t.ruma::<r::authenticated_media::get_media_config::v1::Request, _, _>(media::config_route);
+    t.ruma::<r::authenticated_media::get_content::v1::Request, _, _>(media::download_route);
+    t.ruma::<r::authenticated_media::get_content_as_filename::v1::Request, _, _>(
+        media::download_named_route,
+    );
+    t.ruma::<r::authenticated_media::get_content_thumbnail::v1::Request, _, _>(
+        media::thumbnail_route,
+    );
+    t.ruma::<r::media::get_media_config::v3::Request, _, _>(media::legacy_config_route);
+    t.ruma::<r::media::get_content::v3::Request, _, _>(media::legacy_download_route);
+    t.ruma::<r::media::get_content_as_filename::v3::Request, _, _>(
+        media::legacy_download_named_route,
+    );
+    t.ruma::<r::media::get_content_thumbnail::v3::Request, _, _>(media::legacy_thumbnail_route);
 }
 
 /// Registers every route on an actix app.

@@ -3,6 +3,7 @@
 pub mod account_data;
 pub mod e2ee;
 pub mod keys;
+pub mod media;
 pub mod notifier;
 pub mod passwords;
 pub mod presence;
@@ -60,6 +61,8 @@ pub struct Services {
     pub to_device: e2ee::to_device::ToDevice,
     /// Server-side key backup.
     pub backup: e2ee::backup::Backup,
+    /// The media repository.
+    pub media: media::Media,
     /// Delivers pushes to gateways (started by `serve`).
     pub push_sender: Arc<push_sender::PushSender>,
 }
@@ -88,6 +91,7 @@ impl Services {
             e2ee_keys: e2ee::keys::Keys::new(db.clone()),
             to_device: e2ee::to_device::ToDevice::new(db.clone(), config.server_name.to_string()),
             backup: e2ee::backup::Backup::new(db.clone()),
+            media: media::Media::new(db.clone(), config.clone()),
             presence,
             push_sender,
             sessions,

@@ -44,10 +44,13 @@ pub async fn load_ruleset(conn: &mut AsyncPgConnection, user_id: &UserId) -> Res
     )
 }
 
+/// User ID -> (account-data position, parsed ruleset).
+type RulesetCache = LruCache<String, (i64, Arc<Ruleset>)>;
+
 /// Parsed rulesets by user, tagged with the account-data position they were read at (0: the
 /// server defaults). A stored ruleset is parsed again only when its position moves, so the
 /// cache stays right across server processes without any invalidation.
-static RULESETS: LazyLock<Mutex<LruCache<String, (i64, Arc<Ruleset>)>>> =
+static RULESETS: LazyLock<Mutex<RulesetCache>> =
     LazyLock::new(|| Mutex::new(LruCache::new(NonZeroUsize::new(50_000).expect("non-zero"))));
 
 /// The rulesets of several users (server defaults for those who changed nothing): one query

@@ -90,6 +90,31 @@ diesel::table! {
 }
 
 diesel::table! {
+    media (media_id) {
+        media_id -> Text,
+        uploader -> Text,
+        content_type -> Nullable<Text>,
+        filename -> Nullable<Text>,
+        size -> Nullable<Int8>,
+        sha256 -> Nullable<Text>,
+        created_ts -> Int8,
+        expires_ts -> Nullable<Int8>,
+    }
+}
+
+diesel::table! {
+    media_thumbnails (media_id, width, height, method) {
+        media_id -> Text,
+        width -> Int4,
+        height -> Int4,
+        method -> Text,
+        content_type -> Text,
+        sha256 -> Text,
+        size -> Int8,
+    }
+}
+
+diesel::table! {
     one_time_keys (user_id, device_id, key_id) {
         user_id -> Text,
         device_id -> Text,
@@ -366,6 +391,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     fallback_keys,
     filters,
     key_signatures,
+    media,
+    media_thumbnails,
     one_time_keys,
     presence,
     profile_fields,

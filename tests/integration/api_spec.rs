@@ -30,7 +30,8 @@ fn served() -> BTreeSet<(String, String)> {
         .map(|(method, path)| {
             (
                 method,
-                path.replace("/_matrix/client/r0/", "/_matrix/client/v3/"),
+                path.replace("/_matrix/client/r0/", "/_matrix/client/v3/")
+                    .replace("/_matrix/media/r0/", "/_matrix/media/v3/"),
             )
         })
         // `/state/{type}` and `/state/{type}/` are the empty-state-key forms of `/state/{type}/{key}`.

@@ -8,6 +8,7 @@ mod api_spec;
 mod devices;
 mod e2ee;
 mod errors;
+mod media;
 mod presence;
 mod profile_and_account_data;
 mod pushers;

@@ -9,6 +9,7 @@ pub mod discovery;
 pub mod events;
 pub mod filters;
 pub mod keys;
+pub mod media;
 pub mod notifications;
 pub mod presence;
 pub mod profile;

@@ -196,6 +196,13 @@ impl TestDb {
             name,
         }
     }
+
+    /// A data directory (media files) for this test's server processes.
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        std::env::temp_dir()
+            .join("myelin-test-data")
+            .join(&self.name)
+    }
 }
 
 impl Drop for TestDb {
@@ -203,6 +210,7 @@ impl Drop for TestDb {
         let Some(cluster) = CLUSTER.get() else { return };
         let admin_url = cluster.admin_url.clone();
         let name = self.name.clone();
+        let _ = std::fs::remove_dir_all(self.data_dir());
         // Drop runs outside async context: use a private runtime on a helper thread.
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -237,13 +245,14 @@ struct Count {
     n: i64,
 }
 
-async fn spawn_server(database_url: &str, options: &ServerOptions) -> (Child, String) {
+async fn spawn_server(db: &TestDb, options: &ServerOptions) -> (Child, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_myelin"));
     command
         .arg("serve")
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", database_url)
+        .env("DATABASE_URL", &db.url)
+        .env("MYELIN_DATA_DIR", db.data_dir())
         .env("MYELIN_LISTEN", "127.0.0.1:0")
         .env(
             "RUST_LOG",
@@ -308,7 +317,7 @@ impl TestServer {
     /// Starts a server with the given settings.
     pub async fn start_with(options: ServerOptions) -> Self {
         let db = TestDb::new().await;
-        let (child, base_url) = spawn_server(&db.url, &options).await;
+        let (child, base_url) = spawn_server(&db, &options).await;
         TestServer {
             base_url,
             child,
@@ -321,15 +330,31 @@ impl TestServer {
     pub async fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, base_url) = spawn_server(&self._db.url, &self.options).await;
+        let (child, base_url) = spawn_server(&self._db, &self.options).await;
         self.child = child;
         self.base_url = base_url;
     }
 
     /// Starts another server process on the same database (scale-out), stopped when dropped.
     pub async fn second_process(&self) -> ExtraProcess {
-        let (child, base_url) = spawn_server(&self._db.url, &self.options).await;
+        let (child, base_url) = spawn_server(&self._db, &self.options).await;
         ExtraProcess { base_url, child }
+    }
+
+    /// The server's data directory (media files live under `media/`).
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self._db.data_dir()
+    }
+
+    /// The server process's peak resident memory so far, in KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("read the server's /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc status")
     }
 
     /// A direct connection to this server's database, for assertions on what was stored.

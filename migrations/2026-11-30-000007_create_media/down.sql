@@ -1,0 +1,2 @@
+DROP TABLE media_thumbnails;
+DROP TABLE media;

@@ -1,0 +1,425 @@
+//! The media repository: uploads streamed to disk and stored once per distinct content,
+//! authenticated downloads, thumbnails and BlurHash placeholders.
+//!
+//! Bytes live under `{data_dir}/media/{aa}/{bb}/{sha256}`; an upload is written to a temporary
+//! file while it is hashed, then renamed into place, so a crash never leaves a half-written
+//! file under a live ID. PostgreSQL holds who uploaded what, under which type and name.
+
+pub mod imaging;
+
+use std::{path::PathBuf, sync::Arc};
+
+use futures_util::{Stream, StreamExt};
+use rand::{distr::Alphanumeric, Rng};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use self::imaging::Method;
+use crate::{
+    config::Config,
+    error::{Error, Result},
+    storage::{
+        media::{self as store, MediaRow, ThumbnailRow},
+        now_ms, Db,
+    },
+};
+
+/// How long an ID from `/media/v1/create` waits for its upload.
+const PENDING_LIFETIME_MS: i64 = 24 * 60 * 60 * 1000;
+/// Pending IDs a user may hold at once (as Synapse).
+const MAX_PENDING_PER_USER: i64 = 50;
+/// Images larger than this get no thumbnail or BlurHash (decoding them costs too much).
+const MAX_IMAGE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// A stored upload.
+struct Stored {
+    sha256: String,
+    size: u64,
+}
+
+/// What a download serves.
+pub struct Download {
+    /// The file on disk.
+    pub path: PathBuf,
+    /// Its content type.
+    pub content_type: String,
+    /// Its file name, when the uploader gave one.
+    pub filename: Option<String>,
+}
+
+/// What an upload answers.
+pub struct Uploaded {
+    /// `mxc://server/id`.
+    pub content_uri: String,
+    /// A BlurHash for images (MSC2448).
+    pub blurhash: Option<String>,
+}
+
+fn not_found() -> Error {
+    Error::not_found("Media not found")
+}
+
+fn cannot_thumbnail() -> Error {
+    Error::matrix(
+        actix_web::http::StatusCode::BAD_REQUEST,
+        "M_UNKNOWN",
+        "Cannot generate a thumbnail of this media",
+    )
+}
+
+/// The media service.
+pub struct Media {
+    db: Db,
+    config: Arc<Config>,
+    root: PathBuf,
+}
+
+impl Media {
+    /// Creates the service.
+    pub fn new(db: Db, config: Arc<Config>) -> Self {
+        let root = config.data_dir.join("media");
+        Media { db, config, root }
+    }
+
+    /// Largest upload in bytes.
+    pub fn max_upload_size(&self) -> u64 {
+        self.config.max_upload_size
+    }
+
+    fn path_of(&self, sha256: &str) -> PathBuf {
+        self.root
+            .join(&sha256[..2])
+            .join(&sha256[2..4])
+            .join(sha256)
+    }
+
+    fn mxc(&self, media_id: &str) -> String {
+        format!("mxc://{}/{media_id}", self.config.server_name)
+    }
+
+    /// Streams a body to a temporary file, hashing it and enforcing the size limit, then
+    /// moves it into place (or drops it when the same bytes are already stored).
+    async fn store<S, E>(&self, body: S) -> Result<Stored>
+    where
+        S: Stream<Item = std::result::Result<actix_web::web::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let tmp_dir = self.root.join("tmp");
+        tokio::fs::create_dir_all(&tmp_dir)
+            .await
+            .map_err(Error::internal)?;
+        let name: String = rand::rng()
+            .sample_iter(&Alphanumeric)
+            .take(16)
+            .map(char::from)
+            .collect();
+        let tmp = tmp_dir.join(name);
+        let result = self.write_tmp(&tmp, body).await;
+        let stored = match result {
+            Ok(stored) => stored,
+            Err(err) => {
+                let _ = tokio::fs::remove_file(&tmp).await;
+                return Err(err);
+            }
+        };
+        let path = self.path_of(&stored.sha256);
+        if tokio::fs::try_exists(&path).await.unwrap_or(false) {
+            // Stored once: the same bytes uploaded again share the file.
+            let _ = tokio::fs::remove_file(&tmp).await;
+        } else {
+            let dir = path.parent().expect("media paths have a parent");
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(Error::internal)?;
+            tokio::fs::rename(&tmp, &path)
+                .await
+                .map_err(Error::internal)?;
+        }
+        Ok(stored)
+    }
+
+    async fn write_tmp<S, E>(&self, tmp: &PathBuf, mut body: S) -> Result<Stored>
+    where
+        S: Stream<Item = std::result::Result<actix_web::web::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let mut file = tokio::fs::File::create(tmp)
+            .await
+            .map_err(Error::internal)?;
+        let mut hasher = Sha256::new();
+        let mut size: u64 = 0;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| Error::bad_json(format!("Upload interrupted: {e}")))?;
+            size += chunk.len() as u64;
+            if size > self.config.max_upload_size {
+                return Err(Error::too_large(format!(
+                    "Uploads are limited to {} bytes",
+                    self.config.max_upload_size
+                )));
+            }
+            hasher.update(&chunk);
+            file.write_all(&chunk).await.map_err(Error::internal)?;
+        }
+        file.sync_all().await.map_err(Error::internal)?;
+        Ok(Stored {
+            sha256: hex::encode(hasher.finalize()),
+            size,
+        })
+    }
+
+    fn new_media_id() -> String {
+        rand::rng()
+            .sample_iter(&Alphanumeric)
+            .take(24)
+            .map(char::from)
+            .collect()
+    }
+
+    /// `POST /_matrix/media/v3/upload`.
+    pub async fn upload<S, E>(
+        &self,
+        uploader: &str,
+        content_type: Option<&str>,
+        filename: Option<&str>,
+        body: S,
+    ) -> Result<Uploaded>
+    where
+        S: Stream<Item = std::result::Result<actix_web::web::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let stored = self.store(body).await?;
+        let media_id = Self::new_media_id();
+        let mut conn = self.db.conn().await?;
+        store::insert_media(
+            &mut conn,
+            &MediaRow {
+                media_id: media_id.clone(),
+                uploader: uploader.to_owned(),
+                content_type: content_type.map(str::to_owned),
+                filename: filename.map(str::to_owned),
+                size: Some(stored.size as i64),
+                sha256: Some(stored.sha256.clone()),
+                created_ts: now_ms(),
+                expires_ts: None,
+            },
+        )
+        .await?;
+        Ok(Uploaded {
+            content_uri: self.mxc(&media_id),
+            blurhash: self.blurhash_of(content_type, &stored).await,
+        })
+    }
+
+    /// `POST /_matrix/media/v1/create`: reserves an ID for a later upload.
+    pub async fn create(&self, uploader: &str) -> Result<(String, i64)> {
+        let now = now_ms();
+        let mut conn = self.db.conn().await?;
+        if store::count_pending(&mut conn, uploader, now).await? >= MAX_PENDING_PER_USER {
+            return Err(Error::limit_exceeded(60_000));
+        }
+        let media_id = Self::new_media_id();
+        let expires = now + PENDING_LIFETIME_MS;
+        store::insert_media(
+            &mut conn,
+            &MediaRow {
+                media_id: media_id.clone(),
+                uploader: uploader.to_owned(),
+                content_type: None,
+                filename: None,
+                size: None,
+                sha256: None,
+                created_ts: now,
+                expires_ts: Some(expires),
+            },
+        )
+        .await?;
+        Ok((self.mxc(&media_id), expires))
+    }
+
+    /// `PUT /_matrix/media/v3/upload/{serverName}/{mediaId}`: only by whoever created the
+    /// ID, only once, only before it expires.
+    pub async fn upload_pending<S, E>(
+        &self,
+        uploader: &str,
+        server_name: &str,
+        media_id: &str,
+        content_type: Option<&str>,
+        filename: Option<&str>,
+        body: S,
+    ) -> Result<Option<String>>
+    where
+        S: Stream<Item = std::result::Result<actix_web::web::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        if server_name != self.config.server_name.as_str() {
+            return Err(Error::forbidden(
+                "Media IDs of other servers cannot be uploaded to",
+            ));
+        }
+        let mut conn = self.db.conn().await?;
+        let row = store::get_media(&mut conn, media_id)
+            .await?
+            .ok_or_else(not_found)?;
+        if row.uploader != uploader {
+            return Err(Error::forbidden("This media ID belongs to someone else"));
+        }
+        let cannot_overwrite = || {
+            Error::matrix(
+                actix_web::http::StatusCode::CONFLICT,
+                "M_CANNOT_OVERWRITE_MEDIA",
+                "This media has already been uploaded",
+            )
+        };
+        if row.sha256.is_some() {
+            return Err(cannot_overwrite());
+        }
+        if row.expires_ts.is_some_and(|at| at <= now_ms()) {
+            return Err(Error::not_found("This media ID has expired"));
+        }
+        drop(conn);
+        let stored = self.store(body).await?;
+        let mut conn = self.db.conn().await?;
+        if !store::complete_pending(
+            &mut conn,
+            media_id,
+            content_type,
+            filename,
+            stored.size as i64,
+            &stored.sha256,
+        )
+        .await?
+        {
+            return Err(cannot_overwrite());
+        }
+        Ok(self.blurhash_of(content_type, &stored).await)
+    }
+
+    /// A local media item ready to serve. `legacy`: through the unauthenticated endpoints,
+    /// which serve only media from before the configured freeze.
+    async fn ready(&self, server_name: &str, media_id: &str, legacy: bool) -> Result<MediaRow> {
+        if server_name != self.config.server_name.as_str() {
+            // No federation yet: remote media cannot be fetched.
+            return Err(not_found());
+        }
+        let mut conn = self.db.conn().await?;
+        let row = store::get_media(&mut conn, media_id)
+            .await?
+            .ok_or_else(not_found)?;
+        if legacy && row.created_ts as u64 >= self.config.legacy_media_until_ms {
+            return Err(not_found());
+        }
+        if row.sha256.is_none() {
+            return Err(Error::matrix(
+                actix_web::http::StatusCode::GATEWAY_TIMEOUT,
+                "M_NOT_YET_UPLOADED",
+                "The media has not been uploaded yet",
+            ));
+        }
+        Ok(row)
+    }
+
+    /// The file of a media item.
+    pub async fn download(
+        &self,
+        server_name: &str,
+        media_id: &str,
+        legacy: bool,
+    ) -> Result<Download> {
+        let row = self.ready(server_name, media_id, legacy).await?;
+        Ok(Download {
+            path: self.path_of(row.sha256.as_deref().unwrap_or_default()),
+            content_type: row
+                .content_type
+                .unwrap_or_else(|| "application/octet-stream".into()),
+            filename: row.filename,
+        })
+    }
+
+    /// A thumbnail at the standard size serving the request, made on first request.
+    pub async fn thumbnail(
+        &self,
+        server_name: &str,
+        media_id: &str,
+        width: u32,
+        height: u32,
+        method: Method,
+        legacy: bool,
+    ) -> Result<Download> {
+        if width == 0 || height == 0 {
+            return Err(Error::invalid_param("width and height must be positive"));
+        }
+        let row = self.ready(server_name, media_id, legacy).await?;
+        let (w, h, method) = imaging::standard_size(width, height, method);
+        let mut conn = self.db.conn().await?;
+        if let Some(thumb) =
+            store::get_thumbnail(&mut conn, media_id, w as i32, h as i32, method.as_str()).await?
+        {
+            return Ok(Download {
+                path: self.path_of(&thumb.sha256),
+                content_type: thumb.content_type,
+                filename: None,
+            });
+        }
+        drop(conn);
+        let content_type = row.content_type.clone().unwrap_or_default();
+        if !imaging::is_decodable(&content_type) || row.size.unwrap_or(0) as u64 > MAX_IMAGE_BYTES {
+            return Err(cannot_thumbnail());
+        }
+        let source = self.path_of(row.sha256.as_deref().unwrap_or_default());
+        let bytes = tokio::fs::read(&source).await.map_err(Error::internal)?;
+        let thumb = tokio::task::spawn_blocking(move || {
+            let image = imaging::decode(&bytes)?;
+            imaging::thumbnail(&image, &content_type, w, h, method)
+        })
+        .await
+        .map_err(Error::internal)?
+        .map_err(|err| {
+            tracing::info!(%media_id, "no thumbnail: {err}");
+            cannot_thumbnail()
+        })?;
+        let stored = self
+            .store(futures_util::stream::iter([Ok::<
+                _,
+                std::convert::Infallible,
+            >(
+                actix_web::web::Bytes::from(thumb.bytes),
+            )]))
+            .await?;
+        let mut conn = self.db.conn().await?;
+        store::insert_thumbnail(
+            &mut conn,
+            &ThumbnailRow {
+                media_id: media_id.to_owned(),
+                width: w as i32,
+                height: h as i32,
+                method: method.as_str().to_owned(),
+                content_type: thumb.content_type.to_owned(),
+                sha256: stored.sha256.clone(),
+                size: stored.size as i64,
+            },
+        )
+        .await?;
+        Ok(Download {
+            path: self.path_of(&stored.sha256),
+            content_type: thumb.content_type.to_owned(),
+            filename: None,
+        })
+    }
+
+    /// A BlurHash for an uploaded image; `None` for anything else or an image that does not
+    /// decode (a broken image is still a valid upload).
+    async fn blurhash_of(&self, content_type: Option<&str>, stored: &Stored) -> Option<String> {
+        if !content_type.is_some_and(imaging::is_decodable) || stored.size > MAX_IMAGE_BYTES {
+            return None;
+        }
+        let bytes = tokio::fs::read(self.path_of(&stored.sha256)).await.ok()?;
+        tokio::task::spawn_blocking(move || {
+            imaging::decode(&bytes)
+                .ok()
+                .and_then(|i| imaging::blurhash(&i))
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+}

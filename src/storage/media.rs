@@ -1,0 +1,133 @@
+//! Media metadata and thumbnails.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::schema::{media, media_thumbnails};
+
+/// A media item.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = media)]
+pub struct MediaRow {
+    /// The ID in `mxc://server/ID`.
+    pub media_id: String,
+    /// Who uploaded (or reserved) it.
+    pub uploader: String,
+    /// Declared content type.
+    pub content_type: Option<String>,
+    /// Declared file name.
+    pub filename: Option<String>,
+    /// Size in bytes (`None` while pending).
+    pub size: Option<i64>,
+    /// SHA-256 of the bytes, hex (`None` while pending).
+    pub sha256: Option<String>,
+    /// When it was created.
+    pub created_ts: i64,
+    /// When a pending ID expires.
+    pub expires_ts: Option<i64>,
+}
+
+/// A stored thumbnail.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = media_thumbnails)]
+pub struct ThumbnailRow {
+    /// Media it belongs to.
+    pub media_id: String,
+    /// Requested box width.
+    pub width: i32,
+    /// Requested box height.
+    pub height: i32,
+    /// `crop` or `scale`.
+    pub method: String,
+    /// Content type of the thumbnail.
+    pub content_type: String,
+    /// SHA-256 of its bytes, hex.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: i64,
+}
+
+/// Stores a new media row.
+pub async fn insert_media(conn: &mut AsyncPgConnection, row: &MediaRow) -> QueryResult<()> {
+    diesel::insert_into(media::table)
+        .values(row)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// One media row.
+pub async fn get_media(
+    conn: &mut AsyncPgConnection,
+    media_id: &str,
+) -> QueryResult<Option<MediaRow>> {
+    media::table
+        .find(media_id)
+        .select(MediaRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Fills in a pending upload; false when it was not pending any more (uploaded already).
+pub async fn complete_pending(
+    conn: &mut AsyncPgConnection,
+    media_id: &str,
+    content_type: Option<&str>,
+    filename: Option<&str>,
+    size: i64,
+    sha256: &str,
+) -> QueryResult<bool> {
+    diesel::update(media::table.find(media_id).filter(media::sha256.is_null()))
+        .set((
+            media::content_type.eq(content_type),
+            media::filename.eq(filename),
+            media::size.eq(size),
+            media::sha256.eq(sha256),
+            media::expires_ts.eq(None::<i64>),
+        ))
+        .execute(conn)
+        .await
+        .map(|n| n == 1)
+}
+
+/// How many pending IDs a user holds that have not expired.
+pub async fn count_pending(
+    conn: &mut AsyncPgConnection,
+    uploader: &str,
+    now: i64,
+) -> QueryResult<i64> {
+    media::table
+        .filter(media::uploader.eq(uploader))
+        .filter(media::sha256.is_null())
+        .filter(media::expires_ts.gt(now))
+        .count()
+        .get_result(conn)
+        .await
+}
+
+/// A stored thumbnail.
+pub async fn get_thumbnail(
+    conn: &mut AsyncPgConnection,
+    media_id: &str,
+    width: i32,
+    height: i32,
+    method: &str,
+) -> QueryResult<Option<ThumbnailRow>> {
+    media_thumbnails::table
+        .find((media_id, width, height, method))
+        .select(ThumbnailRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Stores a thumbnail (a concurrent twin is fine: the first one stays).
+pub async fn insert_thumbnail(conn: &mut AsyncPgConnection, row: &ThumbnailRow) -> QueryResult<()> {
+    diesel::insert_into(media_thumbnails::table)
+        .values(row)
+        .on_conflict_do_nothing()
+        .execute(conn)
+        .await
+        .map(drop)
+}
