@@ -52,7 +52,10 @@ async function main() {
     const raw = await api("GET", `/rooms/${encodeURIComponent(roomId)}/event/${encodeURIComponent(secretId)}`, {
         token: bobSession.access_token,
     });
-    check(raw.type === "m.room.encrypted" && !JSON.stringify(raw).includes("42"), "the server only has ciphertext");
+    check(
+        raw.type === "m.room.encrypted" && !JSON.stringify(raw).includes("the secret"),
+        "the server only has ciphertext",
+    );
     await waitFor(() => clearBody(bob, roomId, secretId) === "the secret is 42", WAIT_MS, "Bob to decrypt Alice's message");
     check(true, "Bob decrypts Alice's message");
 
