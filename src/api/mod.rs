@@ -241,6 +241,14 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::redact::redact_event::v3::Request, _, _>(events::redact_route);
     t.ruma::<r::room::get_room_event::v3::Request, _, _>(events::get_event_route);
     t.ruma::<r::context::get_context::v3::Request, _, _>(events::context_route);
+    t.ruma::<r::relations::get_relating_events::v1::Request, _, _>(relations::relations_route);
+    t.ruma::<r::relations::get_relating_events_with_rel_type::v1::Request, _, _>(
+        relations::relations_by_type_route,
+    );
+    t.ruma::<r::relations::get_relating_events_with_rel_type_and_event_type::v1::Request, _, _>(
+        relations::relations_by_type_and_event_type_route,
+    );
+    t.ruma::<r::threads::get_threads::v1::Request, _, _>(relations::threads_route);
     t.ruma::<r::room::get_event_by_timestamp::v1::Request, _, _>(events::timestamp_to_event_route);
 
     t.ruma::<r::keys::upload_keys::v3::Request, _, _>(keys::upload_keys_route);

@@ -13,6 +13,7 @@ pub mod push;
 pub mod pushers;
 pub mod receipts;
 pub mod registration;
+pub mod relations;
 pub mod rooms;
 pub mod schema;
 pub mod state;

@@ -290,6 +290,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    event_relations (event_id) {
+        event_id -> Text,
+        relates_to -> Text,
+        rel_type -> Text,
+        room_id -> Text,
+        sender -> Text,
+        event_type -> Text,
+        aggregation_key -> Nullable<Text>,
+        stream_ordering -> Int8,
+    }
+}
+
+diesel::table! {
     event_push_actions (user_id, room_id, stream_ordering) {
         user_id -> Text,
         room_id -> Text,
@@ -386,6 +399,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     device_list_changes,
     devices,
     event_push_actions,
+    event_relations,
     event_txns,
     events,
     fallback_keys,

@@ -17,6 +17,7 @@ pub mod push_rules;
 pub mod pushers;
 pub mod receipts;
 pub mod register;
+pub mod relations;
 pub mod rooms;
 pub mod session;
 pub mod sync;

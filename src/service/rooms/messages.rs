@@ -126,7 +126,9 @@ impl Rooms {
             let rows = store::get_events(&mut conn, &ids).await?;
             state = self.render(&mut conn, &rules, &rows).await?;
         }
-        let chunk = self.render(&mut conn, &rules, &found).await?;
+        let chunk = self
+            .render_with_relations(&mut conn, &rules, request.user_id, &found)
+            .await?;
         Ok(Page {
             chunk,
             start: pagination(if from == i64::MAX {

@@ -9,6 +9,7 @@ pub mod pdu;
 pub mod push_actions;
 pub mod read;
 pub mod receipts;
+pub mod relations;
 pub mod send;
 pub mod upgrade;
 pub mod visibility;

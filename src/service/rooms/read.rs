@@ -51,7 +51,7 @@ impl Rooms {
             .collect()
     }
 
-    async fn room_rules(
+    pub(super) async fn room_rules(
         &self,
         conn: &mut AsyncPgConnection,
         room_id: &RoomId,
@@ -256,10 +256,13 @@ impl Rooms {
         let (rules, row) = self
             .visible_event(&mut conn, user_id, room_id, event_id)
             .await?;
-        Ok(self.render(&mut conn, &rules, &[row]).await?.remove(0))
+        Ok(self
+            .render_with_relations(&mut conn, &rules, user_id, &[row])
+            .await?
+            .remove(0))
     }
 
-    async fn visible_event(
+    pub(super) async fn visible_event(
         &self,
         conn: &mut AsyncPgConnection,
         user_id: &UserId,
@@ -336,12 +339,16 @@ impl Rooms {
         let mut state_rows = store::get_events(&mut conn, &state_ids).await?;
         state_rows.sort_by_key(|r| r.stream_ordering);
         Ok(Context {
-            before: self.render(&mut conn, &rules, &before).await?,
+            before: self
+                .render_with_relations(&mut conn, &rules, user_id, &before)
+                .await?,
             event: self
-                .render(&mut conn, &rules, std::slice::from_ref(&target))
+                .render_with_relations(&mut conn, &rules, user_id, std::slice::from_ref(&target))
                 .await?
                 .remove(0),
-            after: self.render(&mut conn, &rules, &after).await?,
+            after: self
+                .render_with_relations(&mut conn, &rules, user_id, &after)
+                .await?,
             state: self.render(&mut conn, &rules, &state_rows).await?,
             start: format!("t{start}"),
             end: format!("t{end}"),

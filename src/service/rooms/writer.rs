@@ -25,7 +25,7 @@ use crate::{
     error::{Error, Result},
     service::keys::ServerKeys,
     storage::{
-        now_ms, push as push_store, rooms as store,
+        now_ms, push as push_store, relations as relations_store, rooms as store,
         state::{self as state_store, STATE_CHAIN_LIMIT},
         streams,
     },
@@ -211,6 +211,20 @@ impl<'c> RoomWriter<'c> {
                 content.insert("redacts".into(), Value::from(redacts.as_str()));
             }
         }
+        let relation = match self.room_id.clone() {
+            Some(room_id) => {
+                super::relations::check(
+                    self.conn,
+                    &room_id,
+                    event.sender,
+                    event.kind,
+                    event.state_key,
+                    &event.content,
+                )
+                .await?
+            }
+            None => None,
+        };
         let kind = TimelineEventType::from(event.kind);
         let content_raw =
             serde_json::value::to_raw_value(&event.content).map_err(Error::internal)?;
@@ -368,6 +382,11 @@ impl<'c> RoomWriter<'c> {
             },
         )
         .await?;
+        if let Some(mut relation) = relation {
+            relation.event_id = event_id.to_string();
+            relation.stream_ordering = stream_ordering;
+            relations_store::insert_relation(self.conn, &relation).await?;
+        }
         // Before the event's own state changes: push rules see the room as it was.
         super::push_actions::record_for_new_event(
             self.conn,
@@ -416,6 +435,7 @@ impl<'c> RoomWriter<'c> {
         if let Some(redacts) = event.redacts {
             store::set_redacted(self.conn, redacts.as_str(), event_id.as_str()).await?;
             push_store::delete_for_event(self.conn, redacts.as_str()).await?;
+            relations_store::delete_relation(self.conn, redacts.as_str()).await?;
         }
         store::notify(
             self.conn,

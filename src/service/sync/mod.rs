@@ -693,7 +693,9 @@ impl Sync {
             (pdus(&timeline), pdus(&state_rows))
         } else {
             (
-                rooms.render(conn, &rules, &timeline).await?,
+                rooms
+                    .render_with_relations(conn, &rules, request.user_id, &timeline)
+                    .await?,
                 rooms.render(conn, &rules, &state_rows).await?,
             )
         };

@@ -1,0 +1,2 @@
+DROP INDEX events_body_search_idx;
+DROP TABLE event_relations;

@@ -1,0 +1,238 @@
+//! Event relations: edits, reactions, thread replies and references.
+
+use diesel::{
+    prelude::*,
+    sql_types::{Array, BigInt, Bool, Text},
+};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::schema::event_relations;
+
+/// One relation.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = event_relations)]
+pub struct RelationRow {
+    /// The relating event.
+    pub event_id: String,
+    /// The event it relates to.
+    pub relates_to: String,
+    /// `m.replace`, `m.annotation`, `m.thread`, `m.reference`, ...
+    pub rel_type: String,
+    /// Room.
+    pub room_id: String,
+    /// Sender of the relating event.
+    pub sender: String,
+    /// Type of the relating event.
+    pub event_type: String,
+    /// Reactions: the key.
+    pub aggregation_key: Option<String>,
+    /// Position of the relating event.
+    pub stream_ordering: i64,
+}
+
+/// Records a relation (inside the event's transaction).
+pub async fn insert_relation(conn: &mut AsyncPgConnection, row: &RelationRow) -> QueryResult<()> {
+    diesel::insert_into(event_relations::table)
+        .values(row)
+        .on_conflict_do_nothing()
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Forgets the relation of a redacted event.
+pub async fn delete_relation(conn: &mut AsyncPgConnection, event_id: &str) -> QueryResult<()> {
+    diesel::delete(event_relations::table.find(event_id))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// The relation an event makes, if any.
+pub async fn get_relation(
+    conn: &mut AsyncPgConnection,
+    event_id: &str,
+) -> QueryResult<Option<RelationRow>> {
+    event_relations::table
+        .find(event_id)
+        .select(RelationRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// Whether a user already reacted to an event with this key.
+pub async fn has_annotation(
+    conn: &mut AsyncPgConnection,
+    relates_to: &str,
+    sender: &str,
+    event_type: &str,
+    key: &str,
+) -> QueryResult<bool> {
+    let existing = event_relations::table
+        .filter(event_relations::relates_to.eq(relates_to))
+        .filter(event_relations::rel_type.eq("m.annotation"))
+        .filter(event_relations::sender.eq(sender))
+        .filter(event_relations::event_type.eq(event_type))
+        .filter(event_relations::aggregation_key.eq(key));
+    diesel::select(diesel::dsl::exists(existing))
+        .get_result(conn)
+        .await
+}
+
+/// The latest replacement of each of the given events: `(original, replacement)`.
+pub async fn get_latest_edits(
+    conn: &mut AsyncPgConnection,
+    parents: &[String],
+) -> QueryResult<Vec<(String, String)>> {
+    #[derive(QueryableByName)]
+    struct Edit {
+        #[diesel(sql_type = Text)]
+        relates_to: String,
+        #[diesel(sql_type = Text)]
+        event_id: String,
+    }
+    let rows: Vec<Edit> = diesel::sql_query(
+        "SELECT DISTINCT ON (relates_to) relates_to, event_id FROM event_relations
+         WHERE relates_to = ANY($1) AND rel_type = 'm.replace'
+         ORDER BY relates_to, stream_ordering DESC",
+    )
+    .bind::<Array<Text>, _>(parents)
+    .load(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.relates_to, r.event_id))
+        .collect())
+}
+
+/// A thread's summary.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ThreadSummary {
+    /// The root.
+    #[diesel(sql_type = Text)]
+    pub root: String,
+    /// Replies.
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+    /// The newest reply.
+    #[diesel(sql_type = Text)]
+    pub latest: String,
+    /// Whether the user replied.
+    #[diesel(sql_type = Bool)]
+    pub participated: bool,
+}
+
+/// Summaries of the threads rooted at the given events.
+pub async fn get_thread_summaries(
+    conn: &mut AsyncPgConnection,
+    roots: &[String],
+    user_id: &str,
+) -> QueryResult<Vec<ThreadSummary>> {
+    diesel::sql_query(
+        "SELECT relates_to AS root, COUNT(*) AS count,
+                (ARRAY_AGG(event_id ORDER BY stream_ordering DESC))[1] AS latest,
+                BOOL_OR(sender = $2) AS participated
+         FROM event_relations
+         WHERE relates_to = ANY($1) AND rel_type = 'm.thread'
+         GROUP BY relates_to",
+    )
+    .bind::<Array<Text>, _>(roots)
+    .bind::<Text, _>(user_id)
+    .load(conn)
+    .await
+}
+
+/// References to the given events: `(referenced, referencing)`, oldest first.
+pub async fn get_references(
+    conn: &mut AsyncPgConnection,
+    parents: &[String],
+) -> QueryResult<Vec<(String, String)>> {
+    event_relations::table
+        .filter(event_relations::relates_to.eq_any(parents))
+        .filter(event_relations::rel_type.eq("m.reference"))
+        .order(event_relations::stream_ordering)
+        .select((event_relations::relates_to, event_relations::event_id))
+        .load(conn)
+        .await
+}
+
+/// One page of an event's children for `/relations`: event IDs and positions, newest first
+/// (`backwards`) or oldest first, strictly beyond `from` and not beyond `to`.
+#[allow(clippy::too_many_arguments)]
+pub async fn page_children(
+    conn: &mut AsyncPgConnection,
+    parent: &str,
+    rel_type: Option<&str>,
+    event_type: Option<&str>,
+    from: Option<i64>,
+    to: Option<i64>,
+    backwards: bool,
+    limit: i64,
+) -> QueryResult<Vec<(String, i64)>> {
+    let mut query = event_relations::table
+        .filter(event_relations::relates_to.eq(parent))
+        .select((event_relations::event_id, event_relations::stream_ordering))
+        .limit(limit)
+        .into_boxed();
+    if let Some(rel_type) = rel_type {
+        query = query.filter(event_relations::rel_type.eq(rel_type));
+    }
+    if let Some(event_type) = event_type {
+        query = query.filter(event_relations::event_type.eq(event_type));
+    }
+    if backwards {
+        if let Some(from) = from {
+            query = query.filter(event_relations::stream_ordering.lt(from));
+        }
+        if let Some(to) = to {
+            query = query.filter(event_relations::stream_ordering.gt(to));
+        }
+        query = query.order(event_relations::stream_ordering.desc());
+    } else {
+        if let Some(from) = from {
+            query = query.filter(event_relations::stream_ordering.gt(from));
+        }
+        if let Some(to) = to {
+            query = query.filter(event_relations::stream_ordering.le(to));
+        }
+        query = query.order(event_relations::stream_ordering.asc());
+    }
+    query.load(conn).await
+}
+
+/// Thread roots of a room by latest activity, newest first, active before `before`;
+/// `participant`: only threads that user started or replied to.
+pub async fn get_threads(
+    conn: &mut AsyncPgConnection,
+    room_id: &str,
+    participant: Option<&str>,
+    before: i64,
+    limit: i64,
+) -> QueryResult<Vec<(String, i64)>> {
+    #[derive(QueryableByName)]
+    struct Thread {
+        #[diesel(sql_type = Text)]
+        root: String,
+        #[diesel(sql_type = BigInt)]
+        latest: i64,
+    }
+    let rows: Vec<Thread> = diesel::sql_query(
+        "SELECT r.relates_to AS root, MAX(r.stream_ordering) AS latest
+         FROM event_relations r
+         WHERE r.room_id = $1 AND r.rel_type = 'm.thread'
+         GROUP BY r.relates_to
+         HAVING MAX(r.stream_ordering) < $3
+            AND ($2::TEXT IS NULL OR BOOL_OR(r.sender = $2) OR EXISTS (
+                SELECT 1 FROM events e WHERE e.event_id = r.relates_to AND e.sender = $2))
+         ORDER BY latest DESC
+         LIMIT $4",
+    )
+    .bind::<Text, _>(room_id)
+    .bind::<diesel::sql_types::Nullable<Text>, _>(participant)
+    .bind::<BigInt, _>(before)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.root, r.latest)).collect())
+}
