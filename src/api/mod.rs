@@ -249,6 +249,7 @@ fn routes(t: &mut RouteTable) {
         relations::relations_by_type_and_event_type_route,
     );
     t.ruma::<r::threads::get_threads::v1::Request, _, _>(relations::threads_route);
+    t.ruma::<r::search::search_events::v3::Request, _, _>(search::search_route);
     t.ruma::<r::room::get_event_by_timestamp::v1::Request, _, _>(events::timestamp_to_event_route);
 
     t.ruma::<r::keys::upload_keys::v3::Request, _, _>(keys::upload_keys_route);

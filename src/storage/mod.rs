@@ -16,6 +16,7 @@ pub mod registration;
 pub mod relations;
 pub mod rooms;
 pub mod schema;
+pub mod search;
 pub mod state;
 pub mod streams;
 pub mod to_device;

@@ -15,6 +15,7 @@ mod pushers;
 mod receipts;
 mod relations;
 mod rooms;
+mod search;
 mod startup;
 mod support;
 mod sync;

@@ -19,6 +19,7 @@ pub mod receipts;
 pub mod register;
 pub mod relations;
 pub mod rooms;
+pub mod search;
 pub mod session;
 pub mod sync;
 pub mod typing;

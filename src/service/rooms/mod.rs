@@ -10,6 +10,7 @@ pub mod push_actions;
 pub mod read;
 pub mod receipts;
 pub mod relations;
+pub mod search;
 pub mod send;
 pub mod upgrade;
 pub mod visibility;

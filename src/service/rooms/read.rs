@@ -297,34 +297,14 @@ impl Rooms {
         let before_limit = limit / 2;
         let after_limit = limit - before_limit;
         let mut visibility = Visibility::new(user_id);
-        let mut before = Vec::new();
-        for row in store::get_room_events_desc(
+        let (before, after) = events_around(
             &mut conn,
-            room_id.as_str(),
-            0,
-            target.stream_ordering - 1,
-            before_limit,
+            &mut visibility,
+            &target,
+            (before_limit, after_limit),
+            filter,
         )
-        .await?
-        {
-            if filter.allows_row(&row) && visibility.can_see(&mut conn, &row).await? {
-                before.push(row);
-            }
-        }
-        let mut after = Vec::new();
-        for row in store::get_room_events_between(
-            &mut conn,
-            room_id.as_str(),
-            target.stream_ordering,
-            i64::MAX,
-            after_limit,
-        )
-        .await?
-        {
-            if filter.allows_row(&row) && visibility.can_see(&mut conn, &row).await? {
-                after.push(row);
-            }
-        }
+        .await?;
         // Pagination tokens sit between events: `start` just before the earliest one returned.
         let start = before
             .last()
@@ -372,4 +352,44 @@ impl Rooms {
             .await?;
         Ok((event_id, origin_ts))
     }
+}
+
+/// The visible events just before (newest first) and just after (oldest first) an event of
+/// its room, that the filter lets through.
+pub(super) async fn events_around(
+    conn: &mut AsyncPgConnection,
+    visibility: &mut Visibility<'_>,
+    target: &EventRow,
+    (before_limit, after_limit): (i64, i64),
+    filter: &crate::service::sync::EventFilter,
+) -> Result<(Vec<EventRow>, Vec<EventRow>)> {
+    let room_id = target.room_id.as_str();
+    let mut before = Vec::new();
+    if before_limit > 0 {
+        for row in
+            store::get_room_events_desc(conn, room_id, 0, target.stream_ordering - 1, before_limit)
+                .await?
+        {
+            if filter.allows_row(&row) && visibility.can_see(conn, &row).await? {
+                before.push(row);
+            }
+        }
+    }
+    let mut after = Vec::new();
+    if after_limit > 0 {
+        for row in store::get_room_events_between(
+            conn,
+            room_id,
+            target.stream_ordering,
+            i64::MAX,
+            after_limit,
+        )
+        .await?
+        {
+            if filter.allows_row(&row) && visibility.can_see(conn, &row).await? {
+                after.push(row);
+            }
+        }
+    }
+    Ok((before, after))
 }

@@ -1,0 +1,91 @@
+//! Full-text search over message bodies (PostgreSQL `tsvector`, `simple` configuration so any
+//! language matches word for word).
+
+use diesel::{
+    prelude::*,
+    sql_types::{Array, BigInt, Float4, Nullable, Text},
+};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+/// What to look for.
+pub struct SearchQuery<'a> {
+    /// Words to find.
+    pub term: &'a str,
+    /// Rooms to look in.
+    pub rooms: &'a [String],
+    /// Only these senders (`None`: all).
+    pub senders: Option<&'a [String]>,
+    /// Never these senders.
+    pub not_senders: &'a [String],
+    /// Only these event types (`None`: all).
+    pub types: Option<&'a [String]>,
+    /// Never these event types.
+    pub not_types: &'a [String],
+    /// Best matches first (`true`) or newest first.
+    pub by_rank: bool,
+}
+
+/// One match.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct SearchHit {
+    /// The event.
+    #[diesel(sql_type = Text)]
+    pub event_id: String,
+    /// How well it matches.
+    #[diesel(sql_type = Float4)]
+    pub rank: f32,
+}
+
+const MATCHES: &str = "FROM events e, plainto_tsquery('simple', $1) q
+     WHERE e.room_id = ANY($2) AND e.state_key IS NULL AND e.redacted_by IS NULL
+       AND to_tsvector('simple', COALESCE(e.pdu->'content'->>'body', '')) @@ q
+       AND ($3::TEXT[] IS NULL OR e.sender = ANY($3)) AND NOT (e.sender = ANY($4))
+       AND ($5::TEXT[] IS NULL OR e.event_type = ANY($5)) AND NOT (e.event_type = ANY($6))";
+
+/// A page of matches.
+pub async fn search(
+    conn: &mut AsyncPgConnection,
+    query: &SearchQuery<'_>,
+    offset: i64,
+    limit: i64,
+) -> QueryResult<Vec<SearchHit>> {
+    let order = if query.by_rank {
+        "rank DESC, e.stream_ordering DESC"
+    } else {
+        "e.stream_ordering DESC"
+    };
+    diesel::sql_query(format!(
+        "SELECT e.event_id,
+                ts_rank(to_tsvector('simple', COALESCE(e.pdu->'content'->>'body', '')), q) AS rank
+         {MATCHES} ORDER BY {order} OFFSET $7 LIMIT $8"
+    ))
+    .bind::<Text, _>(query.term)
+    .bind::<Array<Text>, _>(query.rooms)
+    .bind::<Nullable<Array<Text>>, _>(query.senders)
+    .bind::<Array<Text>, _>(query.not_senders)
+    .bind::<Nullable<Array<Text>>, _>(query.types)
+    .bind::<Array<Text>, _>(query.not_types)
+    .bind::<BigInt, _>(offset)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await
+}
+
+/// How many events match in all.
+pub async fn count(conn: &mut AsyncPgConnection, query: &SearchQuery<'_>) -> QueryResult<i64> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let count: Count = diesel::sql_query(format!("SELECT COUNT(*) AS n {MATCHES}"))
+        .bind::<Text, _>(query.term)
+        .bind::<Array<Text>, _>(query.rooms)
+        .bind::<Nullable<Array<Text>>, _>(query.senders)
+        .bind::<Array<Text>, _>(query.not_senders)
+        .bind::<Nullable<Array<Text>>, _>(query.types)
+        .bind::<Array<Text>, _>(query.not_types)
+        .get_result(conn)
+        .await?;
+    Ok(count.n)
+}
