@@ -10,7 +10,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
 VENV="${MYELIN_TEST_VENV:-/var/tmp/myelin-venv}"
 
 echo "== cargo test"
-cargo build --locked --bin myelin
+cargo build --locked --bins
 cargo test --locked
 
 echo "== matrix-nio"
@@ -47,3 +47,8 @@ for script in tests/clients/js/*.mjs; do
     [ "$(basename "$script")" = harness.mjs ] && continue
     node "$script" "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
 done
+
+echo "== myelin-bench (smoke)"
+"$CARGO_TARGET_DIR/debug/myelin-bench" --url "http://127.0.0.1:$port" --scale smoke \
+    --pid "$server" --label "myelin (debug, smoke)" \
+    --out "$workdir/bench.json" --plot "$workdir/bench.svg" || { cat "$workdir/server.log"; exit 1; }

@@ -1,0 +1,176 @@
+//! A minimal Client-Server API client: only what the scenarios need, so the tool runs
+//! unchanged against any homeserver.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// One logged-in user.
+#[derive(Clone)]
+pub struct User {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+/// Percent-encodes a path segment.
+pub fn enc(segment: &str) -> String {
+    percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// A failed request, with what the server said.
+pub type Failure = String;
+
+async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> Result<Value, Failure> {
+    let mut request = http.request(method.clone(), &url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("{method} {url}: {e}"))?;
+    let status = response.status();
+    let text = response.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{method} {url}: {status} {text}"));
+    }
+    serde_json::from_str(&text).map_err(|e| format!("{method} {url}: {e}"))
+}
+
+/// Registers a user with `m.login.dummy` (the server must allow open registration).
+pub async fn register(http: &reqwest::Client, base: &str, name: &str) -> Result<User, Failure> {
+    let body = json!({
+        "username": name,
+        "password": "bench password 1234",
+        "auth": { "type": "m.login.dummy" },
+        "initial_device_display_name": "myelin-bench",
+    });
+    let url = format!("{base}/_matrix/client/v3/register");
+    let answer = call(http, reqwest::Method::POST, url, None, Some(&body)).await?;
+    Ok(User {
+        http: http.clone(),
+        base: base.to_owned(),
+        token: answer["access_token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    })
+}
+
+impl User {
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, Failure> {
+        call(
+            &self.http,
+            method,
+            format!("{}{path}", self.base),
+            Some(&self.token),
+            body,
+        )
+        .await
+    }
+
+    /// `POST /createRoom`.
+    pub async fn create_room(&self, body: Value) -> Result<String, Failure> {
+        let answer = self
+            .request(
+                reqwest::Method::POST,
+                "/_matrix/client/v3/createRoom",
+                Some(&body),
+            )
+            .await?;
+        Ok(answer["room_id"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// `POST /join/{room}`.
+    pub async fn join(&self, room_id: &str) -> Result<(), Failure> {
+        let path = format!("/_matrix/client/v3/join/{}", enc(room_id));
+        self.request(reqwest::Method::POST, &path, Some(&json!({})))
+            .await
+            .map(drop)
+    }
+
+    /// Sends a text message; returns its event ID.
+    pub async fn send(&self, room_id: &str, txn: &str, body: &str) -> Result<String, Failure> {
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/send/m.room.message/{}",
+            enc(room_id),
+            enc(txn)
+        );
+        let content = json!({ "msgtype": "m.text", "body": body });
+        let answer = self
+            .request(reqwest::Method::PUT, &path, Some(&content))
+            .await?;
+        Ok(answer["event_id"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// One `/sync`.
+    pub async fn sync(
+        &self,
+        since: Option<&str>,
+        timeout: Duration,
+        filter: Option<&str>,
+    ) -> Result<Value, Failure> {
+        let mut path = format!("/_matrix/client/v3/sync?timeout={}", timeout.as_millis());
+        if let Some(since) = since {
+            path.push_str(&format!("&since={}", enc(since)));
+        }
+        if let Some(filter) = filter {
+            path.push_str(&format!("&filter={}", enc(filter)));
+        }
+        self.request(reqwest::Method::GET, &path, None).await
+    }
+
+    /// One `/messages` page backwards.
+    pub async fn messages(
+        &self,
+        room_id: &str,
+        from: Option<&str>,
+        limit: u32,
+    ) -> Result<Value, Failure> {
+        let mut path = format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit={limit}",
+            enc(room_id)
+        );
+        if let Some(from) = from {
+            path.push_str(&format!("&from={}", enc(from)));
+        }
+        self.request(reqwest::Method::GET, &path, None).await
+    }
+}
+
+/// The timeline events of every joined room in a sync response: `(room, event_id, body)`.
+pub fn timeline_events(sync: &Value) -> Vec<(String, String, String)> {
+    let mut found = Vec::new();
+    if let Some(rooms) = sync["rooms"]["join"].as_object() {
+        for (room_id, room) in rooms {
+            for event in room["timeline"]["events"].as_array().into_iter().flatten() {
+                if event["type"] == "m.room.message" {
+                    found.push((
+                        room_id.clone(),
+                        event["event_id"].as_str().unwrap_or_default().to_owned(),
+                        event["content"]["body"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    found
+}

@@ -1,0 +1,630 @@
+//! `myelin-bench`: load and latency measurements that speak only the Client-Server API, so the
+//! same run works against Myelin, Synapse or any homeserver with open registration.
+//!
+//! Scenarios (counts by `--scale`): sequential sends, concurrent sends with completeness
+//! checked by receivers, end-to-end delivery to a long-polling receiver, initial and
+//! incremental sync, history paging, fan-out to many long-pollers, and the server's footprint.
+//! Writes a JSON report and a table; exits non-zero when any message was lost, duplicated or
+//! reordered.
+
+mod client;
+mod stats;
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    process::ExitCode,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use clap::{Parser, ValueEnum};
+use client::{register, timeline_events, Failure, User};
+use serde_json::{json, Map, Value};
+use stats::{cdf_svg, round, Samples};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Scale {
+    /// Small counts for CI: checks the tool and the server work, measures little.
+    Smoke,
+    /// The counts the benchmark issue specifies.
+    Full,
+}
+
+/// Measure a homeserver from the outside.
+#[derive(Parser)]
+#[command(name = "myelin-bench")]
+struct Cli {
+    /// Base URL of the homeserver.
+    #[arg(long, default_value = "http://127.0.0.1:8008")]
+    url: String,
+    /// Its server name (for reporting).
+    #[arg(long, default_value = "localhost")]
+    server_name: String,
+    /// How big a run.
+    #[arg(long, value_enum, default_value = "smoke")]
+    scale: Scale,
+    /// The server's process ID, to read its memory from /proc.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// The server's database, to measure its growth.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Where to write the JSON report.
+    #[arg(long, default_value = "bench.json")]
+    out: PathBuf,
+    /// Where to write the delivery-latency plot (SVG).
+    #[arg(long, default_value = "bench-delivery.svg")]
+    plot: PathBuf,
+    /// A label for this run (e.g. the server's name).
+    #[arg(long, default_value = "server")]
+    label: String,
+}
+
+struct Counts {
+    sequential: usize,
+    concurrent_users: usize,
+    concurrent_messages: usize,
+    receivers: usize,
+    delivery: usize,
+    sync_rooms: usize,
+    sync_messages: usize,
+    sync_members: usize,
+    history: usize,
+    fanout_members: usize,
+    fanout_pollers: usize,
+}
+
+impl Counts {
+    fn of(scale: Scale) -> Counts {
+        match scale {
+            Scale::Smoke => Counts {
+                sequential: 50,
+                concurrent_users: 5,
+                concurrent_messages: 10,
+                receivers: 3,
+                delivery: 20,
+                sync_rooms: 5,
+                sync_messages: 5,
+                sync_members: 3,
+                history: 300,
+                fanout_members: 20,
+                fanout_pollers: 5,
+            },
+            Scale::Full => Counts {
+                sequential: 1000,
+                concurrent_users: 50,
+                concurrent_messages: 100,
+                receivers: 10,
+                delivery: 500,
+                sync_rooms: 500,
+                sync_messages: 20,
+                sync_members: 20,
+                history: 5000,
+                fanout_members: 2000,
+                fanout_pollers: 200,
+            },
+        }
+    }
+}
+
+/// Shared run state: the HTTP client, a unique prefix for names, the base URL.
+struct Bench {
+    http: reqwest::Client,
+    url: String,
+    prefix: String,
+}
+
+impl Bench {
+    async fn users(&self, role: &str, n: usize) -> Result<Vec<User>, Failure> {
+        let mut users = Vec::with_capacity(n);
+        // Registration hashes passwords: a few at a time keeps setup quick without starving
+        // a 2-core machine.
+        for chunk in (0..n).collect::<Vec<_>>().chunks(4) {
+            let batch = chunk.iter().map(|i| {
+                let name = format!("{}{role}{i}", self.prefix);
+                async move { register(&self.http, &self.url, &name).await }
+            });
+            for user in futures_util::future::join_all(batch).await {
+                users.push(user?);
+            }
+        }
+        Ok(users)
+    }
+}
+
+fn rss_kib(pid: Option<u32>, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+async fn database_size(url: Option<&str>) -> Option<i64> {
+    let (client, connection) = tokio_postgres::connect(url?, tokio_postgres::NoTls)
+        .await
+        .ok()?;
+    tokio::spawn(connection);
+    let row = client
+        .query_one("SELECT pg_database_size(current_database())", &[])
+        .await
+        .ok()?;
+    row.try_get(0).ok()
+}
+
+/// Scenario 1: one user sends messages one after another.
+async fn sequential_sends(bench: &Bench, n: usize) -> Result<Value, Failure> {
+    let user = bench.users("seq", 1).await?.remove(0);
+    let room = user
+        .create_room(json!({ "preset": "private_chat" }))
+        .await?;
+    let mut samples = Samples::default();
+    let started = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        user.send(&room, &format!("s{i}"), &format!("message {i}"))
+            .await?;
+        samples.push(t.elapsed());
+    }
+    let mut summary = samples.summary();
+    summary["messages_per_s"] = json!(round(n as f64 / started.elapsed().as_secs_f64()));
+    Ok(summary)
+}
+
+/// A receiver's view of the rooms it follows: event IDs per room, in the order received,
+/// with gaps (a `limited` timeline) filled from `/messages`.
+async fn follow(
+    receiver: User,
+    expected: usize,
+    deadline: Instant,
+) -> Result<HashMap<String, Vec<String>>, Failure> {
+    let filter = json!({ "room": { "timeline": { "limit": 100 } } }).to_string();
+    let mut since = receiver.sync(None, Duration::ZERO, Some(&filter)).await?["next_batch"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+    while seen.values().map(Vec::len).sum::<usize>() < expected && Instant::now() < deadline {
+        let sync = receiver
+            .sync(Some(&since), Duration::from_secs(5), Some(&filter))
+            .await?;
+        since = sync["next_batch"].as_str().unwrap_or_default().to_owned();
+        for (room_id, room) in sync["rooms"]["join"].as_object().into_iter().flatten() {
+            let events = seen.entry(room_id.clone()).or_default();
+            if room["timeline"]["limited"] == true {
+                let gap = fill_gap(&receiver, room_id, room, events.last().cloned()).await?;
+                events.extend(gap);
+            }
+        }
+        for (room_id, event_id, body) in timeline_events(&sync) {
+            if body.starts_with("load ") {
+                seen.entry(room_id).or_default().push(event_id);
+            }
+        }
+    }
+    Ok(seen)
+}
+
+/// The events between the last one seen and a limited timeline's start, oldest first.
+async fn fill_gap(
+    receiver: &User,
+    room_id: &str,
+    room: &Value,
+    last_seen: Option<String>,
+) -> Result<Vec<String>, Failure> {
+    let mut from = room["timeline"]["prev_batch"].as_str().map(str::to_owned);
+    let mut gap = Vec::new();
+    'paging: while let Some(token) = from {
+        let page = receiver.messages(room_id, Some(&token), 100).await?;
+        for event in page["chunk"].as_array().into_iter().flatten() {
+            let id = event["event_id"].as_str().unwrap_or_default().to_owned();
+            if Some(&id) == last_seen.as_ref() {
+                break 'paging;
+            }
+            if event["type"] == "m.room.message"
+                && event["content"]["body"]
+                    .as_str()
+                    .is_some_and(|b| b.starts_with("load "))
+            {
+                gap.push(id);
+            }
+        }
+        from = page["end"].as_str().map(str::to_owned);
+    }
+    gap.reverse();
+    Ok(gap)
+}
+
+/// Scenarios 2 and 4: users send concurrently, each into their own room, while receivers in
+/// every room check that every message arrives exactly once, in one order for all.
+async fn concurrent_sends(bench: &Bench, counts: &Counts) -> Result<(Value, Value, bool), Failure> {
+    let senders = bench.users("conc", counts.concurrent_users).await?;
+    let receivers = bench.users("recv", counts.receivers).await?;
+    let mut rooms = Vec::new();
+    for sender in &senders {
+        let room = sender
+            .create_room(json!({ "preset": "public_chat" }))
+            .await?;
+        for receiver in &receivers {
+            receiver.join(&room).await?;
+        }
+        rooms.push(room);
+    }
+    let expected = counts.concurrent_users * counts.concurrent_messages;
+    let deadline = Instant::now() + Duration::from_secs(120 + expected as u64 / 20);
+    let followers: Vec<_> = receivers
+        .iter()
+        .cloned()
+        .map(|r| tokio::spawn(follow(r, expected, deadline)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let started = Instant::now();
+    let sends = senders.iter().zip(&rooms).map(|(sender, room)| {
+        let (sender, room) = (sender.clone(), room.clone());
+        let n = counts.concurrent_messages;
+        tokio::spawn(async move {
+            let mut samples = Samples::default();
+            let mut ids = Vec::new();
+            for i in 0..n {
+                let t = Instant::now();
+                ids.push(
+                    sender
+                        .send(&room, &format!("c{i}"), &format!("load {i}"))
+                        .await?,
+                );
+                samples.push(t.elapsed());
+            }
+            Ok::<_, Failure>((room, ids, samples))
+        })
+    });
+    let mut samples = Samples::default();
+    let mut sent: HashMap<String, Vec<String>> = HashMap::new();
+    for result in futures_util::future::join_all(sends).await {
+        let (room, ids, part) = result.map_err(|e| e.to_string())??;
+        samples.0.extend(part.0);
+        sent.insert(room, ids);
+    }
+    let elapsed = started.elapsed();
+    let mut send_summary = samples.summary();
+    send_summary["messages_per_s"] = json!(round(expected as f64 / elapsed.as_secs_f64()));
+
+    let mut delivered_ok = 0usize;
+    let mut problems = Vec::new();
+    for follower in followers {
+        let seen = follower.await.map_err(|e| e.to_string())??;
+        for (room, ids) in &sent {
+            let got = seen.get(room).cloned().unwrap_or_default();
+            let unique: HashSet<&String> = got.iter().collect();
+            if got == *ids {
+                delivered_ok += ids.len();
+            } else {
+                delivered_ok += ids.iter().filter(|id| unique.contains(id)).count();
+                problems.push(format!(
+                    "{room}: sent {}, received {} ({} distinct), same order: {}",
+                    ids.len(),
+                    got.len(),
+                    unique.len(),
+                    got == *ids
+                ));
+            }
+        }
+    }
+    let total = expected * counts.receivers;
+    let complete = problems.is_empty();
+    let completeness = json!({
+        "receivers": counts.receivers,
+        "expected_deliveries": total,
+        "correct_deliveries": delivered_ok,
+        "completeness_percent": round(100.0 * delivered_ok as f64 / total.max(1) as f64),
+        "problems": problems,
+    });
+    Ok((send_summary, completeness, complete))
+}
+
+/// Scenario 3: time from the start of the sender's PUT until the long-polling receiver has
+/// the event.
+async fn delivery(bench: &Bench, n: usize) -> Result<(Value, Samples), Failure> {
+    let mut users = bench.users("dlv", 2).await?;
+    let (sender, receiver) = (users.remove(0), users.remove(0));
+    let room = sender
+        .create_room(json!({ "preset": "public_chat" }))
+        .await?;
+    receiver.join(&room).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let poller = tokio::spawn(async move {
+        let mut since = receiver.sync(None, Duration::ZERO, None).await?["next_batch"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        loop {
+            let sync = receiver
+                .sync(Some(&since), Duration::from_secs(30), None)
+                .await?;
+            let arrived = Instant::now();
+            since = sync["next_batch"].as_str().unwrap_or_default().to_owned();
+            for (_, _, body) in timeline_events(&sync) {
+                if tx.send((body, arrived)).is_err() {
+                    return Ok::<_, Failure>(());
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut samples = Samples::default();
+    for i in 0..n {
+        let body = format!("ping {i}");
+        let started = Instant::now();
+        sender.send(&room, &format!("d{i}"), &body).await?;
+        loop {
+            let (got, at) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+                .await
+                .map_err(|_| "a message never arrived".to_owned())?
+                .ok_or("the receiver stopped")?;
+            if got == body {
+                samples.push(at.duration_since(started));
+                break;
+            }
+        }
+    }
+    poller.abort();
+    Ok((samples.summary(), samples))
+}
+
+/// Scenario 5: initial sync for a user in many rooms (lazy-loaded members and full member
+/// state), then an incremental sync with one room changed.
+async fn syncs(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
+    let mut members = bench.users("mem", counts.sync_members).await?;
+    let syncer = members.remove(0);
+    let mut rooms = Vec::new();
+    for r in 0..counts.sync_rooms {
+        let room = syncer
+            .create_room(json!({ "preset": "public_chat" }))
+            .await?;
+        for member in &members {
+            member.join(&room).await?;
+        }
+        for m in 0..counts.sync_messages {
+            let author = &members[m % members.len().max(1)];
+            author
+                .send(&room, &format!("r{r}m{m}"), &format!("history {m}"))
+                .await?;
+        }
+        rooms.push(room);
+    }
+    let lazy =
+        json!({ "room": { "timeline": { "limit": 10 }, "state": { "lazy_load_members": true } } })
+            .to_string();
+    let full = json!({ "room": { "timeline": { "limit": 10 } } }).to_string();
+    let mut results = Map::new();
+    for (name, filter) in [("initial_lazy", &lazy), ("initial_full_members", &full)] {
+        let mut samples = Samples::default();
+        for _ in 0..3 {
+            let t = Instant::now();
+            let sync = syncer.sync(None, Duration::ZERO, Some(filter)).await?;
+            samples.push(t.elapsed());
+            let joined = sync["rooms"]["join"].as_object().map_or(0, Map::len);
+            if joined < rooms.len() {
+                return Err(format!("{name}: {joined} rooms synced of {}", rooms.len()));
+            }
+        }
+        results.insert(name.into(), samples.summary());
+    }
+    let mut since = syncer.sync(None, Duration::ZERO, Some(&lazy)).await?["next_batch"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let mut samples = Samples::default();
+    for i in 0..20 {
+        members[0]
+            .send(&rooms[i % rooms.len()], &format!("inc{i}"), "news")
+            .await?;
+        let t = Instant::now();
+        let sync = syncer
+            .sync(Some(&since), Duration::ZERO, Some(&lazy))
+            .await?;
+        samples.push(t.elapsed());
+        since = sync["next_batch"].as_str().unwrap_or_default().to_owned();
+    }
+    results.insert("incremental_one_room_changed".into(), samples.summary());
+    results.insert(
+        "rooms".into(),
+        json!({ "rooms": counts.sync_rooms, "messages_per_room": counts.sync_messages, "members_per_room": counts.sync_members }),
+    );
+    Ok(Value::Object(results))
+}
+
+/// Scenario 6: paging back through a room's history 100 events at a time.
+async fn history(bench: &Bench, n: usize) -> Result<Value, Failure> {
+    let user = bench.users("hist", 1).await?.remove(0);
+    let room = user
+        .create_room(json!({ "preset": "private_chat" }))
+        .await?;
+    for i in 0..n {
+        user.send(&room, &format!("h{i}"), &format!("old {i}"))
+            .await?;
+    }
+    let mut samples = Samples::default();
+    let mut from: Option<String> = None;
+    let mut total = 0;
+    loop {
+        let t = Instant::now();
+        let page = user.messages(&room, from.as_deref(), 100).await?;
+        samples.push(t.elapsed());
+        total += page["chunk"].as_array().map_or(0, Vec::len);
+        match page["end"].as_str() {
+            Some(end) if total < n + 10 => from = Some(end.to_owned()),
+            _ => break,
+        }
+    }
+    let mut summary = samples.summary();
+    summary["events_paged"] = json!(total);
+    Ok(summary)
+}
+
+/// Scenario 7: one message into a big room; time until every long-poller has it.
+async fn fanout(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
+    let mut members = bench.users("fan", counts.fanout_members).await?;
+    let sender = members.remove(0);
+    let room = sender
+        .create_room(json!({ "preset": "public_chat" }))
+        .await?;
+    for member in &members {
+        member.join(&room).await?;
+    }
+    let pollers: Vec<User> = members.into_iter().take(counts.fanout_pollers).collect();
+    let mut tokens = Vec::new();
+    for poller in &pollers {
+        tokens.push(
+            poller.sync(None, Duration::ZERO, None).await?["next_batch"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    let started = Arc::new(tokio::sync::OnceCell::<Instant>::new());
+    let waits: Vec<_> = pollers
+        .into_iter()
+        .zip(tokens)
+        .map(|(poller, mut since)| {
+            let started = started.clone();
+            tokio::spawn(async move {
+                loop {
+                    let sync = poller
+                        .sync(Some(&since), Duration::from_secs(30), None)
+                        .await?;
+                    since = sync["next_batch"].as_str().unwrap_or_default().to_owned();
+                    if timeline_events(&sync)
+                        .iter()
+                        .any(|(_, _, b)| b == "fan-out")
+                    {
+                        let start = *started.get().ok_or("arrived before it was sent")?;
+                        return Ok::<_, Failure>(start.elapsed());
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    started.set(Instant::now()).ok();
+    sender.send(&room, "fan", "fan-out").await?;
+    let mut samples = Samples::default();
+    for wait in waits {
+        let elapsed = tokio::time::timeout(Duration::from_secs(60), wait)
+            .await
+            .map_err(|_| "a poller never got the message".to_owned())?
+            .map_err(|e| e.to_string())??;
+        samples.push(elapsed);
+    }
+    let mut summary = samples.summary();
+    summary["members"] = json!(counts.fanout_members);
+    summary["pollers"] = json!(counts.fanout_pollers);
+    summary["all_received_ms"] = summary["max_ms"].clone();
+    Ok(summary)
+}
+
+fn print_table(label: &str, report: &Value) {
+    println!("\n{label}");
+    let row = |name: &str, v: &Value| {
+        println!(
+            "  {name:<34} p50 {:>9} ms  p99 {:>9} ms  max {:>9} ms{}",
+            v["p50_ms"],
+            v["p99_ms"],
+            v["max_ms"],
+            v.get("messages_per_s")
+                .map(|r| format!("  {r} msg/s"))
+                .unwrap_or_default()
+        );
+    };
+    row("1 send, sequential", &report["send_sequential"]);
+    row("2 send, concurrent", &report["send_concurrent"]);
+    println!(
+        "  {:<34} {}%",
+        "4 completeness", report["completeness"]["completeness_percent"]
+    );
+    row("3 delivery to a long-poller", &report["delivery"]);
+    row(
+        "5 initial sync, lazy members",
+        &report["sync"]["initial_lazy"],
+    );
+    row(
+        "5 initial sync, full members",
+        &report["sync"]["initial_full_members"],
+    );
+    row(
+        "5 incremental sync, 1 room",
+        &report["sync"]["incremental_one_room_changed"],
+    );
+    row("6 /messages page of 100", &report["history"]);
+    row("7 fan-out, all pollers", &report["fanout"]);
+    println!("  8 footprint: {}", report["footprint"]);
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let counts = Counts::of(cli.scale);
+    let bench = Bench {
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .expect("HTTP client"),
+        url: cli.url.trim_end_matches('/').to_owned(),
+        prefix: format!("b{:x}", rand::random::<u32>()),
+    };
+    let idle_rss = rss_kib(cli.pid, "VmRSS:");
+    let db_before = database_size(cli.database_url.as_deref()).await;
+    let result = async {
+        let mut report = json!({ "label": cli.label, "server_name": cli.server_name, "url": bench.url });
+        eprintln!("1: sequential sends");
+        report["send_sequential"] = sequential_sends(&bench, counts.sequential).await?;
+        eprintln!("2+4: concurrent sends and completeness");
+        let (sends, completeness, complete) = concurrent_sends(&bench, &counts).await?;
+        report["send_concurrent"] = sends;
+        report["completeness"] = completeness;
+        let messages_so_far = counts.sequential + counts.concurrent_users * counts.concurrent_messages;
+        let db_after = database_size(cli.database_url.as_deref()).await;
+        eprintln!("3: delivery latency");
+        let (summary, samples) = delivery(&bench, counts.delivery).await?;
+        report["delivery"] = summary;
+        std::fs::write(&cli.plot, cdf_svg(&format!("{}: send to long-poller delivery", cli.label), &samples))
+            .map_err(|e| e.to_string())?;
+        eprintln!("5: sync");
+        report["sync"] = syncs(&bench, &counts).await?;
+        eprintln!("6: history");
+        report["history"] = history(&bench, counts.history).await?;
+        eprintln!("7: fan-out");
+        report["fanout"] = fanout(&bench, &counts).await?;
+        report["footprint"] = json!({
+            "idle_rss_mib": idle_rss.map(|k| round(k as f64 / 1024.0)),
+            "peak_rss_mib": rss_kib(cli.pid, "VmHWM:").map(|k| round(k as f64 / 1024.0)),
+            "db_bytes_per_10000_messages": db_before.zip(db_after).map(|(b, a)| (a - b) * 10_000 / messages_so_far.max(1) as i64),
+        });
+        Ok::<_, Failure>((report, complete))
+    }
+    .await;
+    match result {
+        Ok((report, complete)) => {
+            print_table(&cli.label, &report);
+            let text = serde_json::to_string_pretty(&report).expect("JSON");
+            if let Err(err) = std::fs::write(&cli.out, text) {
+                eprintln!("myelin-bench: cannot write {}: {err}", cli.out.display());
+                return ExitCode::FAILURE;
+            }
+            if complete {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "myelin-bench: messages were lost, duplicated or reordered: {}",
+                    report["completeness"]["problems"]
+                );
+                ExitCode::from(3)
+            }
+        }
+        Err(err) => {
+            eprintln!("myelin-bench: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Myelin and Synapse side by side, on this machine, in one run.
+#
+# Installs Synapse from PyPI into a virtual environment, runs both homeservers on loopback
+# against the same PostgreSQL (separate databases; Synapse's rate limits raised; Myelin built
+# in release mode), runs myelin-bench against each, measures the raw commit rate of a
+# single-row insert with pgbench (1 and 50 clients), and writes tests/bench/BENCHMARKS.md.
+#
+# Usage: tests/bench/compare.sh [smoke|full]     (default: full)
+# Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres), pgbench.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+scale="${1:-full}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
+export PGHOST="${PGHOST:-127.0.0.1}" PGUSER="${PGUSER:-postgres}"
+work="$(mktemp -d /tmp/myelin-compare.XXXXXX)"
+venv="${SYNAPSE_VENV:-/var/tmp/synapse-venv}"
+out="tests/bench"
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+echo "== build Myelin (release)"
+cargo build --release --locked --bins
+
+echo "== install Synapse"
+if ! "$venv/bin/python" -c "import synapse" 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check psycopg2-binary matrix-synapse
+fi
+synapse_version=$("$venv/bin/python" -c "import synapse; print(synapse.__version__)")
+
+echo "== databases"
+for db in myelin_bench synapse_bench pgbench_ref; do
+    psql -q -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+done
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_up() {
+    for _ in $(seq 1 600); do
+        curl -sf "$1/_matrix/client/versions" >/dev/null && return 0
+        sleep 0.2
+    done
+    echo "server at $1 did not start"; return 1
+}
+
+echo "== start Myelin"
+myelin_port=$(free_port)
+DATABASE_URL="postgres://$PGUSER@$PGHOST/myelin_bench" MYELIN_DATA_DIR="$work/myelin" \
+    MYELIN_LISTEN="127.0.0.1:$myelin_port" MYELIN_REGISTRATION=open MYELIN_RATE_LIMITS=off \
+    RUST_LOG=warn "$CARGO_TARGET_DIR/release/myelin" serve >"$work/myelin.log" 2>&1 &
+myelin_pid=$!; pids+=("$myelin_pid")
+wait_up "http://127.0.0.1:$myelin_port"
+
+echo "== start Synapse $synapse_version"
+synapse_port=$(free_port)
+mkdir -p "$work/synapse"
+"$venv/bin/python" -m synapse.app.homeserver --server-name localhost \
+    --config-path "$work/synapse/homeserver.yaml" --data-directory "$work/synapse" \
+    --generate-config --report-stats=no >/dev/null
+"$venv/bin/python" - "$work/synapse/homeserver.yaml" "$synapse_port" "$PGUSER" "$PGHOST" <<'PY'
+import sys, yaml
+path, port, user, host = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+config = yaml.safe_load(open(path))
+config["listeners"] = [{"port": port, "bind_addresses": ["127.0.0.1"], "type": "http", "tls": False,
+                        "x_forwarded": False, "resources": [{"names": ["client"], "compress": False}]}]
+config["database"] = {"name": "psycopg2", "args": {"user": user, "host": host, "database": "synapse_bench",
+                                                    "cp_min": 5, "cp_max": 10}}
+config["enable_registration"] = True
+config["enable_registration_without_verification"] = True
+unlimited = {"per_second": 100000, "burst_count": 100000}
+for key in ["rc_message", "rc_registration", "rc_3pid_validation", "rc_admin_redaction",
+            "rc_presence", "rc_delayed_event_mgmt", "rc_joins_per_room", "rc_room_creation",
+            "rc_reports", "rc_media_create", "rc_third_party_invite"]:
+    config[key] = unlimited
+config["rc_login"] = {"address": unlimited, "account": unlimited, "failed_attempts": unlimited}
+config["rc_joins"] = {"local": unlimited, "remote": unlimited}
+config["rc_invites"] = {"per_room": unlimited, "per_user": unlimited, "per_issuer": unlimited}
+config["federation_domain_whitelist"] = []
+config["trusted_key_servers"] = []
+yaml.safe_dump(config, open(path, "w"))
+PY
+"$venv/bin/python" -m synapse.app.homeserver --config-path "$work/synapse/homeserver.yaml" \
+    >"$work/synapse.log" 2>&1 &
+synapse_pid=$!; pids+=("$synapse_pid")
+wait_up "http://127.0.0.1:$synapse_port"
+
+echo "== benchmark Myelin"
+"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$myelin_port" --scale "$scale" \
+    --pid "$myelin_pid" --database-url "postgres://$PGUSER@$PGHOST/myelin_bench" --label Myelin \
+    --out "$work/myelin.json" --plot "$out/delivery-myelin.svg"
+echo "== benchmark Synapse"
+"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$synapse_port" --scale "$scale" \
+    --pid "$synapse_pid" --database-url "postgres://$PGUSER@$PGHOST/synapse_bench" --label Synapse \
+    --out "$work/synapse.json" --plot "$out/delivery-synapse.svg"
+
+echo "== pgbench: commit rate of a single-row insert"
+psql -q -d pgbench_ref -c "CREATE TABLE one_insert (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL)"
+echo "INSERT INTO one_insert (body) VALUES ('x');" >"$work/insert.sql"
+tps() { pgbench -n -d pgbench_ref -f "$work/insert.sql" -c "$1" -j "$2" -T 10 2>/dev/null | awk '/^tps/ {print int($3); exit}'; }
+pg1=$(tps 1 1); pg50=$(tps 50 2)
+
+"$venv/bin/python" - "$work/myelin.json" "$work/synapse.json" "$pg1" "$pg50" "$scale" "$synapse_version" \
+    >"$out/BENCHMARKS.md" <<'PY'
+import json, platform, subprocess, sys
+myelin, synapse = (json.load(open(p)) for p in sys.argv[1:3])
+pg1, pg50, scale, synapse_version = sys.argv[3:7]
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+def get(report, path):
+    for key in path.split("."):
+        report = report.get(key) if isinstance(report, dict) else None
+    return report
+def fmt(v):
+    return "—" if v is None else (f"{v:g}" if isinstance(v, (int, float)) else str(v))
+def ratio(m, s, higher_is_better):
+    if not isinstance(m, (int, float)) or not isinstance(s, (int, float)) or not m or not s:
+        return "—"
+    return f"{(m / s if higher_is_better else s / m):.1f}x"
+rows = [
+    ("1 send, sequential: p50 ms", "send_sequential.p50_ms", False),
+    ("1 send, sequential: p99 ms", "send_sequential.p99_ms", False),
+    ("1 send, sequential: messages/s", "send_sequential.messages_per_s", True),
+    ("2 send, 50 users x 50 rooms: messages/s", "send_concurrent.messages_per_s", True),
+    ("2 send, concurrent: p50 ms", "send_concurrent.p50_ms", False),
+    ("2 send, concurrent: p99 ms", "send_concurrent.p99_ms", False),
+    ("4 completeness %", "completeness.completeness_percent", True),
+    ("3 delivery to a long-poller: p50 ms", "delivery.p50_ms", False),
+    ("3 delivery: p99 ms", "delivery.p99_ms", False),
+    ("3 delivery: max ms", "delivery.max_ms", False),
+    ("5 initial sync, lazy members: p50 ms", "sync.initial_lazy.p50_ms", False),
+    ("5 initial sync, full members: p50 ms", "sync.initial_full_members.p50_ms", False),
+    ("5 incremental sync, 1 room changed: p50 ms", "sync.incremental_one_room_changed.p50_ms", False),
+    ("6 /messages page of 100: p50 ms", "history.p50_ms", False),
+    ("7 fan-out, time until all pollers have it: ms", "fanout.all_received_ms", False),
+    ("8 idle RSS MiB", "footprint.idle_rss_mib", False),
+    ("8 peak RSS MiB", "footprint.peak_rss_mib", False),
+    ("8 database growth per 10,000 messages, bytes", "footprint.db_bytes_per_10000_messages", False),
+]
+print(f"# Benchmarks: Myelin and Synapse side by side\n")
+print(f"One run of `tests/bench/compare.sh {scale}` at commit `{commit}` on this machine "
+      f"({platform.machine()}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores), "
+      f"Synapse {synapse_version} from PyPI, both on loopback against the same PostgreSQL. "
+      "Counts are in `src/bin/myelin-bench/main.rs` (`Counts`). Ratio: how many times better Myelin is.\n")
+print("| Measure | Myelin | Synapse | Ratio |\n|---|---|---|---|")
+for name, path, higher in rows:
+    m, s = get(myelin, path), get(synapse, path)
+    print(f"| {name} | {fmt(m)} | {fmt(s)} | {ratio(m, s, higher)} |")
+print(f"\nPhysical reference: `pgbench`, one `INSERT` per transaction on the same PostgreSQL: "
+      f"{pg1} commits/s with 1 client, {pg50} commits/s with 50 clients.\n")
+print("Delivery latency distributions: `delivery-myelin.svg`, `delivery-synapse.svg`.\n")
+print("Reproduce: `tests/bench/compare.sh full` (or `smoke` for a quick check).")
+PY
+echo "== wrote $out/BENCHMARKS.md"
+cat "$out/BENCHMARKS.md"
