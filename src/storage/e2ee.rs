@@ -358,15 +358,12 @@ pub async fn get_device_list_changes_for(
     after: i64,
     up_to: i64,
 ) -> QueryResult<Vec<String>> {
-    let rows: Vec<UserRow> = diesel::sql_query(
+    let rows: Vec<UserRow> = diesel::sql_query(format!(
         "SELECT DISTINCT c.user_id FROM device_list_changes c
          WHERE c.stream_ordering > $2 AND c.stream_ordering <= $3
-           AND (c.user_id = $1 OR EXISTS (
-               SELECT 1 FROM room_memberships mine
-               JOIN room_memberships theirs ON theirs.room_id = mine.room_id
-               WHERE mine.user_id = $1 AND mine.membership = 'join'
-                 AND theirs.user_id = c.user_id AND theirs.membership = 'join'))",
-    )
+           AND (c.user_id = $1 OR {})",
+        super::rooms::shares_joined_room("c.user_id")
+    ))
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)
     .bind::<BigInt, _>(up_to)
@@ -390,7 +387,7 @@ pub async fn get_membership_changes_for(
         #[diesel(sql_type = diesel::sql_types::Bool)]
         shares: bool,
     }
-    let rows: Vec<Changed> = diesel::sql_query(
+    let rows: Vec<Changed> = diesel::sql_query(format!(
         "WITH changed AS (
              SELECT DISTINCT e.state_key AS user_id FROM events e
              WHERE e.event_type = 'm.room.member' AND e.stream_ordering > $2
@@ -403,13 +400,10 @@ pub async fn get_membership_changes_for(
              WHERE e.event_type = 'm.room.member' AND e.state_key = $1
                AND e.stream_ordering > $2 AND e.stream_ordering <= $3
          )
-         SELECT c.user_id, EXISTS (
-             SELECT 1 FROM room_memberships mine
-             JOIN room_memberships theirs ON theirs.room_id = mine.room_id
-             WHERE mine.user_id = $1 AND mine.membership = 'join'
-               AND theirs.user_id = c.user_id AND theirs.membership = 'join') AS shares
+         SELECT c.user_id, {} AS shares
          FROM changed c WHERE c.user_id <> $1",
-    )
+        super::rooms::shares_joined_room("c.user_id")
+    ))
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)
     .bind::<BigInt, _>(up_to)

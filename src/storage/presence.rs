@@ -120,15 +120,12 @@ pub async fn get_presence_changed_for(
     after: i64,
     up_to: i64,
 ) -> QueryResult<Vec<PresenceRow>> {
-    diesel::sql_query(
+    diesel::sql_query(format!(
         "SELECT p.* FROM presence p
          WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3
-           AND (p.user_id = $1 OR EXISTS (
-               SELECT 1 FROM room_memberships mine
-               JOIN room_memberships theirs ON theirs.room_id = mine.room_id
-               WHERE mine.user_id = $1 AND mine.membership = 'join'
-                 AND theirs.user_id = p.user_id AND theirs.membership = 'join'))",
-    )
+           AND (p.user_id = $1 OR {})",
+        super::rooms::shares_joined_room("p.user_id")
+    ))
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)
     .bind::<BigInt, _>(up_to)

@@ -739,3 +739,13 @@ pub async fn get_membership_stretch_start(
     .optional()?;
     Ok(start.map(|s| (s.stream_ordering, s.state_group)))
 }
+
+/// SQL: whether the user in `$1` shares a joined room with the user in column `other`.
+pub(super) fn shares_joined_room(other: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM room_memberships mine
+                 JOIN room_memberships theirs ON theirs.room_id = mine.room_id
+                 WHERE mine.user_id = $1 AND mine.membership = 'join'
+                   AND theirs.user_id = {other} AND theirs.membership = 'join')"
+    )
+}

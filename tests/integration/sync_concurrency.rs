@@ -255,3 +255,57 @@ async fn receivers_get_everything_exactly_once_across_a_restart_mid_stream() {
         "receivers disagree on the order"
     );
 }
+
+/// More long-polls than the pool has connections, then a message: every one wakes with it.
+/// (Syncs once deadlocked here: one took the room-index lock and waited for a connection while
+/// the others held the connections and waited for the lock.)
+#[tokio::test]
+async fn more_long_polls_than_pool_connections_all_wake() {
+    let server = crate::support::TestServer::start_with(
+        crate::support::ServerOptions::default().env("MYELIN_DATABASE_POOL_SIZE", "2"),
+    )
+    .await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(serde_json::json!({ "preset": "public_chat" }))
+        .await;
+    bob.join(&room).await.ok();
+    let since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let polls: Vec<_> = (0..12)
+        .map(|_| {
+            let (bob, since) = (bob.clone(), since.clone());
+            let room = room.clone();
+            // A poll may also wake for other news (Bob's own presence): poll on until the
+            // message is there.
+            tokio::spawn(async move {
+                let mut since = since;
+                loop {
+                    let sync = bob.sync(Some(&since), 20_000, None).await;
+                    let timeline = crate::support::client::timeline(&sync, &room);
+                    if timeline.iter().any(|e| e["content"]["body"] == "wake up") {
+                        return;
+                    }
+                    since = sync["next_batch"].as_str().unwrap().to_owned();
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        alice.send_text(&room, "wake", "wake up"),
+    )
+    .await
+    .expect("the send never returned: the server is stuck")
+    .ok();
+    for poll in polls {
+        tokio::time::timeout(std::time::Duration::from_secs(15), poll)
+            .await
+            .expect("a long-poll never got the message: the server is stuck")
+            .unwrap();
+    }
+}

@@ -245,6 +245,45 @@ pub async fn legacy_config_route(
     Ok(config(&services))
 }
 
+/// Serves a download (authenticated or `legacy`), under `name` when the path gives one.
+async fn download_file(
+    services: &Services,
+    req: &HttpRequest,
+    server_name: &ruma::ServerName,
+    media_id: &str,
+    name: Option<&str>,
+    legacy: bool,
+) -> Result<HttpResponse> {
+    let file = services
+        .media
+        .download(server_name.as_str(), media_id, legacy)
+        .await?;
+    serve(req, file, name).await
+}
+
+/// Serves a thumbnail (authenticated or `legacy`).
+async fn thumbnail_file(
+    services: &Services,
+    req: &HttpRequest,
+    (server_name, media_id): (&ruma::ServerName, &str),
+    (width, height): (ruma::UInt, ruma::UInt),
+    requested: Option<&ruma::media::Method>,
+    legacy: bool,
+) -> Result<HttpResponse> {
+    let file = services
+        .media
+        .thumbnail(
+            server_name.as_str(),
+            media_id,
+            u32::try_from(width).unwrap_or(u32::MAX),
+            u32::try_from(height).unwrap_or(u32::MAX),
+            method(requested),
+            legacy,
+        )
+        .await?;
+    serve(req, file, None).await
+}
+
 /// `GET /_matrix/client/v1/media/download/{serverName}/{mediaId}`
 pub async fn download_route(
     services: Data<Services>,
@@ -252,12 +291,8 @@ pub async fn download_route(
     req: HttpRequest,
 ) -> Result<HttpResponse> {
     body.caller()?;
-    let request = &body.body;
-    let file = services
-        .media
-        .download(request.server_name.as_str(), &request.media_id, false)
-        .await?;
-    serve(&req, file, None).await
+    let r = &body.body;
+    download_file(&services, &req, &r.server_name, &r.media_id, None, false).await
 }
 
 /// `GET /_matrix/client/v1/media/download/{serverName}/{mediaId}/{fileName}`
@@ -267,12 +302,16 @@ pub async fn download_named_route(
     req: HttpRequest,
 ) -> Result<HttpResponse> {
     body.caller()?;
-    let request = &body.body;
-    let file = services
-        .media
-        .download(request.server_name.as_str(), &request.media_id, false)
-        .await?;
-    serve(&req, file, Some(&request.filename)).await
+    let r = &body.body;
+    download_file(
+        &services,
+        &req,
+        &r.server_name,
+        &r.media_id,
+        Some(&r.filename),
+        false,
+    )
+    .await
 }
 
 /// `GET /_matrix/client/v1/media/thumbnail/{serverName}/{mediaId}`
@@ -282,19 +321,17 @@ pub async fn thumbnail_route(
     req: HttpRequest,
 ) -> Result<HttpResponse> {
     body.caller()?;
-    let request = &body.body;
-    let file = services
-        .media
-        .thumbnail(
-            request.server_name.as_str(),
-            &request.media_id,
-            u32::try_from(request.width).unwrap_or(u32::MAX),
-            u32::try_from(request.height).unwrap_or(u32::MAX),
-            method(request.method.as_ref()),
-            false,
-        )
-        .await?;
-    serve(&req, file, None).await
+    let r = &body.body;
+    let media = (&*r.server_name, r.media_id.as_str());
+    thumbnail_file(
+        &services,
+        &req,
+        media,
+        (r.width, r.height),
+        r.method.as_ref(),
+        false,
+    )
+    .await
 }
 
 /// `GET /_matrix/media/v3/download/{serverName}/{mediaId}` (legacy, unauthenticated)
@@ -303,12 +340,8 @@ pub async fn legacy_download_route(
     body: Ruma<legacy_download::Request>,
     req: HttpRequest,
 ) -> Result<HttpResponse> {
-    let request = &body.body;
-    let file = services
-        .media
-        .download(request.server_name.as_str(), &request.media_id, true)
-        .await?;
-    serve(&req, file, None).await
+    let r = &body.body;
+    download_file(&services, &req, &r.server_name, &r.media_id, None, true).await
 }
 
 /// `GET /_matrix/media/v3/download/{serverName}/{mediaId}/{fileName}` (legacy)
@@ -317,12 +350,16 @@ pub async fn legacy_download_named_route(
     body: Ruma<legacy_download_named::Request>,
     req: HttpRequest,
 ) -> Result<HttpResponse> {
-    let request = &body.body;
-    let file = services
-        .media
-        .download(request.server_name.as_str(), &request.media_id, true)
-        .await?;
-    serve(&req, file, Some(&request.filename)).await
+    let r = &body.body;
+    download_file(
+        &services,
+        &req,
+        &r.server_name,
+        &r.media_id,
+        Some(&r.filename),
+        true,
+    )
+    .await
 }
 
 /// `GET /_matrix/media/v3/thumbnail/{serverName}/{mediaId}` (legacy)
@@ -331,17 +368,15 @@ pub async fn legacy_thumbnail_route(
     body: Ruma<legacy_thumbnail::Request>,
     req: HttpRequest,
 ) -> Result<HttpResponse> {
-    let request = &body.body;
-    let file = services
-        .media
-        .thumbnail(
-            request.server_name.as_str(),
-            &request.media_id,
-            u32::try_from(request.width).unwrap_or(u32::MAX),
-            u32::try_from(request.height).unwrap_or(u32::MAX),
-            method(request.method.as_ref()),
-            true,
-        )
-        .await?;
-    serve(&req, file, None).await
+    let r = &body.body;
+    let media = (&*r.server_name, r.media_id.as_str());
+    thumbnail_file(
+        &services,
+        &req,
+        media,
+        (r.width, r.height),
+        r.method.as_ref(),
+        true,
+    )
+    .await
 }

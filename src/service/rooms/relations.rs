@@ -224,20 +224,12 @@ impl Rooms {
         )
         .await?;
         let ids: Vec<String> = page.iter().map(|(id, _)| id.clone()).collect();
-        let mut rows: HashMap<String, EventRow> = rooms_store::get_events(&mut conn, &ids)
+        let visible: Vec<EventRow> = Visibility::new(user_id)
+            .filter_ids(&mut conn, &ids)
             .await?
             .into_iter()
-            .map(|r| (r.event_id.clone(), r))
+            .filter(|row| row.redacted_by.is_none())
             .collect();
-        let mut visibility = Visibility::new(user_id);
-        let mut visible = Vec::new();
-        for (id, _) in &page {
-            if let Some(row) = rows.remove(id) {
-                if row.redacted_by.is_none() && visibility.can_see(&mut conn, &row).await? {
-                    visible.push(row);
-                }
-            }
-        }
         let chunk = self.render(&mut conn, &rules, &visible).await?;
         let mut answer = json!({ "chunk": chunk });
         if page.len() as i64 == limit {
@@ -272,20 +264,7 @@ impl Rooms {
         let threads =
             store::get_threads(&mut conn, room_id.as_str(), participant, before, limit).await?;
         let ids: Vec<String> = threads.iter().map(|(root, _)| root.clone()).collect();
-        let mut rows: HashMap<String, EventRow> = rooms_store::get_events(&mut conn, &ids)
-            .await?
-            .into_iter()
-            .map(|r| (r.event_id.clone(), r))
-            .collect();
-        let mut visibility = Visibility::new(user_id);
-        let mut roots = Vec::new();
-        for (root, _) in &threads {
-            if let Some(row) = rows.remove(root) {
-                if visibility.can_see(&mut conn, &row).await? {
-                    roots.push(row);
-                }
-            }
-        }
+        let roots = Visibility::new(user_id).filter_ids(&mut conn, &ids).await?;
         if roots.is_empty() && !self.is_joined(&mut conn, room_id, user_id).await? {
             return Err(Error::forbidden("You are not in this room"));
         }

@@ -158,30 +158,26 @@ impl Rooms {
         let hits = store::search(&mut conn, &query, offset, limit).await?;
         let count = store::count(&mut conn, &query).await?;
         let ids: Vec<String> = hits.iter().map(|h| h.event_id.clone()).collect();
-        let mut rows: HashMap<String, EventRow> = rooms_store::get_events(&mut conn, &ids)
-            .await?
-            .into_iter()
-            .map(|r| (r.event_id.clone(), r))
-            .collect();
-
+        let ranks: HashMap<&str, f32> =
+            hits.iter().map(|h| (h.event_id.as_str(), h.rank)).collect();
         let mut visibility = Visibility::new(user_id);
+        let visible = visibility.filter_ids(&mut conn, &ids).await?;
+
         let context_filter = EventFilter::default();
         let mut results = Vec::new();
         let mut groups: HashMap<&str, Map<String, Value>> = HashMap::new();
         let mut result_rooms = Vec::new();
-        for hit in &hits {
-            let Some(row) = rows.remove(&hit.event_id) else {
-                continue;
-            };
-            if !visibility.can_see(&mut conn, &row).await? {
-                continue;
-            }
+        for row in visible {
+            let rank = ranks
+                .get(row.event_id.as_str())
+                .copied()
+                .unwrap_or_default();
             let rules = self.rules_of(&mut conn, &row.room_id).await?;
             let event = self
                 .render_with_relations(&mut conn, &rules, user_id, std::slice::from_ref(&row))
                 .await?
                 .remove(0);
-            let mut result = json!({ "rank": hit.rank, "result": event });
+            let mut result = json!({ "rank": rank, "result": event });
             if let Some((before_limit, after_limit, include_profile)) = criteria.context {
                 let (before, after) = events_around(
                     &mut conn,

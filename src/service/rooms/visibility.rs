@@ -60,6 +60,28 @@ impl<'u> Visibility<'u> {
         Ok(self.contents.get(&event_id).cloned())
     }
 
+    /// The stored events with these IDs that the reader may see, in the order given.
+    pub async fn filter_ids(
+        &mut self,
+        conn: &mut AsyncPgConnection,
+        ids: &[String],
+    ) -> Result<Vec<EventRow>> {
+        let mut rows: HashMap<String, EventRow> = store::get_events(conn, ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.event_id.clone(), r))
+            .collect();
+        let mut visible = Vec::new();
+        for id in ids {
+            if let Some(row) = rows.remove(id) {
+                if self.can_see(conn, &row).await? {
+                    visible.push(row);
+                }
+            }
+        }
+        Ok(visible)
+    }
+
     /// The spec's algorithm, judged on the state at the event:
     /// world_readable; joined at the event; `shared` and joined at any point since; or invited
     /// at the event with `invited` visibility. A user always sees their own membership events.

@@ -40,8 +40,11 @@ impl RoomIndex {
 
     /// Brings the index up to the current stream position and returns that position.
     pub async fn refresh(&self) -> Result<i64> {
-        let mut index = self.index.lock().await;
+        // Connection first, then the lock: a sync holds its connection while it waits for the
+        // lock in `changed_since`, so taking them in the other order here deadlocks once
+        // more syncs run than the pool has connections (found by the fan-out benchmark).
         let mut conn = self.db.conn().await?;
+        let mut index = self.index.lock().await;
         // Positions commit in order: reading the counter first, then events at or below it,
         // sees every event up to that position.
         let current = streams::current_position(&mut conn, streams::EVENTS).await?;
