@@ -167,23 +167,7 @@ impl Keys {
             Ok(())
         })
         .await?;
-        self.one_time_key_counts(user_id, device_id).await
-    }
-
-    /// A device's remaining one-time keys per algorithm.
-    pub async fn one_time_key_counts(
-        &self,
-        user_id: &UserId,
-        device_id: &str,
-    ) -> Result<BTreeMap<String, i64>> {
-        let mut conn = self.db.conn().await?;
-        let mut counts: BTreeMap<String, i64> =
-            store::count_one_time_keys(&mut conn, user_id.as_str(), device_id)
-                .await?
-                .into_iter()
-                .collect();
-        counts.entry(SIGNED_CURVE25519.to_owned()).or_insert(0);
-        Ok(counts)
+        one_time_key_counts(&mut conn, user_id.as_str(), device_id).await
     }
 
     /// `/keys/query` for local users: device keys (all devices when the list is empty) and
@@ -277,16 +261,6 @@ impl Keys {
             }
         }
         Ok(json!({ "one_time_keys": claimed, "failures": {} }))
-    }
-
-    /// Fallback-key algorithms of a device nobody has claimed.
-    pub async fn unused_fallback_key_types(
-        &self,
-        user_id: &UserId,
-        device_id: &str,
-    ) -> Result<Vec<String>> {
-        let mut conn = self.db.conn().await?;
-        Ok(store::get_unused_fallback_algorithms(&mut conn, user_id.as_str(), device_id).await?)
     }
 
     /// Whether uploading these cross-signing keys replaces an existing master key (then the
@@ -482,6 +456,20 @@ impl Keys {
         let mut conn = self.db.conn().await?;
         device_list_delta(&mut conn, user_id.as_str(), device_lists, events).await
     }
+}
+
+/// A device's remaining one-time keys per algorithm, as `/keys/upload` and `/sync` report them.
+pub async fn one_time_key_counts(
+    conn: &mut diesel_async::AsyncPgConnection,
+    user_id: &str,
+    device_id: &str,
+) -> Result<BTreeMap<String, i64>> {
+    let mut counts: BTreeMap<String, i64> = store::count_one_time_keys(conn, user_id, device_id)
+        .await?
+        .into_iter()
+        .collect();
+    counts.entry(SIGNED_CURVE25519.to_owned()).or_insert(0);
+    Ok(counts)
 }
 
 /// `device_lists.changed` and `.left` between two positions of the device-list and event

@@ -260,12 +260,9 @@ impl Rooms {
         levels: &Value,
     ) -> Result<i64> {
         if let Some(room) = store::get_room(conn, room_id.as_str()).await? {
-            let privileged = super::writer::version_rules(
-                &ruma::RoomVersionId::try_from(room.room_version.as_str())
-                    .map_err(Error::internal)?,
-            )?
-            .authorization
-            .explicitly_privilege_room_creators;
+            let privileged = super::writer::rules_for(&room.room_version)?
+                .authorization
+                .explicitly_privilege_room_creators;
             if privileged && self.is_creator(conn, room_id, user_id).await? {
                 return Ok(i64::MAX);
             }

@@ -109,9 +109,7 @@ impl Rooms {
                 }
             }
         }
-        let rules = super::writer::version_rules(
-            &ruma::RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?,
-        )?;
+        let rules = super::writer::rules_for(&room.room_version)?;
         let mut state = Vec::new();
         if request.lazy_load_members && !found.is_empty() {
             let senders: HashSet<&str> = found.iter().map(|r| r.sender.as_str()).collect();

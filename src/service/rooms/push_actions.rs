@@ -17,11 +17,11 @@ use ruma::{
     push::{Action, FlattenedJson, PushConditionPowerLevelsCtx, PushConditionRoomCtx, Ruleset},
     room_version_rules::RoomVersionRules,
     serde::Raw,
-    OwnedUserId, RoomId, RoomVersionId, UInt, UserId,
+    OwnedUserId, RoomId, UInt, UserId,
 };
 use serde_json::Value;
 
-use super::writer::version_rules;
+use super::writer::rules_for;
 use crate::{
     error::{Error, Result},
     service::push_rules::load_rulesets,
@@ -337,8 +337,7 @@ async fn recompute(
     if !joined || !is_local(user_id.as_str(), server_name) {
         return Ok(Vec::new());
     }
-    let version = RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
-    let rules = version_rules(&version)?;
+    let rules = rules_for(&room.room_version)?;
     let Some(joined_at) =
         rooms_store::get_membership_stretch_start(conn, room_id.as_str(), user_id.as_str()).await?
     else {
@@ -502,15 +501,9 @@ impl super::Rooms {
             let Some(event) = events.get(&row.event_id) else {
                 continue;
             };
-            if !rules_by_room.contains_key(&row.room_id) {
-                let room = rooms_store::get_room(&mut conn, &row.room_id)
-                    .await?
-                    .ok_or_else(|| Error::internal("push action for an unknown room"))?;
-                let version =
-                    RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
-                rules_by_room.insert(row.room_id.clone(), version_rules(&version)?);
-            }
-            let rules = &rules_by_room[&row.room_id];
+            let rules = self
+                .cached_rules(&mut conn, &mut rules_by_room, &row.room_id)
+                .await?;
             let rendered = self
                 .render(&mut conn, rules, std::slice::from_ref(event))
                 .await?;

@@ -1,12 +1,12 @@
 //! Reading rooms: state, members, single events, context, and timestamps.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use diesel_async::AsyncPgConnection;
-use ruma::{room_version_rules::RoomVersionRules, OwnedRoomId, RoomId, RoomVersionId, UserId};
+use ruma::{room_version_rules::RoomVersionRules, OwnedRoomId, RoomId, UserId};
 use serde_json::{json, Value};
 
-use super::{pdu::client_event, visibility::Visibility, writer::version_rules, Rooms};
+use super::{pdu::client_event, visibility::Visibility, writer::rules_for, Rooms};
 use crate::{
     error::{Error, Result},
     storage::{
@@ -59,9 +59,24 @@ impl Rooms {
         let room = store::get_room(conn, room_id.as_str())
             .await?
             .ok_or_else(|| Error::forbidden("You are not in this room"))?;
-        let version =
-            RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
-        Ok((version_rules(&version)?, room.current_state_group))
+        Ok((rules_for(&room.room_version)?, room.current_state_group))
+    }
+
+    /// The version rules of the room of a stored event, looked up once per room for a list of
+    /// events from many rooms.
+    pub(super) async fn cached_rules<'a>(
+        &self,
+        conn: &mut AsyncPgConnection,
+        cache: &'a mut HashMap<String, RoomVersionRules>,
+        room_id: &str,
+    ) -> Result<&'a RoomVersionRules> {
+        if !cache.contains_key(room_id) {
+            let room = store::get_room(conn, room_id)
+                .await?
+                .ok_or_else(|| Error::internal("an event of an unknown room"))?;
+            cache.insert(room_id.to_owned(), rules_for(&room.room_version)?);
+        }
+        Ok(&cache[room_id])
     }
 
     /// Renders stored events for clients, with redactions applied.

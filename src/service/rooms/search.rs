@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 
 use diesel_async::AsyncPgConnection;
-use ruma::{api::client::filter::RoomEventFilter, RoomId, RoomVersionId, UserId};
+use ruma::{api::client::filter::RoomEventFilter, RoomId, UserId};
 use serde_json::{json, Map, Value};
 
-use super::{read::events_around, visibility::Visibility, writer::version_rules, Rooms};
+use super::{read::events_around, visibility::Visibility, Rooms};
 use crate::{
     error::{Error, Result},
     service::sync::{token, EventFilter},
@@ -162,6 +162,7 @@ impl Rooms {
             hits.iter().map(|h| (h.event_id.as_str(), h.rank)).collect();
         let mut visibility = Visibility::new(user_id);
         let visible = visibility.filter_ids(&mut conn, &ids).await?;
+        let mut rules_by_room = HashMap::new();
 
         let context_filter = EventFilter::default();
         let mut results = Vec::new();
@@ -172,9 +173,11 @@ impl Rooms {
                 .get(row.event_id.as_str())
                 .copied()
                 .unwrap_or_default();
-            let rules = self.rules_of(&mut conn, &row.room_id).await?;
+            let rules = self
+                .cached_rules(&mut conn, &mut rules_by_room, &row.room_id)
+                .await?;
             let event = self
-                .render_with_relations(&mut conn, &rules, user_id, std::slice::from_ref(&row))
+                .render_with_relations(&mut conn, rules, user_id, std::slice::from_ref(&row))
                 .await?
                 .remove(0);
             let mut result = json!({ "rank": rank, "result": event });
@@ -188,8 +191,8 @@ impl Rooms {
                 )
                 .await?;
                 let mut context = json!({
-                    "events_before": self.render(&mut conn, &rules, &before).await?,
-                    "events_after": self.render(&mut conn, &rules, &after).await?,
+                    "events_before": self.render(&mut conn, rules, &before).await?,
+                    "events_after": self.render(&mut conn, rules, &after).await?,
                     "start": token::pagination(before.last().map_or(row.stream_ordering, |r| r.stream_ordering) - 1),
                     "end": token::pagination(after.last().map_or(row.stream_ordering, |r| r.stream_ordering)),
                 });
@@ -248,19 +251,6 @@ impl Rooms {
             room_events["state"] = Value::Object(state);
         }
         Ok(json!({ "search_categories": { "room_events": room_events } }))
-    }
-
-    async fn rules_of(
-        &self,
-        conn: &mut AsyncPgConnection,
-        room_id: &str,
-    ) -> Result<ruma::room_version_rules::RoomVersionRules> {
-        let room = rooms_store::get_room(conn, room_id)
-            .await?
-            .ok_or_else(|| Error::internal("event of an unknown room"))?;
-        version_rules(
-            &RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?,
-        )
     }
 
     /// `profile_info` of a search context: each sender's display name and avatar as of the

@@ -94,6 +94,11 @@ pub fn version_rules(version: &RoomVersionId) -> Result<RoomVersionRules> {
         .ok_or_else(|| Error::internal("room version without rules"))
 }
 
+/// The rules of a stored room's version (as `rooms.room_version` holds it).
+pub fn rules_for(room_version: &str) -> Result<RoomVersionRules> {
+    version_rules(&RoomVersionId::try_from(room_version).map_err(Error::internal)?)
+}
+
 impl<'c> RoomWriter<'c> {
     /// Starts writing to an existing room: takes its advisory lock and loads its tip.
     /// `M_NOT_FOUND` when the room is unknown.

@@ -10,16 +10,19 @@ use std::{
 };
 
 use diesel_async::AsyncPgConnection;
-use ruma::{api::client::filter::FilterDefinition, push::Ruleset, RoomVersionId, UserId};
+use ruma::{api::client::filter::FilterDefinition, push::Ruleset, UserId};
 use serde_json::{json, Map, Value};
 
 use self::{room_index::RoomIndex, token::SyncToken};
 use super::{
-    e2ee::{keys::device_list_delta, to_device},
+    e2ee::{
+        keys::{device_list_delta, one_time_key_counts},
+        to_device,
+    },
     notifier::Notifier,
     presence::Presence,
     push_rules::{push_rules_event, PUSH_RULES_TYPE},
-    rooms::{visibility::Visibility, writer::version_rules, Rooms},
+    rooms::{visibility::Visibility, writer::rules_for, Rooms},
 };
 use crate::{
     error::{Error, Result},
@@ -533,15 +536,7 @@ impl Sync {
             }
             None => (Vec::new(), Vec::new()),
         };
-        let mut one_time_keys_count: Map<String, Value> =
-            e2ee_store::count_one_time_keys(&mut conn, user, request.device_id)
-                .await?
-                .into_iter()
-                .map(|(algorithm, count)| (algorithm, Value::from(count)))
-                .collect();
-        one_time_keys_count
-            .entry("signed_curve25519")
-            .or_insert(Value::from(0));
+        let one_time_keys_count = one_time_key_counts(&mut conn, user, request.device_id).await?;
         let unused_fallback =
             e2ee_store::get_unused_fallback_algorithms(&mut conn, user, request.device_id).await?;
         let empty = join.is_empty()
@@ -626,9 +621,7 @@ impl Sync {
         let room = store::get_room(conn, room_id)
             .await?
             .ok_or_else(|| Error::internal("membership in unknown room"))?;
-        let rules = version_rules(
-            &RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?,
-        )?;
+        let rules = rules_for(&room.room_version)?;
         let limit = request.filter.timeline_limit;
         let mut rows = store::get_room_events_desc(
             conn,
