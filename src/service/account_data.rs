@@ -116,7 +116,7 @@ pub fn validate_filter(filter: &Value) -> Result<FilterDefinition> {
 /// Users the given user ignores (`m.ignored_user_list`): their events and invites are hidden
 /// from them on `/sync` and `/messages`.
 pub async fn ignored_users(
-    conn: &mut diesel_async::AsyncPgConnection,
+    conn: &diesel_async::AsyncPgConnection,
     user_id: &str,
 ) -> Result<std::collections::HashSet<String>> {
     let content =

@@ -80,12 +80,11 @@ impl Notifier {
     /// Wakes the syncs of everyone joined to, invited to or knocking on a room.
     pub async fn wake_room(&self, room_id: &str) {
         let result = async {
-            let mut conn = self.db.conn().await?;
-            let mut users = Vec::new();
-            for membership in ["join", "invite", "knock"] {
-                users.extend(store::get_room_members(&mut conn, room_id, membership).await?);
-            }
-            Ok::<_, crate::error::Error>(users)
+            let conn = self.db.conn().await?;
+            let memberships = ["join", "invite", "knock"];
+            Ok::<_, crate::error::Error>(
+                store::get_room_members_in(&conn, room_id, &memberships).await?,
+            )
         }
         .await;
         match result {

@@ -175,7 +175,7 @@ impl Presence {
     /// sharing a room with them.
     pub async fn events_for(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user_id: &str,
         after: i64,
         up_to: i64,

@@ -35,7 +35,7 @@ fn parse_stored(content: Value) -> Option<Ruleset> {
 }
 
 /// A user's ruleset: what they stored, or the server defaults.
-pub async fn load_ruleset(conn: &mut AsyncPgConnection, user_id: &UserId) -> Result<Ruleset> {
+pub async fn load_ruleset(conn: &AsyncPgConnection, user_id: &UserId) -> Result<Ruleset> {
     Ok(
         store::get_account_data(conn, user_id.as_str(), store::GLOBAL, PUSH_RULES_TYPE)
             .await?
@@ -56,7 +56,7 @@ static RULESETS: LazyLock<Mutex<RulesetCache>> =
 /// The rulesets of several users (server defaults for those who changed nothing): one query
 /// for their positions, and one more only for rulesets changed since they were cached.
 pub async fn load_rulesets(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     user_ids: &[&UserId],
 ) -> Result<HashMap<String, Arc<Ruleset>>> {
     let ids: Vec<&str> = user_ids.iter().map(|u| u.as_str()).collect();

@@ -236,7 +236,7 @@ impl PushSender {
     /// The gateway request body for one event (spec: Push Gateway API, `notify`).
     async fn notification(
         &self,
-        conn: &mut diesel_async::AsyncPgConnection,
+        conn: &diesel_async::AsyncPgConnection,
         pusher: &PusherRow,
         room_id: &str,
         event_id: &str,

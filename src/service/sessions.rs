@@ -89,7 +89,7 @@ impl Sessions {
     /// Issues tokens for an existing device inside the caller's transaction.
     pub async fn issue_tokens(
         &self,
-        conn: &mut diesel_async::AsyncPgConnection,
+        conn: &diesel_async::AsyncPgConnection,
         user_id: &str,
         device_id: &str,
         refreshable: bool,

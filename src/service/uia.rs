@@ -65,7 +65,7 @@ impl Uia {
 
     async fn flows(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         purpose: Purpose<'_>,
     ) -> Result<Vec<Vec<&'static str>>> {
         Ok(match purpose {
@@ -109,7 +109,7 @@ impl Uia {
     #[allow(clippy::type_complexity)]
     async fn process(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         auth: Option<&AuthData>,
         purpose: Purpose<'_>,
         flows: &[Vec<&'static str>],
@@ -186,7 +186,7 @@ impl Uia {
 
     async fn run_stage(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         auth: &AuthData,
         purpose: Purpose<'_>,
         flows: &[Vec<&'static str>],
@@ -253,7 +253,7 @@ impl Uia {
     }
 
     /// Consumes a completed session inside the protected operation's transaction.
-    pub async fn finish(&self, conn: &mut AsyncPgConnection, completed: &Completed) -> Result<()> {
+    pub async fn finish(&self, conn: &AsyncPgConnection, completed: &Completed) -> Result<()> {
         if registration::get_uia_session_for_update(conn, &completed.session_id)
             .await?
             .is_none()

@@ -170,7 +170,7 @@ impl Users {
     /// Reusing a device ID revokes the tokens it had before, as the spec requires.
     async fn open_session(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user_id: &UserId,
         device: DeviceRequest,
     ) -> Result<LoginSession> {

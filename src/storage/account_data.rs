@@ -11,7 +11,7 @@ pub const GLOBAL: &str = "";
 
 /// One account-data entry; `room_id` is [`GLOBAL`] for global data.
 pub async fn get_account_data(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     room_id: &str,
     data_type: &str,
@@ -19,7 +19,7 @@ pub async fn get_account_data(
     account_data::table
         .find((user_id, room_id, data_type))
         .select(account_data::content)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
@@ -27,7 +27,7 @@ pub async fn get_account_data(
 /// Sets an account-data entry at a new stream position. Run it inside a transaction: the
 /// stream counter stays locked until commit, so positions become visible in order.
 pub async fn set_account_data(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     room_id: &str,
     data_type: &str,
@@ -52,41 +52,41 @@ pub async fn set_account_data(
             account_data::content.eq(content),
             account_data::stream_ordering.eq(position),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await?;
     Ok(position)
 }
 
 /// Stores a filter and returns its ID.
 pub async fn insert_filter(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     content: &Value,
 ) -> QueryResult<i64> {
     diesel::insert_into(filters::table)
         .values((filters::user_id.eq(user_id), filters::content.eq(content)))
         .returning(filters::filter_id)
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
 /// Loads a stored filter.
 pub async fn get_filter(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     filter_id: i64,
 ) -> QueryResult<Option<Value>> {
     filters::table
         .find((user_id, filter_id))
         .select(filters::content)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Account data of a user changed in `(after, up_to]`: `(room_id, type, content)`.
 pub async fn get_account_data_changed(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     after: i64,
     up_to: i64,
@@ -101,28 +101,28 @@ pub async fn get_account_data_changed(
             account_data::data_type,
             account_data::content,
         ))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Serialises read-modify-write cycles on one entry until the transaction ends (an advisory
 /// lock, so it also holds while the entry does not exist yet).
 pub async fn lock_account_data_row(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     room_id: &str,
     data_type: &str,
 ) -> QueryResult<()> {
     diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind::<diesel::sql_types::Text, _>(format!("{user_id} {room_id} {data_type}"))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// One global account-data type for several users: `(user_id, content)` for those who have it.
 pub async fn get_global_account_data_of_users(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_ids: &[&str],
     data_type: &str,
 ) -> QueryResult<Vec<(String, Value)>> {
@@ -131,13 +131,13 @@ pub async fn get_global_account_data_of_users(
         .filter(account_data::room_id.eq(GLOBAL))
         .filter(account_data::data_type.eq(data_type))
         .select((account_data::user_id, account_data::content))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// The positions of one global account-data type for several users (those who have it).
 pub async fn get_global_account_data_positions(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_ids: &[&str],
     data_type: &str,
 ) -> QueryResult<Vec<(String, i64)>> {
@@ -146,6 +146,6 @@ pub async fn get_global_account_data_positions(
         .filter(account_data::room_id.eq(GLOBAL))
         .filter(account_data::data_type.eq(data_type))
         .select((account_data::user_id, account_data::stream_ordering))
-        .load(conn)
+        .load(&mut conn)
         .await
 }

@@ -44,7 +44,7 @@ pub struct KeyRow {
 
 /// Creates a new version (numbers are never reused, even after a delete).
 pub async fn create_version(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     algorithm: &str,
     auth_data: &Value,
@@ -52,7 +52,7 @@ pub async fn create_version(
     let last: Option<i64> = backup_versions::table
         .filter(backup_versions::user_id.eq(user_id))
         .select(diesel::dsl::max(backup_versions::version))
-        .first(conn)
+        .first(&mut conn)
         .await?;
     let version = last.unwrap_or(0) + 1;
     diesel::insert_into(backup_versions::table)
@@ -62,14 +62,14 @@ pub async fn create_version(
             backup_versions::algorithm.eq(algorithm),
             backup_versions::auth_data.eq(auth_data),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await?;
     Ok(version)
 }
 
 /// A live version, or the latest live one when `version` is `None`.
 pub async fn get_version(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     version: Option<i64>,
 ) -> QueryResult<Option<VersionRow>> {
@@ -82,12 +82,12 @@ pub async fn get_version(
     if let Some(version) = version {
         query = query.filter(backup_versions::version.eq(version));
     }
-    query.first(conn).await.optional()
+    query.first(&mut conn).await.optional()
 }
 
 /// Replaces a live version's auth data; returns whether it existed.
 pub async fn update_version(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     version: i64,
     auth_data: &Value,
@@ -98,14 +98,14 @@ pub async fn update_version(
             .filter(backup_versions::deleted.eq(false)),
     )
     .set(backup_versions::auth_data.eq(auth_data))
-    .execute(conn)
+    .execute(&mut conn)
     .await
     .map(|n| n > 0)
 }
 
 /// Deletes a version and its keys; returns whether it existed.
 pub async fn delete_version(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     version: i64,
 ) -> QueryResult<bool> {
@@ -114,7 +114,7 @@ pub async fn delete_version(
             .filter(backup_keys::user_id.eq(user_id))
             .filter(backup_keys::version.eq(version)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await?;
     diesel::update(
         backup_versions::table
@@ -122,27 +122,27 @@ pub async fn delete_version(
             .filter(backup_versions::deleted.eq(false)),
     )
     .set(backup_versions::deleted.eq(true))
-    .execute(conn)
+    .execute(&mut conn)
     .await
     .map(|n| n > 0)
 }
 
 /// Moves a version's etag on.
 pub async fn bump_etag(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     version: i64,
 ) -> QueryResult<()> {
     diesel::update(backup_versions::table.find((user_id, version)))
         .set(backup_versions::etag.eq(backup_versions::etag + 1))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// How many keys a version holds.
 pub async fn count_keys(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     version: i64,
 ) -> QueryResult<i64> {
@@ -150,13 +150,13 @@ pub async fn count_keys(
         .filter(backup_keys::user_id.eq(user_id))
         .filter(backup_keys::version.eq(version))
         .count()
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
 /// Keys of a version, optionally of one room or one session, locked for update.
 pub async fn get_keys(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     version: i64,
     room_id: Option<&str>,
@@ -173,11 +173,11 @@ pub async fn get_keys(
     if let Some(session_id) = session_id {
         query = query.filter(backup_keys::session_id.eq(session_id));
     }
-    query.load(conn).await
+    query.load(&mut conn).await
 }
 
 /// Stores a key (replacing the stored one of the same session).
-pub async fn upsert_key(conn: &mut AsyncPgConnection, key: &KeyRow) -> QueryResult<()> {
+pub async fn upsert_key(mut conn: &AsyncPgConnection, key: &KeyRow) -> QueryResult<()> {
     diesel::insert_into(backup_keys::table)
         .values(key)
         .on_conflict((
@@ -193,14 +193,14 @@ pub async fn upsert_key(conn: &mut AsyncPgConnection, key: &KeyRow) -> QueryResu
             backup_keys::is_verified.eq(key.is_verified),
             backup_keys::session_data.eq(&key.session_data),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Deletes keys of a version, optionally of one room or one session; returns how many.
 pub async fn delete_keys(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     version: i64,
     room_id: Option<&str>,
@@ -216,5 +216,5 @@ pub async fn delete_keys(
     if let Some(session_id) = session_id {
         query = query.filter(backup_keys::session_id.eq(session_id));
     }
-    query.execute(conn).await
+    query.execute(&mut conn).await
 }

@@ -34,7 +34,7 @@ pub struct TokenOwner {
 
 /// Creates a device, or renames an existing one when `display_name` is given.
 pub async fn upsert_device(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     display_name: Option<&str>,
@@ -53,51 +53,51 @@ pub async fn upsert_device(
                 .on_conflict((devices::user_id, devices::device_id))
                 .do_update()
                 .set(devices::display_name.eq(name))
-                .execute(conn)
+                .execute(&mut conn)
                 .await
         }
-        None => insert.on_conflict_do_nothing().execute(conn).await,
+        None => insert.on_conflict_do_nothing().execute(&mut conn).await,
     }
     .map(drop)
 }
 
 /// All devices of a user, oldest first.
 pub async fn get_devices(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<Vec<DeviceRow>> {
     devices::table
         .filter(devices::user_id.eq(user_id))
         .order(devices::created_ts)
         .select(DeviceRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// One device.
 pub async fn get_device(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
 ) -> QueryResult<Option<DeviceRow>> {
     devices::table
         .find((user_id, device_id))
         .select(DeviceRow::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Renames a device; returns false when it does not exist.
 pub async fn rename_device(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     display_name: Option<&str>,
 ) -> QueryResult<bool> {
     let updated = diesel::update(devices::table.find((user_id, device_id)))
         .set(devices::display_name.eq(display_name))
-        .execute(conn)
+        .execute(&mut conn)
         .await?;
     Ok(updated > 0)
 }
@@ -105,7 +105,7 @@ pub async fn rename_device(
 /// Deletes devices (and, by cascade, their tokens and keys), the pushers they set up and their
 /// to-device inboxes; returns the hashes of the access tokens removed.
 pub async fn delete_devices(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_ids: &[String],
 ) -> QueryResult<Vec<Vec<u8>>> {
@@ -113,14 +113,14 @@ pub async fn delete_devices(
         .filter(access_tokens::user_id.eq(user_id))
         .filter(access_tokens::device_id.eq_any(device_ids))
         .select(access_tokens::token_hash)
-        .load(conn)
+        .load(&mut conn)
         .await?;
     diesel::delete(
         devices::table
             .filter(devices::user_id.eq(user_id))
             .filter(devices::device_id.eq_any(device_ids)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await?;
     for device_id in device_ids {
         super::pushers::delete_pushers_of_device(conn, user_id, device_id).await?;
@@ -131,19 +131,19 @@ pub async fn delete_devices(
 
 /// IDs of all devices of a user.
 pub async fn get_device_ids(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<Vec<String>> {
     devices::table
         .filter(devices::user_id.eq(user_id))
         .select(devices::device_id)
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Records when and from where a device was last used.
 pub async fn touch_device(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     now: i64,
@@ -151,14 +151,14 @@ pub async fn touch_device(
 ) -> QueryResult<()> {
     diesel::update(devices::table.find((user_id, device_id)))
         .set((devices::last_seen_ts.eq(now), devices::last_seen_ip.eq(ip)))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Stores a new access token (by hash).
 pub async fn insert_access_token(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     token_hash: &[u8],
     user_id: &str,
     device_id: &str,
@@ -175,14 +175,14 @@ pub async fn insert_access_token(
             access_tokens::refresh_token_hash.eq(refresh_token_hash),
             access_tokens::created_ts.eq(now),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Stores a new refresh token (by hash).
 pub async fn insert_refresh_token(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     token_hash: &[u8],
     user_id: &str,
     device_id: &str,
@@ -195,14 +195,14 @@ pub async fn insert_refresh_token(
             refresh_tokens::device_id.eq(device_id),
             refresh_tokens::created_ts.eq(now),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Resolves an access token hash to its owner (deactivated users resolve to nothing).
 pub async fn get_token_owner(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     token_hash: &[u8],
 ) -> QueryResult<Option<TokenOwner>> {
     access_tokens::table
@@ -215,7 +215,7 @@ pub async fn get_token_owner(
             access_tokens::expires_ts,
             users::is_admin,
         ))
-        .first::<(String, String, Option<i64>, bool)>(conn)
+        .first::<(String, String, Option<i64>, bool)>(&mut conn)
         .await
         .optional()
         .map(|row| {
@@ -230,7 +230,7 @@ pub async fn get_token_owner(
 
 /// Deletes a refresh token, returning its owner and the hashes of the access tokens it had issued.
 pub async fn take_refresh_token(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     token_hash: &[u8],
 ) -> QueryResult<Option<(String, String, Vec<Vec<u8>>)>> {
     // Access tokens first: deleting the refresh token would cascade to them silently.
@@ -238,11 +238,11 @@ pub async fn take_refresh_token(
         access_tokens::table.filter(access_tokens::refresh_token_hash.eq(token_hash)),
     )
     .returning(access_tokens::token_hash)
-    .get_results(conn)
+    .get_results(&mut conn)
     .await?;
     let owner = diesel::delete(refresh_tokens::table.find(token_hash))
         .returning((refresh_tokens::user_id, refresh_tokens::device_id))
-        .get_result::<(String, String)>(conn)
+        .get_result::<(String, String)>(&mut conn)
         .await
         .optional()?;
     Ok(owner.map(|(user_id, device_id)| (user_id, device_id, access)))
@@ -250,7 +250,7 @@ pub async fn take_refresh_token(
 
 /// Deletes every token of one device, returning the access token hashes removed.
 pub async fn delete_device_tokens(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
 ) -> QueryResult<Vec<Vec<u8>>> {
@@ -259,7 +259,7 @@ pub async fn delete_device_tokens(
             .filter(refresh_tokens::user_id.eq(user_id))
             .filter(refresh_tokens::device_id.eq(device_id)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await?;
     diesel::delete(
         access_tokens::table
@@ -267,13 +267,13 @@ pub async fn delete_device_tokens(
             .filter(access_tokens::device_id.eq(device_id)),
     )
     .returning(access_tokens::token_hash)
-    .get_results(conn)
+    .get_results(&mut conn)
     .await
 }
 
 /// Deletes every token of a user except those of `keep_device`; returns access token hashes removed.
 pub async fn delete_user_tokens(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     keep_device: Option<&str>,
 ) -> QueryResult<Vec<Vec<u8>>> {
@@ -283,7 +283,7 @@ pub async fn delete_user_tokens(
             .filter(refresh_tokens::user_id.eq(user_id))
             .filter(refresh_tokens::device_id.ne(keep)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await?;
     diesel::delete(
         access_tokens::table
@@ -291,6 +291,6 @@ pub async fn delete_user_tokens(
             .filter(access_tokens::device_id.ne(keep)),
     )
     .returning(access_tokens::token_hash)
-    .get_results(conn)
+    .get_results(&mut conn)
     .await
 }

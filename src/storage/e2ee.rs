@@ -21,7 +21,7 @@ pub const DEVICE_LISTS: &str = "device_lists";
 
 /// Stores a device's keys; returns whether they changed.
 pub async fn upsert_device_keys(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     keys: &Value,
@@ -29,7 +29,7 @@ pub async fn upsert_device_keys(
     let existing: Option<Value> = device_keys::table
         .find((user_id, device_id))
         .select(device_keys::keys)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()?;
     if existing.as_ref() == Some(keys) {
@@ -44,28 +44,28 @@ pub async fn upsert_device_keys(
         .on_conflict((device_keys::user_id, device_keys::device_id))
         .do_update()
         .set(device_keys::keys.eq(keys))
-        .execute(conn)
+        .execute(&mut conn)
         .await?;
     Ok(true)
 }
 
 /// One device's stored keys.
 pub async fn get_device_key(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
 ) -> QueryResult<Option<Value>> {
     device_keys::table
         .find((user_id, device_id))
         .select(device_keys::keys)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Device keys of the given users: `(user, device, keys, display name)`.
 pub async fn get_device_keys(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_ids: &[String],
 ) -> QueryResult<Vec<(String, String, Value, Option<String>)>> {
     device_keys::table
@@ -81,13 +81,13 @@ pub async fn get_device_keys(
             device_keys::keys,
             devices::display_name,
         ))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Those of the given one-time key IDs a device already has, with their keys.
 pub async fn get_one_time_keys(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     key_ids: &[String],
@@ -97,13 +97,13 @@ pub async fn get_one_time_keys(
         .filter(one_time_keys::device_id.eq(device_id))
         .filter(one_time_keys::key_id.eq_any(key_ids))
         .select((one_time_keys::key_id, one_time_keys::key))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Adds one-time keys (`(algorithm, key_id, key)`); keys already stored are left alone.
 pub async fn insert_one_time_keys(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     keys: &[(String, String, Value)],
@@ -123,14 +123,14 @@ pub async fn insert_one_time_keys(
     diesel::insert_into(one_time_keys::table)
         .values(rows)
         .on_conflict_do_nothing()
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// How many one-time keys a device has left, per algorithm.
 pub async fn count_one_time_keys(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
 ) -> QueryResult<Vec<(String, i64)>> {
@@ -139,7 +139,7 @@ pub async fn count_one_time_keys(
         .filter(one_time_keys::device_id.eq(device_id))
         .group_by(one_time_keys::algorithm)
         .select((one_time_keys::algorithm, diesel::dsl::count_star()))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
@@ -154,7 +154,7 @@ struct ClaimedKey {
 /// Takes one one-time key of a device, atomically: concurrent claims skip each other's row, so
 /// no key is ever handed out twice.
 pub async fn claim_one_time_key(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     algorithm: &str,
@@ -169,7 +169,7 @@ pub async fn claim_one_time_key(
     .bind::<Text, _>(user_id)
     .bind::<Text, _>(device_id)
     .bind::<Text, _>(algorithm)
-    .get_result(conn)
+    .get_result(&mut conn)
     .await
     .optional()?;
     Ok(claimed.map(|c| (c.key_id, c.key)))
@@ -177,7 +177,7 @@ pub async fn claim_one_time_key(
 
 /// Stores a device's fallback key for an algorithm (a new key starts unused).
 pub async fn upsert_fallback_key(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     algorithm: &str,
@@ -187,7 +187,7 @@ pub async fn upsert_fallback_key(
     let existing: Option<String> = fallback_keys::table
         .find((user_id, device_id, algorithm))
         .select(fallback_keys::key_id)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()?;
     if existing.as_deref() == Some(key_id) {
@@ -213,14 +213,14 @@ pub async fn upsert_fallback_key(
             fallback_keys::key.eq(key),
             fallback_keys::used.eq(false),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Hands out a device's fallback key (it stays, marked used).
 pub async fn claim_fallback_key(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     algorithm: &str,
@@ -228,14 +228,14 @@ pub async fn claim_fallback_key(
     diesel::update(fallback_keys::table.find((user_id, device_id, algorithm)))
         .set(fallback_keys::used.eq(true))
         .returning((fallback_keys::key_id, fallback_keys::key))
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
         .optional()
 }
 
 /// Algorithms of a device's fallback keys that nobody has claimed yet.
 pub async fn get_unused_fallback_algorithms(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
 ) -> QueryResult<Vec<String>> {
@@ -244,13 +244,13 @@ pub async fn get_unused_fallback_algorithms(
         .filter(fallback_keys::device_id.eq(device_id))
         .filter(fallback_keys::used.eq(false))
         .select(fallback_keys::algorithm)
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Cross-signing keys of the given users: `(user, key type, key)`.
 pub async fn get_cross_signing_keys(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_ids: &[String],
 ) -> QueryResult<Vec<(String, String, Value)>> {
     cross_signing_keys::table
@@ -260,13 +260,13 @@ pub async fn get_cross_signing_keys(
             cross_signing_keys::key_type,
             cross_signing_keys::key,
         ))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Stores a cross-signing key.
 pub async fn set_cross_signing_key(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     key_type: &str,
     key: &Value,
@@ -280,7 +280,7 @@ pub async fn set_cross_signing_key(
         .on_conflict((cross_signing_keys::user_id, cross_signing_keys::key_type))
         .do_update()
         .set(cross_signing_keys::key.eq(key))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
@@ -303,7 +303,7 @@ pub struct SignatureRow {
 
 /// Stores signatures.
 pub async fn add_signatures(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     rows: &[SignatureRow],
 ) -> QueryResult<()> {
     if rows.is_empty() {
@@ -312,25 +312,25 @@ pub async fn add_signatures(
     diesel::insert_into(key_signatures::table)
         .values(rows)
         .on_conflict_do_nothing()
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Signatures over the keys of the given users.
 pub async fn get_signatures(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_ids: &[String],
 ) -> QueryResult<Vec<SignatureRow>> {
     key_signatures::table
         .filter(key_signatures::target_user_id.eq_any(user_ids))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Records that a user's devices or keys changed (inside the change's transaction).
 pub async fn record_device_list_change(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<i64> {
     let position = streams::next_position(conn, DEVICE_LISTS).await?;
@@ -339,7 +339,7 @@ pub async fn record_device_list_change(
             device_list_changes::stream_ordering.eq(position),
             device_list_changes::user_id.eq(user_id),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await?;
     Ok(position)
 }
@@ -353,7 +353,7 @@ struct UserRow {
 /// Users whose devices changed in `(after, up_to]` who are `user_id` or share a joined room
 /// with them.
 pub async fn get_device_list_changes_for(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     after: i64,
     up_to: i64,
@@ -367,7 +367,7 @@ pub async fn get_device_list_changes_for(
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)
     .bind::<BigInt, _>(up_to)
-    .load(conn)
+    .load(&mut conn)
     .await?;
     Ok(rows.into_iter().map(|r| r.user_id).collect())
 }
@@ -375,7 +375,7 @@ pub async fn get_device_list_changes_for(
 /// Users whose membership changed in `(after, up_to]` (event stream) in rooms `user_id` is or
 /// was in, together with whether they now share a joined room with `user_id`.
 pub async fn get_membership_changes_for(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     after: i64,
     up_to: i64,
@@ -407,7 +407,7 @@ pub async fn get_membership_changes_for(
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)
     .bind::<BigInt, _>(up_to)
-    .load(conn)
+    .load(&mut conn)
     .await?;
     Ok(rows.into_iter().map(|r| (r.user_id, r.shares)).collect())
 }

@@ -48,30 +48,30 @@ pub struct ThumbnailRow {
 }
 
 /// Stores a new media row.
-pub async fn insert_media(conn: &mut AsyncPgConnection, row: &MediaRow) -> QueryResult<()> {
+pub async fn insert_media(mut conn: &AsyncPgConnection, row: &MediaRow) -> QueryResult<()> {
     diesel::insert_into(media::table)
         .values(row)
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// One media row.
 pub async fn get_media(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     media_id: &str,
 ) -> QueryResult<Option<MediaRow>> {
     media::table
         .find(media_id)
         .select(MediaRow::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Fills in a pending upload; false when it was not pending any more (uploaded already).
 pub async fn complete_pending(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     media_id: &str,
     content_type: Option<&str>,
     filename: Option<&str>,
@@ -86,14 +86,14 @@ pub async fn complete_pending(
             media::sha256.eq(sha256),
             media::expires_ts.eq(None::<i64>),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(|n| n == 1)
 }
 
 /// How many pending IDs a user holds that have not expired.
 pub async fn count_pending(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     uploader: &str,
     now: i64,
 ) -> QueryResult<i64> {
@@ -102,13 +102,13 @@ pub async fn count_pending(
         .filter(media::sha256.is_null())
         .filter(media::expires_ts.gt(now))
         .count()
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
 /// A stored thumbnail.
 pub async fn get_thumbnail(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     media_id: &str,
     width: i32,
     height: i32,
@@ -117,17 +117,17 @@ pub async fn get_thumbnail(
     media_thumbnails::table
         .find((media_id, width, height, method))
         .select(ThumbnailRow::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Stores a thumbnail (a concurrent twin is fine: the first one stays).
-pub async fn insert_thumbnail(conn: &mut AsyncPgConnection, row: &ThumbnailRow) -> QueryResult<()> {
+pub async fn insert_thumbnail(mut conn: &AsyncPgConnection, row: &ThumbnailRow) -> QueryResult<()> {
     diesel::insert_into(media_thumbnails::table)
         .values(row)
         .on_conflict_do_nothing()
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }

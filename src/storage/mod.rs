@@ -26,7 +26,7 @@ use diesel_async::{
     async_connection_wrapper::AsyncConnectionWrapper,
     pooled_connection::{
         deadpool::{Object, Pool},
-        AsyncDieselConnectionManager,
+        AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
     },
     AsyncPgConnection,
 };
@@ -49,7 +49,12 @@ pub struct Db {
 impl Db {
     /// Builds a pool for `url`; connections are made lazily.
     pub fn connect(url: &str, max_size: usize) -> Result<Self> {
-        let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
+        // No test query on every checkout (a round trip per request): a connection whose
+        // server went away is closed, and a closed connection is discarded on return.
+        let mut config = ManagerConfig::default();
+        config.recycling_method = RecyclingMethod::Fast;
+        let manager =
+            AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
         let pool = Pool::builder(manager)
             .max_size(max_size)
             .build()

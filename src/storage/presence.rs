@@ -28,34 +28,34 @@ pub struct PresenceRow {
 
 /// A user's presence row.
 pub async fn get_presence(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<Option<PresenceRow>> {
     presence::table
         .find(user_id)
         .select(PresenceRow::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Locks a user's presence row for a read-modify-write (nothing when there is none).
 pub async fn lock_presence(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<Option<PresenceRow>> {
     presence::table
         .find(user_id)
         .select(PresenceRow::as_select())
         .for_update()
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Writes a presence change at a new stream position (inside a transaction).
 pub async fn set_presence(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     state: &str,
     status_msg: Option<&str>,
@@ -81,41 +81,41 @@ pub async fn set_presence(
             presence::last_seen_ts.eq(last_seen_ts),
             presence::stream_ordering.eq(position),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await?;
     Ok(position)
 }
 
 /// Notes that a user was seen, without it being news for anyone.
 pub async fn touch_presence(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     now: i64,
 ) -> QueryResult<()> {
     diesel::update(presence::table.find(user_id))
         .set(presence::last_seen_ts.eq(now))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Users not offline whose last sign of life is older than `before`.
 pub async fn get_silent_users(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     before: i64,
 ) -> QueryResult<Vec<String>> {
     presence::table
         .filter(presence::state.ne("offline"))
         .filter(presence::last_seen_ts.lt(before))
         .select(presence::user_id)
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Presence changes in `(after, up_to]` of the user and of everyone sharing a joined room
 /// with them.
 pub async fn get_presence_changed_for(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     after: i64,
     up_to: i64,
@@ -129,12 +129,12 @@ pub async fn get_presence_changed_for(
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)
     .bind::<BigInt, _>(up_to)
-    .load(conn)
+    .load(&mut conn)
     .await
 }
 
 /// Whether two users share a joined room.
-pub async fn share_a_room(conn: &mut AsyncPgConnection, a: &str, b: &str) -> QueryResult<bool> {
+pub async fn share_a_room(mut conn: &AsyncPgConnection, a: &str, b: &str) -> QueryResult<bool> {
     use super::schema::room_memberships as m;
     let (mine, theirs) = diesel::alias!(m as mine, m as theirs);
     let shared = mine
@@ -144,6 +144,6 @@ pub async fn share_a_room(conn: &mut AsyncPgConnection, a: &str, b: &str) -> Que
         .filter(theirs.field(m::user_id).eq(b))
         .filter(theirs.field(m::membership).eq("join"));
     diesel::select(diesel::dsl::exists(shared))
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }

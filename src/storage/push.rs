@@ -37,7 +37,7 @@ pub struct PushActionRow {
 
 /// Stores push actions.
 pub async fn insert_push_actions(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     rows: &[PushActionRow],
 ) -> QueryResult<()> {
     if rows.is_empty() {
@@ -45,22 +45,22 @@ pub async fn insert_push_actions(
     }
     diesel::insert_into(event_push_actions::table)
         .values(rows)
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// A redacted event stops counting for everyone.
-pub async fn delete_for_event(conn: &mut AsyncPgConnection, event_id: &str) -> QueryResult<()> {
+pub async fn delete_for_event(mut conn: &AsyncPgConnection, event_id: &str) -> QueryResult<()> {
     diesel::delete(event_push_actions::table.filter(event_push_actions::event_id.eq(event_id)))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// A member who leaves has nothing unread in the room any more.
 pub async fn delete_for_user_room(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     room_id: &str,
 ) -> QueryResult<()> {
@@ -69,14 +69,14 @@ pub async fn delete_for_user_room(
             .filter(event_push_actions::user_id.eq(user_id))
             .filter(event_push_actions::room_id.eq(room_id)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await
     .map(drop)
 }
 
 /// A member's push actions in a room, in stream order.
 pub async fn get_for_user_room(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     room_id: &str,
 ) -> QueryResult<Vec<PushActionRow>> {
@@ -85,26 +85,26 @@ pub async fn get_for_user_room(
         .filter(event_push_actions::room_id.eq(room_id))
         .order(event_push_actions::stream_ordering)
         .select(PushActionRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Joined members of a room with their display names.
 pub async fn get_joined_members_with_names(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
 ) -> QueryResult<Vec<(String, Option<String>)>> {
     room_memberships::table
         .filter(room_memberships::room_id.eq(room_id))
         .filter(room_memberships::membership.eq("join"))
         .select((room_memberships::user_id, room_memberships::display_name))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// The PDUs of some current state entries of a room: `(type, pdu)`, state key `""`.
 pub async fn get_current_state_pdus(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     event_types: &[&str],
 ) -> QueryResult<Vec<(String, Value)>> {
@@ -114,7 +114,7 @@ pub async fn get_current_state_pdus(
         .filter(room_current_state::state_key.eq(""))
         .filter(room_current_state::event_type.eq_any(event_types))
         .select((room_current_state::event_type, events::pdu))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
@@ -151,7 +151,7 @@ pub(super) const AFTER_READ_POSITION: &str = "a.stream_ordering > COALESCE((
 /// actions after the read position, so they are exact whatever order receipts and events
 /// commit in.
 pub async fn get_unread_counts(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     room_ids: &[String],
     up_to: i64,
@@ -169,7 +169,7 @@ pub async fn get_unread_counts(
     .bind::<Text, _>(user_id)
     .bind::<Array<Text>, _>(room_ids)
     .bind::<BigInt, _>(up_to)
-    .load(conn)
+    .load(&mut conn)
     .await
 }
 
@@ -198,7 +198,7 @@ pub struct NotificationRow {
 
 /// A user's notifications, newest first, before stream position `before`.
 pub async fn get_notifications(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     before: i64,
     limit: i64,
@@ -216,6 +216,6 @@ pub async fn get_notifications(
     .bind::<BigInt, _>(before)
     .bind::<Bool, _>(only_highlight)
     .bind::<BigInt, _>(limit)
-    .load(conn)
+    .load(&mut conn)
     .await
 }

@@ -37,7 +37,7 @@ pub struct PusherRow {
 }
 
 /// Adds or replaces a pusher (its progress is kept on replacement).
-pub async fn upsert_pusher(conn: &mut AsyncPgConnection, pusher: &PusherRow) -> QueryResult<()> {
+pub async fn upsert_pusher(mut conn: &AsyncPgConnection, pusher: &PusherRow) -> QueryResult<()> {
     diesel::insert_into(pushers::table)
         .values(pusher)
         .on_conflict((pushers::user_id, pushers::app_id, pushers::pushkey))
@@ -51,27 +51,27 @@ pub async fn upsert_pusher(conn: &mut AsyncPgConnection, pusher: &PusherRow) -> 
             pushers::data.eq(&pusher.data),
             pushers::device_id.eq(&pusher.device_id),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Removes a user's pusher; returns whether it existed.
 pub async fn delete_pusher(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     app_id: &str,
     pushkey: &str,
 ) -> QueryResult<bool> {
     diesel::delete(pushers::table.find((user_id, app_id, pushkey)))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(|n| n > 0)
 }
 
 /// Removes other users' pushers with this app ID and push key (a device changing hands).
 pub async fn delete_pushers_of_others(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     app_id: &str,
     pushkey: &str,
@@ -82,14 +82,14 @@ pub async fn delete_pushers_of_others(
             .filter(pushers::pushkey.eq(pushkey))
             .filter(pushers::user_id.ne(user_id)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await
     .map(drop)
 }
 
 /// Removes the pushers a device created (it logged out or was deleted).
 pub async fn delete_pushers_of_device(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
 ) -> QueryResult<()> {
@@ -98,49 +98,49 @@ pub async fn delete_pushers_of_device(
             .filter(pushers::user_id.eq(user_id))
             .filter(pushers::device_id.eq(device_id)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await
     .map(drop)
 }
 
 /// A user's pushers.
 pub async fn get_pushers_of_user(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<Vec<PusherRow>> {
     pushers::table
         .filter(pushers::user_id.eq(user_id))
         .order(pushers::created_ts)
         .select(PusherRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Every pusher on the server.
-pub async fn get_all_pushers(conn: &mut AsyncPgConnection) -> QueryResult<Vec<PusherRow>> {
+pub async fn get_all_pushers(mut conn: &AsyncPgConnection) -> QueryResult<Vec<PusherRow>> {
     pushers::table
         .select(PusherRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Records that a pusher is done up to a stream position.
 pub async fn set_pusher_progress(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     pusher: &PusherRow,
     position: i64,
 ) -> QueryResult<()> {
     diesel::update(pushers::table.find((&pusher.user_id, &pusher.app_id, &pusher.pushkey)))
         .filter(pushers::last_stream_ordering.lt(position))
         .set(pushers::last_stream_ordering.eq(position))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// A user's notifying push actions after a stream position: `(room, event, stream, actions)`.
 pub async fn get_pending_notifications(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     after: i64,
     limit: i64,
@@ -157,7 +157,7 @@ pub async fn get_pending_notifications(
             event_push_actions::stream_ordering,
             event_push_actions::actions,
         ))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
@@ -169,7 +169,7 @@ struct Count {
 
 /// The badge a push carries: how many rooms have unread notifications (as Synapse counts).
 pub async fn count_rooms_with_notifications(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<i64> {
     let count: Count = diesel::sql_query(format!(
@@ -178,13 +178,13 @@ pub async fn count_rooms_with_notifications(
         super::push::AFTER_READ_POSITION
     ))
     .bind::<Text, _>(user_id)
-    .get_result(conn)
+    .get_result(&mut conn)
     .await?;
     Ok(count.n)
 }
 
 /// Pushers with notifications after their progress mark.
-pub async fn get_pushers_with_pending(conn: &mut AsyncPgConnection) -> QueryResult<Vec<PusherRow>> {
+pub async fn get_pushers_with_pending(mut conn: &AsyncPgConnection) -> QueryResult<Vec<PusherRow>> {
     let pending = event_push_actions::table
         .filter(event_push_actions::user_id.eq(pushers::user_id))
         .filter(event_push_actions::notify.eq(true))
@@ -192,13 +192,13 @@ pub async fn get_pushers_with_pending(conn: &mut AsyncPgConnection) -> QueryResu
     pushers::table
         .filter(diesel::dsl::exists(pending))
         .select(PusherRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// A member's display name in a room and the room's name, for a push's text.
 pub async fn get_push_names(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     sender: &str,
 ) -> QueryResult<(Option<String>, Option<String>)> {
@@ -206,7 +206,7 @@ pub async fn get_push_names(
     let sender_name: Option<Option<String>> = room_memberships::table
         .find((room_id, sender))
         .select(room_memberships::display_name)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()?;
     let room_name: Option<Value> = room_current_state::table
@@ -215,7 +215,7 @@ pub async fn get_push_names(
         .filter(room_current_state::event_type.eq("m.room.name"))
         .filter(room_current_state::state_key.eq(""))
         .select(events::pdu)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()?;
     Ok((

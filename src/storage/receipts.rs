@@ -44,7 +44,7 @@ pub struct NewReceipt<'a> {
 /// Stores a receipt unless the user's existing one points at a later event; returns whether
 /// it moved. Run inside a transaction: the position bump serialises commits.
 pub async fn set_receipt(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     receipt: &NewReceipt<'_>,
 ) -> QueryResult<bool> {
     let current: Option<i64> = receipts::table
@@ -56,7 +56,7 @@ pub async fn set_receipt(
         ))
         .select(receipts::event_stream)
         .for_update()
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()?;
     if current.is_some_and(|existing| existing >= receipt.event_stream) {
@@ -87,14 +87,14 @@ pub async fn set_receipt(
             receipts::ts.eq(receipt.ts),
             receipts::stream_ordering.eq(position),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await?;
     Ok(true)
 }
 
 /// Receipts in the given rooms that changed in `(after, up_to]`.
 pub async fn get_receipts_changed(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_ids: &[String],
     after: i64,
     up_to: i64,
@@ -104,6 +104,6 @@ pub async fn get_receipts_changed(
         .filter(receipts::stream_ordering.gt(after))
         .filter(receipts::stream_ordering.le(up_to))
         .select(ReceiptRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }

@@ -41,7 +41,7 @@ pub struct UiaSessionRow {
 
 /// Creates a registration token; fails with a unique violation when it exists.
 pub async fn insert_registration_token(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     token: &str,
     uses_allowed: Option<i32>,
     expiry_ts: Option<i64>,
@@ -55,30 +55,30 @@ pub async fn insert_registration_token(
             registration_tokens::created_ts.eq(now),
         ))
         .returning(RegistrationTokenRow::as_returning())
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
 /// All registration tokens.
 pub async fn get_registration_tokens(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
 ) -> QueryResult<Vec<RegistrationTokenRow>> {
     registration_tokens::table
         .order(registration_tokens::created_ts)
         .select(RegistrationTokenRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// One registration token.
 pub async fn get_registration_token(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     token: &str,
 ) -> QueryResult<Option<RegistrationTokenRow>> {
     registration_tokens::table
         .find(token)
         .select(RegistrationTokenRow::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
@@ -86,7 +86,7 @@ pub async fn get_registration_token(
 /// Reserves one use of a token for a registration in progress, if it is still valid.
 /// Returns false when the token is unknown, expired or used up (counting pending uses).
 pub async fn reserve_registration_token(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     token: &str,
     now: i64,
 ) -> QueryResult<bool> {
@@ -102,14 +102,14 @@ pub async fn reserve_registration_token(
             ),
     )
     .set(t::pending.eq(t::pending + 1))
-    .execute(conn)
+    .execute(&mut conn)
     .await?;
     Ok(updated > 0)
 }
 
 /// Turns a pending use of a token into a completed one.
 pub async fn complete_registration_token(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     token: &str,
 ) -> QueryResult<()> {
     use registration_tokens::dsl as t;
@@ -118,25 +118,25 @@ pub async fn complete_registration_token(
             t::pending.eq(t::pending - 1),
             t::completed.eq(t::completed + 1),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Deletes a registration token; returns false when it did not exist.
 pub async fn delete_registration_token(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     token: &str,
 ) -> QueryResult<bool> {
     Ok(diesel::delete(registration_tokens::table.find(token))
-        .execute(conn)
+        .execute(&mut conn)
         .await?
         > 0)
 }
 
 /// Creates a UIA session.
 pub async fn insert_uia_session(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     session_id: &str,
     user_id: Option<&str>,
     now: i64,
@@ -147,7 +147,7 @@ pub async fn insert_uia_session(
             uia_sessions::user_id.eq(user_id),
             uia_sessions::created_ts.eq(now),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
@@ -155,21 +155,21 @@ pub async fn insert_uia_session(
 /// Loads a UIA session, locking its row until the transaction ends so two requests
 /// cannot complete the same stage at once.
 pub async fn get_uia_session_for_update(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     session_id: &str,
 ) -> QueryResult<Option<UiaSessionRow>> {
     uia_sessions::table
         .find(session_id)
         .select(UiaSessionRow::as_select())
         .for_update()
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Records a completed stage (and the token it validated, if any).
 pub async fn update_uia_session(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     session_id: &str,
     completed_stages: &Value,
     registration_token: Option<&str>,
@@ -179,15 +179,15 @@ pub async fn update_uia_session(
             uia_sessions::completed_stages.eq(completed_stages),
             uia_sessions::registration_token.eq(registration_token),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Deletes a finished UIA session.
-pub async fn delete_uia_session(conn: &mut AsyncPgConnection, session_id: &str) -> QueryResult<()> {
+pub async fn delete_uia_session(mut conn: &AsyncPgConnection, session_id: &str) -> QueryResult<()> {
     diesel::delete(uia_sessions::table.find(session_id))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }

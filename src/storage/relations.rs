@@ -31,39 +31,39 @@ pub struct RelationRow {
 }
 
 /// Records a relation (inside the event's transaction).
-pub async fn insert_relation(conn: &mut AsyncPgConnection, row: &RelationRow) -> QueryResult<()> {
+pub async fn insert_relation(mut conn: &AsyncPgConnection, row: &RelationRow) -> QueryResult<()> {
     diesel::insert_into(event_relations::table)
         .values(row)
         .on_conflict_do_nothing()
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Forgets the relation of a redacted event.
-pub async fn delete_relation(conn: &mut AsyncPgConnection, event_id: &str) -> QueryResult<()> {
+pub async fn delete_relation(mut conn: &AsyncPgConnection, event_id: &str) -> QueryResult<()> {
     diesel::delete(event_relations::table.find(event_id))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// The relation an event makes, if any.
 pub async fn get_relation(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     event_id: &str,
 ) -> QueryResult<Option<RelationRow>> {
     event_relations::table
         .find(event_id)
         .select(RelationRow::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Whether a user already reacted to an event with this key.
 pub async fn has_annotation(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     relates_to: &str,
     sender: &str,
     event_type: &str,
@@ -76,13 +76,13 @@ pub async fn has_annotation(
         .filter(event_relations::event_type.eq(event_type))
         .filter(event_relations::aggregation_key.eq(key));
     diesel::select(diesel::dsl::exists(existing))
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
 /// The latest replacement of each of the given events: `(original, replacement)`.
 pub async fn get_latest_edits(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     parents: &[String],
 ) -> QueryResult<Vec<(String, String)>> {
     #[derive(QueryableByName)]
@@ -98,7 +98,7 @@ pub async fn get_latest_edits(
          ORDER BY relates_to, stream_ordering DESC",
     )
     .bind::<Array<Text>, _>(parents)
-    .load(conn)
+    .load(&mut conn)
     .await?;
     Ok(rows
         .into_iter()
@@ -125,7 +125,7 @@ pub struct ThreadSummary {
 
 /// Summaries of the threads rooted at the given events.
 pub async fn get_thread_summaries(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     roots: &[String],
     user_id: &str,
 ) -> QueryResult<Vec<ThreadSummary>> {
@@ -139,13 +139,13 @@ pub async fn get_thread_summaries(
     )
     .bind::<Array<Text>, _>(roots)
     .bind::<Text, _>(user_id)
-    .load(conn)
+    .load(&mut conn)
     .await
 }
 
 /// References to the given events: `(referenced, referencing)`, oldest first.
 pub async fn get_references(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     parents: &[String],
 ) -> QueryResult<Vec<(String, String)>> {
     event_relations::table
@@ -153,7 +153,7 @@ pub async fn get_references(
         .filter(event_relations::rel_type.eq("m.reference"))
         .order(event_relations::stream_ordering)
         .select((event_relations::relates_to, event_relations::event_id))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
@@ -161,7 +161,7 @@ pub async fn get_references(
 /// (`backwards`) or oldest first, strictly beyond `from` and not beyond `to`.
 #[allow(clippy::too_many_arguments)]
 pub async fn page_children(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     parent: &str,
     rel_type: Option<&str>,
     event_type: Option<&str>,
@@ -198,13 +198,13 @@ pub async fn page_children(
         }
         query = query.order(event_relations::stream_ordering.asc());
     }
-    query.load(conn).await
+    query.load(&mut conn).await
 }
 
 /// Thread roots of a room by latest activity, newest first, active before `before`;
 /// `participant`: only threads that user started or replied to.
 pub async fn get_threads(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     participant: Option<&str>,
     before: i64,
@@ -232,7 +232,7 @@ pub async fn get_threads(
     .bind::<diesel::sql_types::Nullable<Text>, _>(participant)
     .bind::<BigInt, _>(before)
     .bind::<BigInt, _>(limit)
-    .load(conn)
+    .load(&mut conn)
     .await?;
     Ok(rows.into_iter().map(|r| (r.root, r.latest)).collect())
 }

@@ -78,7 +78,7 @@ pub struct NewEvent<'a> {
 
 /// Creates the room row.
 pub async fn insert_room(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     version: &str,
     creator: &str,
@@ -93,82 +93,82 @@ pub async fn insert_room(
             rooms::current_state_group.eq(state_group),
             rooms::created_ts.eq(now),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Looks a room up.
-pub async fn get_room(conn: &mut AsyncPgConnection, room_id: &str) -> QueryResult<Option<RoomRow>> {
+pub async fn get_room(mut conn: &AsyncPgConnection, room_id: &str) -> QueryResult<Option<RoomRow>> {
     rooms::table
         .find(room_id)
         .select(RoomRow::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Moves a room to a new current state group.
 pub async fn set_current_state_group(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     group: i64,
 ) -> QueryResult<()> {
     diesel::update(rooms::table.find(room_id))
         .set(rooms::current_state_group.eq(group))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Publishes a room in (or removes it from) the room directory.
 pub async fn set_room_public(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     public: bool,
 ) -> QueryResult<bool> {
     Ok(diesel::update(rooms::table.find(room_id))
         .set(rooms::is_public.eq(public))
-        .execute(conn)
+        .execute(&mut conn)
         .await?
         > 0)
 }
 
 /// Rooms published in the directory, oldest first.
-pub async fn get_public_room_ids(conn: &mut AsyncPgConnection) -> QueryResult<Vec<String>> {
+pub async fn get_public_room_ids(mut conn: &AsyncPgConnection) -> QueryResult<Vec<String>> {
     rooms::table
         .filter(rooms::is_public.eq(true))
         .order(rooms::created_ts)
         .select(rooms::room_id)
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Stores an event.
-pub async fn insert_event(conn: &mut AsyncPgConnection, event: &NewEvent<'_>) -> QueryResult<()> {
+pub async fn insert_event(mut conn: &AsyncPgConnection, event: &NewEvent<'_>) -> QueryResult<()> {
     diesel::insert_into(events::table)
         .values(event)
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Loads one event.
 pub async fn get_event(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     event_id: &str,
 ) -> QueryResult<Option<EventRow>> {
     events::table
         .find(event_id)
         .select(EventRow::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Loads several events (missing ones are skipped).
 pub async fn get_events(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     event_ids: &[String],
 ) -> QueryResult<Vec<EventRow>> {
     // Callers often have nothing to look up (no redactions on a page): skip the round trip.
@@ -178,13 +178,13 @@ pub async fn get_events(
     events::table
         .filter(events::event_id.eq_any(event_ids))
         .select(EventRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Events of a room with stream positions in `(after, up_to]`, in stream order.
 pub async fn get_room_events_between(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     after: i64,
     up_to: i64,
@@ -197,13 +197,13 @@ pub async fn get_room_events_between(
         .order(events::stream_ordering.asc())
         .limit(limit)
         .select(EventRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// The event of a room closest to a timestamp, in the given direction.
 pub async fn get_event_near_ts(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     ts: i64,
     forward: bool,
@@ -215,13 +215,13 @@ pub async fn get_event_near_ts(
         query
             .filter(events::origin_server_ts.ge(ts))
             .order(events::origin_server_ts.asc())
-            .first(conn)
+            .first(&mut conn)
             .await
     } else {
         query
             .filter(events::origin_server_ts.le(ts))
             .order(events::origin_server_ts.desc())
-            .first(conn)
+            .first(&mut conn)
             .await
     }
     .optional()
@@ -229,7 +229,7 @@ pub async fn get_event_near_ts(
 
 /// Marks an event as redacted by `redaction_id`.
 pub async fn set_redacted(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     event_id: &str,
     redaction_id: &str,
 ) -> QueryResult<()> {
@@ -239,14 +239,14 @@ pub async fn set_redacted(
             .filter(events::redacted_by.is_null()),
     )
     .set(events::redacted_by.eq(redaction_id))
-    .execute(conn)
+    .execute(&mut conn)
     .await
     .map(drop)
 }
 
 /// The event a client transaction produced, if any.
 pub async fn get_txn_event(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     txn_id: &str,
@@ -254,14 +254,14 @@ pub async fn get_txn_event(
     event_txns::table
         .find((user_id, device_id, txn_id))
         .select(event_txns::event_id)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Records a client transaction; a concurrent duplicate fails with a unique violation.
 pub async fn insert_txn(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     txn_id: &str,
@@ -276,27 +276,27 @@ pub async fn insert_txn(
             event_txns::event_id.eq(event_id),
             event_txns::created_ts.eq(now),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// The room's forward extremities with their depths.
 pub async fn get_forward_extremities(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
 ) -> QueryResult<Vec<(String, i64)>> {
     room_forward_extremities::table
         .inner_join(events::table.on(events::event_id.eq(room_forward_extremities::event_id)))
         .filter(room_forward_extremities::room_id.eq(room_id))
         .select((room_forward_extremities::event_id, events::depth))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Replaces the forward extremities: `prev` are now referenced, `new` is the new tip.
 pub async fn set_forward_extremity(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     prev: &[String],
     new: &str,
@@ -306,21 +306,21 @@ pub async fn set_forward_extremity(
             .filter(room_forward_extremities::room_id.eq(room_id))
             .filter(room_forward_extremities::event_id.eq_any(prev)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await?;
     diesel::insert_into(room_forward_extremities::table)
         .values((
             room_forward_extremities::room_id.eq(room_id),
             room_forward_extremities::event_id.eq(new),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Updates the current state with one state event.
 pub async fn set_current_state(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     event_type: &str,
     state_key: &str,
@@ -340,14 +340,14 @@ pub async fn set_current_state(
         ))
         .do_update()
         .set(room_current_state::event_id.eq(event_id))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// The current state of a room as `(type, state_key, event_id)`.
 pub async fn get_current_state_ids(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
 ) -> QueryResult<Vec<(String, String, String)>> {
     room_current_state::table
@@ -357,13 +357,13 @@ pub async fn get_current_state_ids(
             room_current_state::state_key,
             room_current_state::event_id,
         ))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// One current state event ID.
 pub async fn get_current_state_id(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     event_type: &str,
     state_key: &str,
@@ -371,14 +371,32 @@ pub async fn get_current_state_id(
     room_current_state::table
         .find((room_id, event_type, state_key))
         .select(room_current_state::event_id)
-        .first(conn)
+        .first(&mut conn)
+        .await
+        .optional()
+}
+
+/// The current state event of `(type, state_key)`, if any.
+pub async fn get_current_state_event(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    event_type: &str,
+    state_key: &str,
+) -> QueryResult<Option<EventRow>> {
+    room_current_state::table
+        .inner_join(events::table.on(events::event_id.eq(room_current_state::event_id)))
+        .filter(room_current_state::room_id.eq(room_id))
+        .filter(room_current_state::event_type.eq(event_type))
+        .filter(room_current_state::state_key.eq(state_key))
+        .select(EventRow::as_select())
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Records a user's current membership in a room.
 pub async fn set_membership(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     user_id: &str,
     membership: &str,
@@ -404,28 +422,28 @@ pub async fn set_membership(
             room_memberships::stream_ordering.eq(stream_ordering),
             room_memberships::forgotten.eq(false),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// A user's current membership in a room and the event that set it.
 pub async fn get_membership(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     user_id: &str,
 ) -> QueryResult<Option<(String, String)>> {
     room_memberships::table
         .find((room_id, user_id))
         .select((room_memberships::membership, room_memberships::event_id))
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Rooms where the user's current membership is `membership`.
 pub async fn get_rooms_for_user(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     membership: &str,
 ) -> QueryResult<Vec<String>> {
@@ -434,13 +452,13 @@ pub async fn get_rooms_for_user(
         .filter(room_memberships::membership.eq(membership))
         .order(room_memberships::stream_ordering)
         .select(room_memberships::room_id)
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Users whose current membership in a room is `membership`.
 pub async fn get_room_members(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     membership: &str,
 ) -> QueryResult<Vec<String>> {
@@ -448,13 +466,65 @@ pub async fn get_room_members(
         .filter(room_memberships::room_id.eq(room_id))
         .filter(room_memberships::membership.eq(membership))
         .select(room_memberships::user_id)
-        .load(conn)
+        .load(&mut conn)
         .await
+}
+
+/// The users whose membership in a room is one of `memberships`.
+pub async fn get_room_members_in(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    memberships: &[&str],
+) -> QueryResult<Vec<String>> {
+    room_memberships::table
+        .filter(room_memberships::room_id.eq(room_id))
+        .filter(room_memberships::membership.eq_any(memberships))
+        .select(room_memberships::user_id)
+        .load(&mut conn)
+        .await
+}
+
+/// How many users have one membership in a room, and the first few of them by user ID
+/// (leaving one user out): what a room summary's counts and heroes come from.
+#[derive(Debug, QueryableByName)]
+pub struct MembershipSummary {
+    /// The membership.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub membership: String,
+    /// How many users have it.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub count: i64,
+    /// The first users with it, in user ID order.
+    #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Text>)]
+    pub first: Vec<String>,
+}
+
+/// Joined and invited counts of a room, with the first `heroes` members of each other than
+/// `except`.
+pub async fn get_membership_summary(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    except: &str,
+    heroes: i32,
+) -> QueryResult<Vec<MembershipSummary>> {
+    diesel::sql_query(
+        "SELECT membership, count(*) AS count, \
+                coalesce((array_agg(user_id ORDER BY user_id) \
+                          FILTER (WHERE user_id <> $2))[1:$3], '{}') AS first \
+         FROM room_memberships \
+         WHERE room_id = $1 AND membership IN ('join', 'invite') \
+         GROUP BY membership",
+    )
+    .bind::<diesel::sql_types::Text, _>(room_id)
+    .bind::<diesel::sql_types::Text, _>(except)
+    .bind::<diesel::sql_types::Integer, _>(heroes)
+    .load(&mut conn)
+    .await
 }
 
 /// Whether a user ever joined the room after stream position `after`.
 pub async fn joined_after(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     user_id: &str,
     after: i64,
@@ -468,13 +538,13 @@ pub async fn joined_after(
             "pdu->'content'->>'membership' = 'join'",
         ));
     diesel::select(diesel::dsl::exists(joins))
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
 /// Marks a room forgotten for a user; returns false when they are still joined or invited.
 pub async fn forget_room(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     user_id: &str,
 ) -> QueryResult<bool> {
@@ -484,14 +554,14 @@ pub async fn forget_room(
             .filter(room_memberships::membership.ne_all(vec!["join", "invite", "knock"])),
     )
     .set(room_memberships::forgotten.eq(true))
-    .execute(conn)
+    .execute(&mut conn)
     .await?;
     Ok(updated > 0)
 }
 
 /// Creates an alias; a taken alias fails with a unique violation.
 pub async fn insert_alias(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     alias: &str,
     room_id: &str,
     creator: &str,
@@ -504,60 +574,60 @@ pub async fn insert_alias(
             room_aliases::creator.eq(creator),
             room_aliases::created_ts.eq(now),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Resolves an alias to `(room_id, creator)`.
 pub async fn get_alias(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     alias: &str,
 ) -> QueryResult<Option<(String, String)>> {
     room_aliases::table
         .find(alias)
         .select((room_aliases::room_id, room_aliases::creator))
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Deletes an alias.
-pub async fn delete_alias(conn: &mut AsyncPgConnection, alias: &str) -> QueryResult<bool> {
+pub async fn delete_alias(mut conn: &AsyncPgConnection, alias: &str) -> QueryResult<bool> {
     Ok(diesel::delete(room_aliases::table.find(alias))
-        .execute(conn)
+        .execute(&mut conn)
         .await?
         > 0)
 }
 
 /// All local aliases of a room.
 pub async fn get_room_aliases(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
 ) -> QueryResult<Vec<String>> {
     room_aliases::table
         .filter(room_aliases::room_id.eq(room_id))
         .order(room_aliases::created_ts)
         .select(room_aliases::room_alias)
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// The stored signing key `(key_id, pkcs8 DER)`, if one exists.
 pub async fn get_signing_key(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
 ) -> QueryResult<Option<(String, Vec<u8>)>> {
     server_signing_keys::table
         .order((server_signing_keys::created_ts, server_signing_keys::key_id))
         .select((server_signing_keys::key_id, server_signing_keys::secret_der))
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Stores a signing key unless one exists already (the first writer wins).
 pub async fn insert_signing_key(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     key_id: &str,
     der: &[u8],
     now: i64,
@@ -569,23 +639,23 @@ pub async fn insert_signing_key(
             server_signing_keys::created_ts.eq(now),
         ))
         .on_conflict_do_nothing()
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Points every alias of one room at another (room upgrades).
-pub async fn move_aliases(conn: &mut AsyncPgConnection, from: &str, to: &str) -> QueryResult<()> {
+pub async fn move_aliases(mut conn: &AsyncPgConnection, from: &str, to: &str) -> QueryResult<()> {
     diesel::update(room_aliases::table.filter(room_aliases::room_id.eq(from)))
         .set(room_aliases::room_id.eq(to))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Rooms with events at positions in `(after, up_to]`, with their latest position.
 pub async fn get_rooms_changed_between(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     after: i64,
     up_to: i64,
 ) -> QueryResult<Vec<(String, Option<i64>)>> {
@@ -594,13 +664,13 @@ pub async fn get_rooms_changed_between(
         .filter(events::stream_ordering.le(up_to))
         .group_by(events::room_id)
         .select((events::room_id, diesel::dsl::max(events::stream_ordering)))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Up to `limit` events of a room in `(after, up_to]`, newest first.
 pub async fn get_room_events_desc(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     after: i64,
     up_to: i64,
@@ -613,13 +683,13 @@ pub async fn get_room_events_desc(
         .order(events::stream_ordering.desc())
         .limit(limit)
         .select(EventRow::as_select())
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// The state group after the last event of a room at or before position `at`.
 pub async fn get_state_group_at(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     at: i64,
 ) -> QueryResult<Option<i64>> {
@@ -628,14 +698,14 @@ pub async fn get_state_group_at(
         .filter(events::stream_ordering.le(at))
         .order(events::stream_ordering.desc())
         .select(events::state_group)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Every room a user has a membership in: `(room_id, membership, event_id, stream_ordering)`.
 pub async fn get_user_memberships(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<Vec<(String, String, String, i64)>> {
     room_memberships::table
@@ -647,13 +717,13 @@ pub async fn get_user_memberships(
             room_memberships::event_id,
             room_memberships::stream_ordering,
         ))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Transaction IDs of a user's device among the given events (for the remote echo).
 pub async fn get_txn_ids_for_device(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     event_ids: &[String],
@@ -663,36 +733,36 @@ pub async fn get_txn_ids_for_device(
         .filter(event_txns::device_id.eq(device_id))
         .filter(event_txns::event_id.eq_any(event_ids))
         .select((event_txns::event_id, event_txns::txn_id))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Sends a PostgreSQL notification; inside a transaction it is delivered at commit.
-pub async fn notify(conn: &mut AsyncPgConnection, channel: &str, payload: &str) -> QueryResult<()> {
+pub async fn notify(mut conn: &AsyncPgConnection, channel: &str, payload: &str) -> QueryResult<()> {
     diesel::sql_query("SELECT pg_notify($1, $2)")
         .bind::<diesel::sql_types::Text, _>(channel)
         .bind::<diesel::sql_types::Text, _>(payload)
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// The position of a room's newest event.
 pub async fn get_room_max_position(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
 ) -> QueryResult<i64> {
     events::table
         .filter(events::room_id.eq(room_id))
         .select(diesel::dsl::max(events::stream_ordering))
-        .first::<Option<i64>>(conn)
+        .first::<Option<i64>>(&mut conn)
         .await
         .map(|max| max.unwrap_or(0))
 }
 
 /// A user's current membership in a room and the stream position it was set at.
 pub async fn get_membership_position(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     user_id: &str,
 ) -> QueryResult<Option<(String, i64)>> {
@@ -702,7 +772,7 @@ pub async fn get_membership_position(
             room_memberships::membership,
             room_memberships::stream_ordering,
         ))
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
@@ -718,7 +788,7 @@ struct StretchStart {
 /// Where a user's current stretch of being joined began: the stream position and state group
 /// of the first join after their last non-join membership (display name changes are joins too).
 pub async fn get_membership_stretch_start(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     user_id: &str,
 ) -> QueryResult<Option<(i64, i64)>> {
@@ -734,7 +804,7 @@ pub async fn get_membership_stretch_start(
     )
     .bind::<diesel::sql_types::Text, _>(room_id)
     .bind::<diesel::sql_types::Text, _>(user_id)
-    .get_result(conn)
+    .get_result(&mut conn)
     .await
     .optional()?;
     Ok(start.map(|s| (s.stream_ordering, s.state_group)))

@@ -44,7 +44,7 @@ const MATCHES: &str = "FROM events e, plainto_tsquery('simple', $1) q
 
 /// A page of matches.
 pub async fn search(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     query: &SearchQuery<'_>,
     offset: i64,
     limit: i64,
@@ -67,12 +67,12 @@ pub async fn search(
     .bind::<Array<Text>, _>(query.not_types)
     .bind::<BigInt, _>(offset)
     .bind::<BigInt, _>(limit)
-    .load(conn)
+    .load(&mut conn)
     .await
 }
 
 /// How many events match in all.
-pub async fn count(conn: &mut AsyncPgConnection, query: &SearchQuery<'_>) -> QueryResult<i64> {
+pub async fn count(mut conn: &AsyncPgConnection, query: &SearchQuery<'_>) -> QueryResult<i64> {
     #[derive(QueryableByName)]
     struct Count {
         #[diesel(sql_type = BigInt)]
@@ -85,7 +85,7 @@ pub async fn count(conn: &mut AsyncPgConnection, query: &SearchQuery<'_>) -> Que
         .bind::<Array<Text>, _>(query.not_senders)
         .bind::<Nullable<Array<Text>>, _>(query.types)
         .bind::<Array<Text>, _>(query.not_types)
-        .get_result(conn)
+        .get_result(&mut conn)
         .await?;
     Ok(count.n)
 }

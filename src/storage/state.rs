@@ -27,7 +27,7 @@ struct Entry {
 }
 
 /// The full state of a group: its chain of deltas, nearer deltas winning.
-pub async fn get_state_ids(conn: &mut AsyncPgConnection, group: i64) -> QueryResult<StateIds> {
+pub async fn get_state_ids(mut conn: &AsyncPgConnection, group: i64) -> QueryResult<StateIds> {
     let entries: Vec<Entry> = diesel::sql_query(
         "WITH RECURSIVE chain (state_group, parent_group, level) AS ( \
              SELECT state_group, parent_group, 0 FROM state_groups WHERE state_group = $1 \
@@ -40,7 +40,7 @@ pub async fn get_state_ids(conn: &mut AsyncPgConnection, group: i64) -> QueryRes
          ORDER BY e.event_type, e.state_key, c.level",
     )
     .bind::<BigInt, _>(group)
-    .load(conn)
+    .load(&mut conn)
     .await?;
     Ok(entries
         .into_iter()
@@ -49,17 +49,17 @@ pub async fn get_state_ids(conn: &mut AsyncPgConnection, group: i64) -> QueryRes
 }
 
 /// The chain length of a group (0 for a snapshot).
-pub async fn get_chain_length(conn: &mut AsyncPgConnection, group: i64) -> QueryResult<i32> {
+pub async fn get_chain_length(mut conn: &AsyncPgConnection, group: i64) -> QueryResult<i32> {
     state_groups::table
         .find(group)
         .select(state_groups::chain_length)
-        .first(conn)
+        .first(&mut conn)
         .await
 }
 
 /// Stores a new group: a delta on `parent` or, with `parent` `None`, a full snapshot.
 pub async fn insert_state_group(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     room_id: &str,
     parent: Option<(i64, i32)>,
     entries: &[(&str, &str, &str)],
@@ -71,7 +71,7 @@ pub async fn insert_state_group(
             state_groups::chain_length.eq(parent.map_or(0, |(_, len)| len + 1)),
         ))
         .returning(state_groups::state_group)
-        .get_result(conn)
+        .get_result(&mut conn)
         .await?;
     let rows: Vec<_> = entries
         .iter()
@@ -87,7 +87,7 @@ pub async fn insert_state_group(
     for chunk in rows.chunks(5000) {
         diesel::insert_into(state_group_entries::table)
             .values(chunk)
-            .execute(conn)
+            .execute(&mut conn)
             .await?;
     }
     Ok(group)

@@ -18,19 +18,19 @@ pub const RECEIPTS: &str = "receipts";
 pub const PRESENCE: &str = "presence";
 
 /// Takes the next position of a stream (call it last in the transaction: it serialises commits).
-pub async fn next_position(conn: &mut AsyncPgConnection, stream: &str) -> QueryResult<i64> {
+pub async fn next_position(mut conn: &AsyncPgConnection, stream: &str) -> QueryResult<i64> {
     diesel::update(stream_positions::table.find(stream))
         .set(stream_positions::position.eq(stream_positions::position + 1))
         .returning(stream_positions::position)
-        .get_result(conn)
+        .get_result(&mut conn)
         .await
 }
 
 /// The highest committed position of a stream.
-pub async fn current_position(conn: &mut AsyncPgConnection, stream: &str) -> QueryResult<i64> {
+pub async fn current_position(mut conn: &AsyncPgConnection, stream: &str) -> QueryResult<i64> {
     stream_positions::table
         .find(stream)
         .select(stream_positions::position)
-        .first(conn)
+        .first(&mut conn)
         .await
 }

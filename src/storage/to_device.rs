@@ -27,7 +27,7 @@ pub struct InboxRow {
 
 /// Records a sender's transaction; false when it was recorded before (a retry).
 pub async fn record_txn(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     txn_id: &str,
@@ -41,14 +41,14 @@ pub async fn record_txn(
             to_device_txns::created_ts.eq(now),
         ))
         .on_conflict_do_nothing()
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(|n| n == 1)
 }
 
 /// Puts one message into the inboxes of the given `(user, device)`s at a new stream position.
 pub async fn deliver(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     sender: &str,
     event_type: &str,
     messages: &[(String, String, Value)],
@@ -72,14 +72,14 @@ pub async fn deliver(
         .collect();
     diesel::insert_into(to_device_inbox::table)
         .values(rows)
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// A device's messages in `(after, up_to]`, oldest first.
 pub async fn get_inbox(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     after: i64,
@@ -99,13 +99,13 @@ pub async fn get_inbox(
             to_device_inbox::event_type,
             to_device_inbox::content,
         ))
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// Drops what a device has acknowledged (its sync token is past it).
 pub async fn delete_inbox_up_to(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     up_to: i64,
@@ -116,14 +116,14 @@ pub async fn delete_inbox_up_to(
             .filter(to_device_inbox::device_id.eq(device_id))
             .filter(to_device_inbox::stream_ordering.le(up_to)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await
     .map(drop)
 }
 
 /// Drops the inboxes of deleted devices.
 pub async fn delete_inboxes(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     device_ids: &[String],
 ) -> QueryResult<()> {
@@ -132,7 +132,7 @@ pub async fn delete_inboxes(
             .filter(to_device_inbox::user_id.eq(user_id))
             .filter(to_device_inbox::device_id.eq_any(device_ids)),
     )
-    .execute(conn)
+    .execute(&mut conn)
     .await
     .map(drop)
 }

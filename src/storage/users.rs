@@ -37,88 +37,88 @@ pub struct NewUser<'a> {
 }
 
 /// Inserts a user; a duplicate user ID fails with a unique violation.
-pub async fn insert_user(conn: &mut AsyncPgConnection, user: &NewUser<'_>) -> QueryResult<()> {
+pub async fn insert_user(mut conn: &AsyncPgConnection, user: &NewUser<'_>) -> QueryResult<()> {
     diesel::insert_into(users::table)
         .values(user)
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Looks a user up by ID.
-pub async fn get_user(conn: &mut AsyncPgConnection, user_id: &str) -> QueryResult<Option<UserRow>> {
+pub async fn get_user(mut conn: &AsyncPgConnection, user_id: &str) -> QueryResult<Option<UserRow>> {
     users::table
         .find(user_id)
         .select(UserRow::as_select())
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Whether a localpart is taken (by an active or deactivated account).
-pub async fn localpart_exists(conn: &mut AsyncPgConnection, localpart: &str) -> QueryResult<bool> {
+pub async fn localpart_exists(mut conn: &AsyncPgConnection, localpart: &str) -> QueryResult<bool> {
     diesel::select(diesel::dsl::exists(
         users::table.filter(users::localpart.eq(localpart)),
     ))
-    .get_result(conn)
+    .get_result(&mut conn)
     .await
 }
 
 /// Replaces a user's password hash (`None` removes password login).
 pub async fn set_password_hash(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     hash: Option<&str>,
 ) -> QueryResult<()> {
     diesel::update(users::table.find(user_id))
         .set(users::password_hash.eq(hash))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Marks a user deactivated and removes their password.
-pub async fn deactivate_user(conn: &mut AsyncPgConnection, user_id: &str) -> QueryResult<()> {
+pub async fn deactivate_user(mut conn: &AsyncPgConnection, user_id: &str) -> QueryResult<()> {
     diesel::update(users::table.find(user_id))
         .set((
             users::deactivated.eq(true),
             users::password_hash.eq(None::<String>),
         ))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// All profile fields of a user.
 pub async fn get_profile(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<Vec<(String, Value)>> {
     profile_fields::table
         .filter(profile_fields::user_id.eq(user_id))
         .select((profile_fields::field_name, profile_fields::value))
         .order(profile_fields::field_name)
-        .load(conn)
+        .load(&mut conn)
         .await
 }
 
 /// One profile field.
 pub async fn get_profile_field(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     field: &str,
 ) -> QueryResult<Option<Value>> {
     profile_fields::table
         .find((user_id, field))
         .select(profile_fields::value)
-        .first(conn)
+        .first(&mut conn)
         .await
         .optional()
 }
 
 /// Sets one profile field.
 pub async fn set_profile_field(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     field: &str,
     value: &Value,
@@ -132,14 +132,14 @@ pub async fn set_profile_field(
         .on_conflict((profile_fields::user_id, profile_fields::field_name))
         .do_update()
         .set(profile_fields::value.eq(value))
-        .execute(conn)
+        .execute(&mut conn)
         .await
         .map(drop)
 }
 
 /// Deletes one profile field (or all of them with `None`).
 pub async fn delete_profile_fields(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     field: Option<&str>,
 ) -> QueryResult<()> {
@@ -147,20 +147,20 @@ pub async fn delete_profile_fields(
     match field {
         Some(field) => {
             diesel::delete(rows.filter(profile_fields::field_name.eq(field)))
-                .execute(conn)
+                .execute(&mut conn)
                 .await
         }
-        None => diesel::delete(rows).execute(conn).await,
+        None => diesel::delete(rows).execute(&mut conn).await,
     }
     .map(drop)
 }
 
 /// Whether a user is shadow-banned.
-pub async fn is_shadow_banned(conn: &mut AsyncPgConnection, user_id: &str) -> QueryResult<bool> {
+pub async fn is_shadow_banned(mut conn: &AsyncPgConnection, user_id: &str) -> QueryResult<bool> {
     Ok(users::table
         .find(user_id)
         .select(users::shadow_banned)
-        .first::<bool>(conn)
+        .first::<bool>(&mut conn)
         .await
         .optional()?
         .unwrap_or(false))
@@ -168,13 +168,13 @@ pub async fn is_shadow_banned(conn: &mut AsyncPgConnection, user_id: &str) -> Qu
 
 /// Sets or clears a user's shadow ban; returns false for unknown users.
 pub async fn set_shadow_banned(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     user_id: &str,
     banned: bool,
 ) -> QueryResult<bool> {
     Ok(diesel::update(users::table.find(user_id))
         .set(users::shadow_banned.eq(banned))
-        .execute(conn)
+        .execute(&mut conn)
         .await?
         > 0)
 }
@@ -196,7 +196,7 @@ pub struct DirectoryUser {
 /// Users matching `term` (in ID or display name) whom `searcher` may discover: those sharing a
 /// joined room with them, or joined to a room published in the directory.
 pub async fn search_user_directory(
-    conn: &mut AsyncPgConnection,
+    mut conn: &AsyncPgConnection,
     searcher: &str,
     term: &str,
     limit: i64,
@@ -223,6 +223,6 @@ pub async fn search_user_directory(
     .bind::<diesel::sql_types::Text, _>(format!("%{escaped}%"))
     .bind::<diesel::sql_types::Text, _>(searcher)
     .bind::<diesel::sql_types::BigInt, _>(limit)
-    .load(conn)
+    .load(&mut conn)
     .await
 }

@@ -208,7 +208,7 @@ impl Backup {
     /// Uploads go to the current version only (spec: `M_WRONG_ROOM_KEYS_VERSION`).
     async fn check_current(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user: &str,
         version: i64,
     ) -> Result<()> {
@@ -227,7 +227,7 @@ impl Backup {
 
     async fn etag_and_count(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user: &str,
         version: i64,
     ) -> Result<Value> {

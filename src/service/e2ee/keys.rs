@@ -460,7 +460,7 @@ impl Keys {
 
 /// A device's remaining one-time keys per algorithm, as `/keys/upload` and `/sync` report them.
 pub async fn one_time_key_counts(
-    conn: &mut diesel_async::AsyncPgConnection,
+    conn: &diesel_async::AsyncPgConnection,
     user_id: &str,
     device_id: &str,
 ) -> Result<BTreeMap<String, i64>> {
@@ -475,7 +475,7 @@ pub async fn one_time_key_counts(
 /// `device_lists.changed` and `.left` between two positions of the device-list and event
 /// streams.
 pub async fn device_list_delta(
-    conn: &mut diesel_async::AsyncPgConnection,
+    conn: &diesel_async::AsyncPgConnection,
     user_id: &str,
     device_lists: (i64, i64),
     events: (i64, i64),

@@ -21,7 +21,7 @@ use crate::{
 
 /// Records that a user's devices or keys changed and wakes everyone who shares a room with
 /// them (their clients must refresh the user's keys). Call inside the change's transaction.
-pub async fn device_list_changed(conn: &mut AsyncPgConnection, user_id: &str) -> Result<()> {
+pub async fn device_list_changed(conn: &AsyncPgConnection, user_id: &str) -> Result<()> {
     store::record_device_list_change(conn, user_id).await?;
     notify(conn, SHARERS_CHANNEL, user_id).await?;
     Ok(())

@@ -79,7 +79,7 @@ impl ToDevice {
 /// stays until a later token shows it arrived. Returns the events and the position the next
 /// token may claim (short of `up_to` when more are waiting).
 pub async fn take_for_sync(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     user_id: &str,
     device_id: &str,
     since: i64,

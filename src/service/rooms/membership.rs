@@ -27,7 +27,7 @@ impl Rooms {
     /// Fails with `M_NOT_FOUND` unless the user is a local account.
     pub(super) async fn ensure_local_user(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user_id: &UserId,
     ) -> Result<()> {
         if user_id.server_name() != self.config.server_name {
@@ -44,7 +44,7 @@ impl Rooms {
     /// The display name and avatar that go into a user's member events.
     pub(super) async fn member_profile(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user_id: &UserId,
     ) -> Result<Map<String, Value>> {
         Ok(users::get_profile(conn, user_id.as_str())
@@ -103,7 +103,7 @@ impl Rooms {
     /// For `restricted` rooms: a local member who may invite, when the joiner is in an allowed room.
     async fn restricted_join_authoriser(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user_id: &UserId,
         room_id: &RoomId,
     ) -> Result<Option<String>> {
@@ -173,11 +173,7 @@ impl Rooms {
     }
 
     /// `M_NOT_FOUND` unless this server knows the room (joining remote rooms needs federation).
-    async fn ensure_local_room(
-        &self,
-        conn: &mut AsyncPgConnection,
-        room_id: &RoomId,
-    ) -> Result<()> {
+    async fn ensure_local_room(&self, conn: &AsyncPgConnection, room_id: &RoomId) -> Result<()> {
         match store::get_room(conn, room_id.as_str()).await? {
             Some(_) => Ok(()),
             None => Err(Error::not_found(
@@ -189,7 +185,7 @@ impl Rooms {
     /// `M_NOT_FOUND` unless the room exists here.
     pub(super) async fn ensure_room_exists(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         room_id: &RoomId,
     ) -> Result<()> {
         match store::get_room(conn, room_id.as_str()).await? {
@@ -201,7 +197,7 @@ impl Rooms {
     /// Whether the user's current membership is `join`.
     pub(super) async fn is_joined(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         room_id: &RoomId,
         user_id: &UserId,
     ) -> Result<bool> {
@@ -215,7 +211,7 @@ impl Rooms {
     /// Whether the user's power level suffices to send a state event of this type.
     pub(super) async fn can_send_state(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         room_id: &RoomId,
         user_id: &UserId,
         event_type: &str,
@@ -237,7 +233,7 @@ impl Rooms {
     /// The room's power-levels content (empty when unset).
     pub(super) async fn power_levels(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         room_id: &RoomId,
     ) -> Result<Value> {
         let id =
@@ -254,7 +250,7 @@ impl Rooms {
     /// A user's power level; room creators are above everyone in room versions that privilege them.
     pub(super) async fn user_level(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         room_id: &RoomId,
         user_id: &UserId,
         levels: &Value,
@@ -281,7 +277,7 @@ impl Rooms {
 
     async fn is_creator(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         room_id: &RoomId,
         user_id: &UserId,
     ) -> Result<bool> {

@@ -3,6 +3,8 @@
 
 use std::collections::HashSet;
 
+use diesel_async::AsyncPgConnection;
+use futures_util::future::try_join_all;
 use ruma::{RoomId, UserId};
 use serde_json::{json, Value};
 
@@ -49,19 +51,22 @@ pub struct PageRequest<'a> {
 impl Rooms {
     /// One page of a room's history, in stream order.
     pub async fn messages(&self, request: &PageRequest<'_>) -> Result<Page> {
-        let mut conn = self.db.conn().await?;
+        let pooled = self.db.conn().await?;
+        // Shared: independent queries are pipelined.
+        let conn: &AsyncPgConnection = &pooled;
         let room_id = request.room_id.as_str();
-        let room = store::get_room(&mut conn, room_id)
-            .await?
-            .ok_or_else(|| Error::forbidden("You are not in this room"))?;
-        if store::get_membership(&mut conn, room_id, request.user_id.as_str())
-            .await?
-            .is_none()
-        {
-            let state = state_store::get_state_ids(&mut conn, room.current_state_group).await?;
+        let user = request.user_id.as_str();
+        let (room, membership, ignored) = tokio::try_join!(
+            async { Ok(store::get_room(conn, room_id).await?) },
+            async { Ok(store::get_membership(conn, room_id, user).await?) },
+            crate::service::account_data::ignored_users(conn, user),
+        )?;
+        let room = room.ok_or_else(|| Error::forbidden("You are not in this room"))?;
+        if membership.is_none() {
+            let state = state_store::get_state_ids(conn, room.current_state_group).await?;
             let visibility =
                 match state.get(&("m.room.history_visibility".to_owned(), String::new())) {
-                    Some(id) => store::get_event(&mut conn, id)
+                    Some(id) => store::get_event(conn, id)
                         .await?
                         .and_then(|e| e.pdu.pointer("/content/history_visibility").cloned()),
                     None => None,
@@ -73,9 +78,6 @@ impl Rooms {
         let from = request
             .from
             .unwrap_or(if request.backwards { i64::MAX } else { 0 });
-        let ignored =
-            crate::service::account_data::ignored_users(&mut conn, request.user_id.as_str())
-                .await?;
         let mut visibility = Visibility::new(request.user_id);
         let mut found = Vec::new();
         let mut cursor = from;
@@ -85,10 +87,10 @@ impl Rooms {
             let batch = (request.limit * 2).clamp(20, 200) as i64;
             let rows = if request.backwards {
                 let lower = request.to.unwrap_or(0);
-                store::get_room_events_desc(&mut conn, room_id, lower, cursor, batch).await?
+                store::get_room_events_desc(conn, room_id, lower, cursor, batch).await?
             } else {
                 let upper = request.to.unwrap_or(i64::MAX);
-                store::get_room_events_between(&mut conn, room_id, cursor, upper, batch).await?
+                store::get_room_events_between(conn, room_id, cursor, upper, batch).await?
             };
             if rows.is_empty() {
                 exhausted = true;
@@ -101,7 +103,7 @@ impl Rooms {
                 } else {
                     row.stream_ordering
                 };
-                if !ignored.contains(&row.sender) && visibility.can_see(&mut conn, &row).await? {
+                if !ignored.contains(&row.sender) && visibility.can_see(conn, &row).await? {
                     found.push(row);
                     if found.len() == request.limit {
                         break;
@@ -113,27 +115,28 @@ impl Rooms {
         let mut state = Vec::new();
         if request.lazy_load_members && !found.is_empty() {
             let senders: HashSet<&str> = found.iter().map(|r| r.sender.as_str()).collect();
-            let mut ids = Vec::new();
-            for sender in senders {
-                if let Some(id) =
-                    store::get_current_state_id(&mut conn, room_id, "m.room.member", sender).await?
-                {
-                    ids.push(id);
-                }
-            }
-            let rows = store::get_events(&mut conn, &ids).await?;
-            state = self.render(&mut conn, &rules, &rows).await?;
+            let rows: Vec<_> = try_join_all(senders.into_iter().map(|sender| {
+                store::get_current_state_event(conn, room_id, "m.room.member", sender)
+            }))
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+            state = self.render(conn, &rules, &rows).await?;
         }
-        let chunk = self
-            .render_with_relations(&mut conn, &rules, request.user_id, &found)
-            .await?;
+        let (chunk, start) = tokio::try_join!(
+            self.render_with_relations(conn, &rules, request.user_id, &found),
+            async {
+                Ok(if from == i64::MAX {
+                    store::get_room_max_position(conn, room_id).await?
+                } else {
+                    from
+                })
+            },
+        )?;
         Ok(Page {
             chunk,
-            start: pagination(if from == i64::MAX {
-                store::get_room_max_position(&mut conn, room_id).await?
-            } else {
-                from
-            }),
+            start: pagination(start),
             end: (!exhausted).then(|| pagination(cursor)),
             state,
         })

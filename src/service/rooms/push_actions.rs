@@ -219,54 +219,79 @@ fn is_local(user_id: &str, server_name: &str) -> bool {
         .is_some_and(|(_, server)| server == server_name)
 }
 
-/// Evaluates a new event for every joined local member, against the room as it is before
-/// the event (call it before the event's own state changes are applied), and stores the
-/// result in the caller's transaction.
-pub async fn record_for_new_event(
-    conn: &mut AsyncPgConnection,
-    server_name: &str,
-    rules: &RoomVersionRules,
-    room_id: &RoomId,
-    event_id: &str,
-    stream_ordering: i64,
-    pdu: &Value,
-) -> Result<()> {
-    let members = store::get_joined_members_with_names(conn, room_id.as_str()).await?;
-    let event = EventToEvaluate::new(room_id, event_id, stream_ordering, pdu);
-    let local: Vec<(OwnedUserId, Option<String>)> = members
-        .iter()
-        .filter(|(user, _)| user != event.sender && is_local(user, server_name))
-        .filter_map(|(user, name)| Some((UserId::parse(user.as_str()).ok()?, name.clone())))
-        .collect();
-    if local.is_empty() {
-        return Ok(());
-    }
-    let state = store::get_current_state_pdus(
-        conn,
-        room_id.as_str(),
-        &["m.room.power_levels", "m.room.create"],
-    )
-    .await?;
-    let state: HashMap<String, Value> = state.into_iter().collect();
-    let room = RoomContext::new(
-        members.len(),
-        state.get("m.room.power_levels"),
-        state.get("m.room.create"),
-        rules,
-    );
-    let user_refs: Vec<&UserId> = local.iter().map(|(u, _)| u.as_ref()).collect();
-    let rulesets = load_rulesets(conn, &user_refs).await?;
-    let mut rows = Vec::new();
-    for (user, name) in &local {
-        let Some(rules) = rulesets.get(user.as_str()) else {
-            continue;
+/// The local members a new event is evaluated for, with their push rules and what the
+/// rules need to know about the room, read as the room is before the event (before the
+/// event's own state changes are applied). Nothing here depends on the event's stream
+/// position, so the writer reads it in the same round trip as it takes the position.
+pub struct Audience {
+    members: Vec<(OwnedUserId, Option<String>)>,
+    room: RoomContext,
+    rulesets: HashMap<String, Arc<Ruleset>>,
+}
+
+impl Audience {
+    /// Reads the audience of an event `sender` is about to send into `room_id`.
+    pub async fn load(
+        conn: &AsyncPgConnection,
+        server_name: &str,
+        rules: &RoomVersionRules,
+        room_id: &RoomId,
+        sender: &str,
+    ) -> Result<Self> {
+        let state_types = ["m.room.power_levels", "m.room.create"];
+        let (members, state) = tokio::try_join!(
+            store::get_joined_members_with_names(conn, room_id.as_str()),
+            store::get_current_state_pdus(conn, room_id.as_str(), &state_types),
+        )?;
+        let local: Vec<(OwnedUserId, Option<String>)> = members
+            .iter()
+            .filter(|(user, _)| user != sender && is_local(user, server_name))
+            .filter_map(|(user, name)| Some((UserId::parse(user.as_str()).ok()?, name.clone())))
+            .collect();
+        let state: HashMap<String, Value> = state.into_iter().collect();
+        let room = RoomContext::new(
+            members.len(),
+            state.get("m.room.power_levels"),
+            state.get("m.room.create"),
+            rules,
+        );
+        let rulesets = if local.is_empty() {
+            HashMap::new()
+        } else {
+            let user_refs: Vec<&UserId> = local.iter().map(|(u, _)| u.as_ref()).collect();
+            load_rulesets(conn, &user_refs).await?
         };
-        if let Some(row) = evaluate(rules, &room, &event, user, name.as_deref()).await {
-            rows.push(row);
-        }
+        Ok(Audience {
+            members: local,
+            room,
+            rulesets,
+        })
     }
-    store::insert_push_actions(conn, &rows).await?;
-    Ok(())
+
+    /// The push action rows of a new event: one per member it notifies or counts as unread
+    /// for. The caller stores them in the event's transaction.
+    pub async fn rows_for(
+        &self,
+        room_id: &RoomId,
+        event_id: &str,
+        stream_ordering: i64,
+        pdu: &Value,
+    ) -> Vec<PushActionRow> {
+        if self.members.is_empty() {
+            return Vec::new();
+        }
+        let event = EventToEvaluate::new(room_id, event_id, stream_ordering, pdu);
+        let mut rows = Vec::new();
+        for (user, name) in &self.members {
+            let Some(rules) = self.rulesets.get(user.as_str()) else {
+                continue;
+            };
+            if let Some(row) = evaluate(rules, &self.room, &event, user, name.as_deref()).await {
+                rows.push(row);
+            }
+        }
+        rows
+    }
 }
 
 /// The result of recomputing one member's push actions in one room.
@@ -292,7 +317,7 @@ impl CheckReport {
 /// rows with the recomputed ones. (A rule changed since an event arrived shows up as a
 /// difference: the stored row reflects the rules of its time.)
 pub async fn check_user_room(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     server_name: &str,
     user_id: &UserId,
     room_id: &RoomId,
@@ -323,7 +348,7 @@ pub async fn check_user_room(
 /// The push actions a member should have in a room: for each event since their current
 /// stretch of membership began, evaluated against the state before it.
 async fn recompute(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     server_name: &str,
     user_id: &UserId,
     room_id: &RoomId,
@@ -379,7 +404,7 @@ async fn recompute(
 
 /// The room context and the member's display name in a state group.
 async fn context_at(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     group: i64,
     user_id: &UserId,
     rules: &RoomVersionRules,

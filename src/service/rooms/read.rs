@@ -53,7 +53,7 @@ impl Rooms {
 
     pub(super) async fn room_rules(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         room_id: &RoomId,
     ) -> Result<(RoomVersionRules, i64)> {
         let room = store::get_room(conn, room_id.as_str())
@@ -66,7 +66,7 @@ impl Rooms {
     /// events from many rooms.
     pub(super) async fn cached_rules<'a>(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         cache: &'a mut HashMap<String, RoomVersionRules>,
         room_id: &str,
     ) -> Result<&'a RoomVersionRules> {
@@ -82,7 +82,7 @@ impl Rooms {
     /// Renders stored events for clients, with redactions applied.
     pub(crate) async fn render(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         rules: &RoomVersionRules,
         rows: &[EventRow],
     ) -> Result<Vec<Value>> {
@@ -110,7 +110,7 @@ impl Rooms {
     /// What the user may see of the room's state; `M_FORBIDDEN` when nothing.
     async fn view(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user_id: &UserId,
         room_id: &RoomId,
         current_group: i64,
@@ -140,7 +140,7 @@ impl Rooms {
     /// what their membership allows).
     async fn visible_state_rows(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user_id: &UserId,
         room_id: &RoomId,
         at: Option<i64>,
@@ -279,7 +279,7 @@ impl Rooms {
 
     pub(super) async fn visible_event(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user_id: &UserId,
         room_id: &RoomId,
         event_id: &str,
@@ -372,7 +372,7 @@ impl Rooms {
 /// The visible events just before (newest first) and just after (oldest first) an event of
 /// its room, that the filter lets through.
 pub(super) async fn events_around(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     visibility: &mut Visibility<'_>,
     target: &EventRow,
     (before_limit, after_limit): (i64, i64),

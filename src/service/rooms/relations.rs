@@ -38,7 +38,7 @@ fn duplicate_annotation() -> Error {
 /// ignore (other sender, other type, a state event, an edit of an edit): such an event is
 /// stored but never replaces anything.
 pub async fn check(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     room_id: &RoomId,
     sender: &UserId,
     kind: &str,
@@ -112,7 +112,7 @@ impl Rooms {
     /// Renders timeline events with their bundled relations.
     pub(crate) async fn render_with_relations(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         rules: &RoomVersionRules,
         user_id: &UserId,
         rows: &[EventRow],
@@ -128,7 +128,7 @@ impl Rooms {
     /// `current_user_participated`) and references (`m.reference`).
     pub(crate) async fn bundle_relations(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         rules: &RoomVersionRules,
         user_id: &UserId,
         events: &mut [Value],
@@ -141,9 +141,11 @@ impl Rooms {
         if ids.is_empty() {
             return Ok(());
         }
-        let edits = store::get_latest_edits(conn, &ids).await?;
-        let threads = store::get_thread_summaries(conn, &ids, user_id.as_str()).await?;
-        let references = store::get_references(conn, &ids).await?;
+        let (edits, threads, references) = tokio::try_join!(
+            store::get_latest_edits(conn, &ids),
+            store::get_thread_summaries(conn, &ids, user_id.as_str()),
+            store::get_references(conn, &ids),
+        )?;
         if edits.is_empty() && threads.is_empty() && references.is_empty() {
             return Ok(());
         }

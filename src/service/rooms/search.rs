@@ -257,7 +257,7 @@ impl Rooms {
     /// result.
     async fn profiles(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         row: &EventRow,
         before: &[EventRow],
         after: &[EventRow],

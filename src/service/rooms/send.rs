@@ -5,7 +5,7 @@ use ruma::{EventId, OwnedEventId, RoomId, UserId};
 use serde_json::Value;
 
 use super::{
-    writer::{NewEvent, RoomWriter},
+    writer::{common_auth_keys, NewEvent, RoomWriter},
     Rooms,
 };
 use crate::{
@@ -39,36 +39,34 @@ impl Rooms {
             return Err(Error::bad_json("Event content must be a JSON object"));
         }
         let mut conn = self.db.conn().await?;
-        if let Some((device_id, txn_id)) = sender.txn {
-            if let Some(id) =
-                store::get_txn_event(&mut conn, sender.user_id.as_str(), device_id, txn_id).await?
-            {
-                return EventId::parse(id).map_err(Error::internal);
-            }
+        let user = sender.user_id.as_str();
+        let (earlier, shadow_banned) = tokio::try_join!(
+            async {
+                match sender.txn {
+                    Some((device_id, txn_id)) => {
+                        store::get_txn_event(&conn, user, device_id, txn_id).await
+                    }
+                    None => Ok(None),
+                }
+            },
+            users::is_shadow_banned(&conn, user),
+        )?;
+        if let Some(id) = earlier {
+            return EventId::parse(id).map_err(Error::internal);
         }
-        if users::is_shadow_banned(&mut conn, sender.user_id.as_str()).await?
-            && !is_membership_of_self(sender, kind, state_key)
-        {
+        if shadow_banned && !is_membership_of_self(sender, kind, state_key) {
             return self.fake_send(&mut conn, sender).await;
         }
         let _room_lock = self.locks.lock(room_id).await;
         let server_name = self.config.server_name.as_str();
+        let member_target = state_key.filter(|_| kind == "m.room.member");
+        let prefetch = common_auth_keys(user, member_target);
         let result = conn
             .transaction::<_, Error, _>(async |conn| {
-                let mut writer = RoomWriter::open(conn, &self.keys, server_name, room_id).await?;
-                if let Some((device_id, txn_id)) = sender.txn {
-                    // A concurrent retry of the same transaction committed while we waited.
-                    let existing = store::get_txn_event(
-                        writer.conn(),
-                        sender.user_id.as_str(),
-                        device_id,
-                        txn_id,
-                    )
-                    .await?;
-                    if let Some(id) = existing {
-                        return EventId::parse(id).map_err(Error::internal);
-                    }
-                }
+                // A concurrent retry of the same transaction that commits first makes this
+                // one fail on the transaction's unique key; its event is returned below.
+                let mut writer =
+                    RoomWriter::open(conn, &self.keys, server_name, room_id, &prefetch).await?;
                 self.check_content(&mut writer, kind, state_key, &content)
                     .await?;
                 let event = NewEvent {
@@ -101,7 +99,7 @@ impl Rooms {
     /// so retries see the same one, and nothing written to the room.
     pub(super) async fn fake_send(
         &self,
-        conn: &mut diesel_async::AsyncPgConnection,
+        conn: &diesel_async::AsyncPgConnection,
         sender: Sender<'_>,
     ) -> Result<OwnedEventId> {
         let event_id =

@@ -130,7 +130,7 @@ impl Rooms {
             drop(writer);
 
             // The tombstone, and the old room quietened so people move over.
-            let mut old = RoomWriter::open(conn, &self.keys, server_name, old_room).await?;
+            let mut old = RoomWriter::open(conn, &self.keys, server_name, old_room, &[]).await?;
             let tombstone = json!({ "body": "This room has been replaced", "replacement_room": new_room });
             old.append(NewEvent { sender: user_id, kind: "m.room.tombstone", state_key: Some(""), content: tombstone, redacts: None, txn: None })
                 .await?;

@@ -34,9 +34,18 @@ impl<'u> Visibility<'u> {
         }
     }
 
+    /// Records the user's current membership of a room when the caller has it already (the
+    /// position it took effect at), saving the lookup.
+    pub fn know_membership(&mut self, room_id: &str, membership: &str, position: i64) {
+        self.joined_since.insert(
+            room_id.to_owned(),
+            (membership == "join").then_some(position),
+        );
+    }
+
     async fn state_content(
         &mut self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         group: i64,
         kind: &str,
         key: &str,
@@ -63,7 +72,7 @@ impl<'u> Visibility<'u> {
     /// The stored events with these IDs that the reader may see, in the order given.
     pub async fn filter_ids(
         &mut self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         ids: &[String],
     ) -> Result<Vec<EventRow>> {
         let mut rows: HashMap<String, EventRow> = store::get_events(conn, ids)
@@ -85,11 +94,7 @@ impl<'u> Visibility<'u> {
     /// The spec's algorithm, judged on the state at the event:
     /// world_readable; joined at the event; `shared` and joined at any point since; or invited
     /// at the event with `invited` visibility. A user always sees their own membership events.
-    pub async fn can_see(
-        &mut self,
-        conn: &mut AsyncPgConnection,
-        event: &EventRow,
-    ) -> Result<bool> {
+    pub async fn can_see(&mut self, conn: &AsyncPgConnection, event: &EventRow) -> Result<bool> {
         let user = self.user_id.as_str();
         if event.event_type == "m.room.member" && event.state_key.as_deref() == Some(user) {
             return Ok(true);

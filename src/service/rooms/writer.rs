@@ -20,7 +20,12 @@ use ruma::{
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::pdu::{build_pdu, Pdu, PduTemplate};
+use futures_util::future::try_join_all;
+
+use super::{
+    pdu::{build_pdu, Pdu, PduTemplate},
+    push_actions::Audience,
+};
 use crate::{
     error::{Error, Result},
     service::keys::ServerKeys,
@@ -58,7 +63,9 @@ pub struct Appended {
 
 /// Writes events into one room within the caller's transaction.
 pub struct RoomWriter<'c> {
-    conn: &'c mut AsyncPgConnection,
+    /// Shared, not exclusive: independent statements of one step go out together (pipelined)
+    /// and cost one round trip between them.
+    conn: &'c AsyncPgConnection,
     keys: &'c ServerKeys,
     server_name: &'c str,
     room_id: Option<OwnedRoomId>,
@@ -68,7 +75,9 @@ pub struct RoomWriter<'c> {
     /// which this transaction keeps up to date, so nothing proportional to the room's size
     /// is loaded per event.
     state: HashMap<(String, String), Option<String>>,
-    state_group: Option<(i64, i32)>,
+    /// The current state group and its delta-chain length (looked up when a state event
+    /// needs it).
+    state_group: Option<(i64, Option<i32>)>,
     extremities: Vec<OwnedEventId>,
     depth: i64,
     pdus: HashMap<OwnedEventId, Pdu>,
@@ -99,33 +108,58 @@ pub fn rules_for(room_version: &str) -> Result<RoomVersionRules> {
     version_rules(&RoomVersionId::try_from(room_version).map_err(Error::internal)?)
 }
 
+/// The state most events' authorisation reads: the room's create event, power levels and
+/// join rules, and the membership of the sender (and of the target, for a membership event).
+pub fn common_auth_keys<'a>(
+    sender: &'a str,
+    member_target: Option<&'a str>,
+) -> Vec<(&'a str, &'a str)> {
+    let mut keys = vec![
+        ("m.room.create", ""),
+        ("m.room.power_levels", ""),
+        ("m.room.join_rules", ""),
+        ("m.room.member", sender),
+    ];
+    if let Some(target) = member_target.filter(|t| *t != sender) {
+        keys.push(("m.room.member", target));
+    }
+    keys
+}
+
 impl<'c> RoomWriter<'c> {
-    /// Starts writing to an existing room: takes its advisory lock and loads its tip.
-    /// `M_NOT_FOUND` when the room is unknown.
+    /// Starts writing to an existing room: takes its advisory lock, then loads its tip and the
+    /// current state of `prefetch` in one round trip. `M_NOT_FOUND` when the room is unknown.
     pub async fn open(
-        conn: &'c mut AsyncPgConnection,
+        conn: &'c AsyncPgConnection,
         keys: &'c ServerKeys,
         server_name: &'c str,
         room_id: &RoomId,
+        prefetch: &[(&str, &str)],
     ) -> Result<Self> {
+        // Alone, so that every read below happens under the lock.
         diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
             .bind::<BigInt, _>(lock_key(room_id.as_str()))
-            .execute(conn)
+            .execute(&mut &*conn)
             .await?;
-        let room = store::get_room(conn, room_id.as_str())
-            .await?
-            .ok_or_else(|| Error::not_found("Unknown room"))?;
+        let state =
+            try_join_all(prefetch.iter().map(|(kind, key)| {
+                store::get_current_state_event(conn, room_id.as_str(), kind, key)
+            }));
+        let (room, tips, state) = tokio::try_join!(
+            store::get_room(conn, room_id.as_str()),
+            store::get_forward_extremities(conn, room_id.as_str()),
+            state,
+        )?;
+        let room = room.ok_or_else(|| Error::not_found("Unknown room"))?;
         let version =
             RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
         let rules = version_rules(&version)?;
-        let chain = state_store::get_chain_length(conn, room.current_state_group).await?;
-        let tips = store::get_forward_extremities(conn, room_id.as_str()).await?;
         let depth = tips.iter().map(|(_, d)| *d).max().unwrap_or(0);
         let extremities = tips
             .into_iter()
             .filter_map(|(id, _)| EventId::parse(id).ok())
             .collect();
-        Ok(RoomWriter {
+        let mut writer = RoomWriter {
             conn,
             keys,
             server_name,
@@ -133,16 +167,40 @@ impl<'c> RoomWriter<'c> {
             version,
             rules,
             state: HashMap::new(),
-            state_group: Some((room.current_state_group, chain)),
+            state_group: Some((room.current_state_group, None)),
             extremities,
             depth,
             pdus: HashMap::new(),
-        })
+        };
+        for ((kind, key), row) in prefetch.iter().zip(state) {
+            writer.remember_state(kind, key, row)?;
+        }
+        Ok(writer)
+    }
+
+    /// Caches one current-state entry (and its event) looked up from the database.
+    fn remember_state(
+        &mut self,
+        kind: &str,
+        state_key: &str,
+        row: Option<store::EventRow>,
+    ) -> Result<()> {
+        let id = match row {
+            Some(row) => {
+                let pdu = Pdu::from_json(&row.event_id, &row.pdu)?;
+                self.pdus.insert(pdu.event_id.clone(), pdu);
+                Some(row.event_id)
+            }
+            None => None,
+        };
+        self.state
+            .insert((kind.to_owned(), state_key.to_owned()), id);
+        Ok(())
     }
 
     /// Starts a new room of the given version; the first append must be its `m.room.create`.
     pub fn create(
-        conn: &'c mut AsyncPgConnection,
+        conn: &'c AsyncPgConnection,
         keys: &'c ServerKeys,
         server_name: &'c str,
         room_id: Option<OwnedRoomId>,
@@ -172,40 +230,55 @@ impl<'c> RoomWriter<'c> {
     }
 
     /// The connection, for statements that belong to the same transaction.
-    pub fn conn(&mut self) -> &mut AsyncPgConnection {
+    pub fn conn(&self) -> &'c AsyncPgConnection {
         self.conn
     }
 
-    /// The current state event ID of `(type, state_key)`.
-    async fn state_id(&mut self, kind: &str, state_key: &str) -> Result<Option<String>> {
-        let key = (kind.to_owned(), state_key.to_owned());
-        if let Some(id) = self.state.get(&key) {
-            return Ok(id.clone());
-        }
-        let room_id = self
+    /// Looks up the current state of the keys not seen yet, in one round trip. A room being
+    /// created has no stored state: everything it has was appended through this writer.
+    async fn fetch_state(&mut self, keys: &[(String, String)]) -> Result<()> {
+        let Some(room_id) = self
             .room_id
-            .as_ref()
-            .map(|r| r.to_string())
-            .unwrap_or_default();
-        let id = store::get_current_state_id(self.conn, &room_id, kind, state_key).await?;
-        self.state.insert(key, id.clone());
-        Ok(id)
-    }
-
-    async fn load(&mut self, ids: &[String]) -> Result<()> {
-        let missing: Vec<String> = ids
-            .iter()
-            .filter(|id| EventId::parse(id.as_str()).map_or(true, |e| !self.pdus.contains_key(&e)))
-            .cloned()
-            .collect();
-        if missing.is_empty() {
+            .clone()
+            .filter(|_| !self.extremities.is_empty())
+        else {
             return Ok(());
-        }
-        for row in store::get_events(self.conn, &missing).await? {
-            let pdu = Pdu::from_json(&row.event_id, &row.pdu)?;
-            self.pdus.insert(pdu.event_id.clone(), pdu);
+        };
+        let missing: Vec<&(String, String)> = keys
+            .iter()
+            .filter(|k| !self.state.contains_key(*k))
+            .collect();
+        let conn = self.conn;
+        let rows =
+            try_join_all(missing.iter().map(|(kind, key)| {
+                store::get_current_state_event(conn, room_id.as_str(), kind, key)
+            }))
+            .await?;
+        for ((kind, key), row) in missing.into_iter().zip(rows) {
+            self.remember_state(kind, key, row)?;
         }
         Ok(())
+    }
+
+    /// The current state event ID of `(type, state_key)`, once fetched.
+    fn state_id(&self, kind: &str, state_key: &str) -> Option<String> {
+        self.state
+            .get(&(kind.to_owned(), state_key.to_owned()))
+            .cloned()
+            .flatten()
+    }
+
+    /// The current state group and the length of its delta chain.
+    async fn state_group_with_chain(&mut self) -> Result<Option<(i64, i32)>> {
+        match self.state_group {
+            None => Ok(None),
+            Some((group, Some(chain))) => Ok(Some((group, chain))),
+            Some((group, None)) => {
+                let chain = state_store::get_chain_length(self.conn, group).await?;
+                self.state_group = Some((group, Some(chain)));
+                Ok(Some((group, chain)))
+            }
+        }
     }
 
     /// Builds, authorises, signs and stores one event; refused actions are `M_FORBIDDEN`.
@@ -241,24 +314,19 @@ impl<'c> RoomWriter<'c> {
             &self.rules.authorization,
         )
         .map_err(|e| Error::bad_json(format!("Invalid event content: {e}")))?;
-        let mut auth_ids = Vec::new();
-        for (kind, state_key) in &auth_types {
-            if let Some(id) = self.state_id(&kind.to_string(), state_key).await? {
-                auth_ids.push(id);
-            }
+        // The auth events, and everything else the state-dependent rules may ask for.
+        let mut keys: Vec<(String, String)> = auth_types
+            .iter()
+            .map(|(kind, state_key)| (kind.to_string(), state_key.clone()))
+            .collect();
+        for (kind, state_key) in common_auth_keys(event.sender.as_str(), None) {
+            keys.push((kind.to_owned(), state_key.to_owned()));
         }
-        // Everything the state-dependent rules may ask for.
-        let mut needed = auth_ids.clone();
-        for (kind, state_key) in [
-            ("m.room.create", ""),
-            ("m.room.power_levels", ""),
-            ("m.room.join_rules", ""),
-        ] {
-            if let Some(id) = self.state_id(kind, state_key).await? {
-                needed.push(id);
-            }
-        }
-        self.load(&needed).await?;
+        self.fetch_state(&keys).await?;
+        let auth_ids: Vec<String> = auth_types
+            .iter()
+            .filter_map(|(kind, state_key)| self.state_id(&kind.to_string(), state_key))
+            .collect();
 
         let auth_events: Vec<OwnedEventId> = auth_ids
             .iter()
@@ -320,7 +388,10 @@ impl<'c> RoomWriter<'c> {
         // State after this event.
         let group = match event.state_key {
             Some(state_key) => {
-                let parent = self.state_group.filter(|(_, len)| *len < STATE_CHAIN_LIMIT);
+                let parent = self
+                    .state_group_with_chain()
+                    .await?
+                    .filter(|(_, len)| *len < STATE_CHAIN_LIMIT);
                 let group = match parent {
                     Some(parent) => {
                         state_store::insert_state_group(
@@ -345,7 +416,7 @@ impl<'c> RoomWriter<'c> {
                     }
                 };
                 let length = parent.map_or(0, |(_, len)| len + 1);
-                self.state_group = Some((group, length));
+                self.state_group = Some((group, Some(length)));
                 self.state.insert(
                     (event.kind.to_owned(), state_key.to_owned()),
                     Some(event_id.to_string()),
@@ -359,10 +430,30 @@ impl<'c> RoomWriter<'c> {
             }
         };
 
-        let stream_ordering = streams::next_position(self.conn, streams::EVENTS).await?;
+        let conn = self.conn;
+        let audience = async {
+            if self.extremities.is_empty() {
+                // A new room: nobody else is in it yet.
+                return Ok(None);
+            }
+            Audience::load(
+                conn,
+                self.server_name,
+                &self.rules,
+                &room_id,
+                event.sender.as_str(),
+            )
+            .await
+            .map(Some)
+        };
+        // Push rules see the room as it was before the event: its state changes come later.
+        let (stream_ordering, audience) = tokio::try_join!(
+            async { Ok(streams::next_position(conn, streams::EVENTS).await?) },
+            audience,
+        )?;
         if self.extremities.is_empty() {
             store::insert_room(
-                self.conn,
+                conn,
                 room_id.as_str(),
                 self.version.as_str(),
                 event.sender.as_str(),
@@ -371,97 +462,92 @@ impl<'c> RoomWriter<'c> {
             )
             .await?;
         }
-        store::insert_event(
-            self.conn,
-            &store::NewEvent {
-                event_id: event_id.as_str(),
-                room_id: room_id.as_str(),
-                stream_ordering,
-                depth: template.depth,
-                sender: event.sender.as_str(),
-                event_type: event.kind,
-                state_key: event.state_key,
-                origin_server_ts: template.origin_server_ts,
-                pdu: &json,
-                state_group: group,
-            },
-        )
-        .await?;
-        if let Some(mut relation) = relation {
+        let push_rows = match &audience {
+            Some(audience) => {
+                audience
+                    .rows_for(&room_id, event_id.as_str(), stream_ordering, &json)
+                    .await
+            }
+            None => Vec::new(),
+        };
+        let new_event = store::NewEvent {
+            event_id: event_id.as_str(),
+            room_id: room_id.as_str(),
+            stream_ordering,
+            depth: template.depth,
+            sender: event.sender.as_str(),
+            event_type: event.kind,
+            state_key: event.state_key,
+            origin_server_ts: template.origin_server_ts,
+            pdu: &json,
+            state_group: group,
+        };
+        let relation = relation.map(|mut relation| {
             relation.event_id = event_id.to_string();
             relation.stream_ordering = stream_ordering;
-            relations_store::insert_relation(self.conn, &relation).await?;
-        }
-        // Before the event's own state changes: push rules see the room as it was.
-        super::push_actions::record_for_new_event(
-            self.conn,
-            self.server_name,
-            &self.rules,
-            &room_id,
-            event_id.as_str(),
-            stream_ordering,
-            &json,
-        )
-        .await?;
+            relation
+        });
         let prev: Vec<String> = self.extremities.iter().map(|e| e.to_string()).collect();
-        store::set_forward_extremity(self.conn, room_id.as_str(), &prev, event_id.as_str()).await?;
+        let member_target = event.state_key.filter(|_| event.kind == "m.room.member");
+        // The event's rows and its notifications (delivered at commit), sent together.
+        tokio::try_join!(
+            store::insert_event(conn, &new_event),
+            async {
+                match &relation {
+                    Some(relation) => relations_store::insert_relation(conn, relation).await,
+                    None => Ok(()),
+                }
+            },
+            push_store::insert_push_actions(conn, &push_rows),
+            store::set_forward_extremity(conn, room_id.as_str(), &prev, event_id.as_str()),
+            async {
+                match event.txn {
+                    Some((device_id, txn_id)) => {
+                        store::insert_txn(
+                            conn,
+                            event.sender.as_str(),
+                            device_id,
+                            txn_id,
+                            event_id.as_str(),
+                            now_ms(),
+                        )
+                        .await
+                    }
+                    None => Ok(()),
+                }
+            },
+            store::notify(
+                conn,
+                crate::service::notifier::ROOM_CHANNEL,
+                room_id.as_str()
+            ),
+            async {
+                match member_target {
+                    // The target may not be in the room any more (kick, ban, rejected invite).
+                    Some(target) => {
+                        store::notify(conn, crate::service::notifier::USER_CHANNEL, target).await
+                    }
+                    None => Ok(()),
+                }
+            },
+        )?;
         if let Some(state_key) = event.state_key {
-            store::set_current_state(
-                self.conn,
-                room_id.as_str(),
-                event.kind,
+            self.apply_state(
+                &room_id,
+                &event,
                 state_key,
                 event_id.as_str(),
+                group,
+                stream_ordering,
             )
             .await?;
-            store::set_current_state_group(self.conn, room_id.as_str(), group).await?;
-            if event.kind == "m.room.member" {
-                let membership = event
-                    .content
-                    .get("membership")
-                    .and_then(Value::as_str)
-                    .unwrap_or("leave");
-                store::set_membership(
-                    self.conn,
-                    room_id.as_str(),
-                    state_key,
-                    membership,
-                    event.content.get("displayname").and_then(Value::as_str),
-                    event_id.as_str(),
-                    stream_ordering,
-                )
-                .await?;
-                if membership != "join" {
-                    push_store::delete_for_user_room(self.conn, state_key, room_id.as_str())
-                        .await?;
-                }
-            }
         }
         if let Some(redacts) = event.redacts {
-            store::set_redacted(self.conn, redacts.as_str(), event_id.as_str()).await?;
-            push_store::delete_for_event(self.conn, redacts.as_str()).await?;
-            relations_store::delete_relation(self.conn, redacts.as_str()).await?;
-        }
-        store::notify(
-            self.conn,
-            crate::service::notifier::ROOM_CHANNEL,
-            room_id.as_str(),
-        )
-        .await?;
-        if let (Some(target), "m.room.member") = (event.state_key, event.kind) {
-            // The target may not be in the room any more (kick, ban, rejected invite).
-            store::notify(self.conn, crate::service::notifier::USER_CHANNEL, target).await?;
-        }
-        if let Some((device_id, txn_id)) = event.txn {
-            store::insert_txn(
-                self.conn,
-                event.sender.as_str(),
-                device_id,
-                txn_id,
-                event_id.as_str(),
-                now_ms(),
-            )
-            .await?;
+            tokio::try_join!(
+                store::set_redacted(conn, redacts.as_str(), event_id.as_str()),
+                push_store::delete_for_event(conn, redacts.as_str()),
+                relations_store::delete_relation(conn, redacts.as_str()),
+            )?;
         }
         self.extremities = vec![event_id.clone()];
         self.depth = template.depth;
@@ -470,5 +556,46 @@ impl<'c> RoomWriter<'c> {
             event_id,
             stream_ordering,
         })
+    }
+
+    /// Moves the room's current state (and, for a membership event, the member's membership)
+    /// to include a new state event.
+    async fn apply_state(
+        &self,
+        room_id: &RoomId,
+        event: &NewEvent<'_>,
+        state_key: &str,
+        event_id: &str,
+        group: i64,
+        stream_ordering: i64,
+    ) -> Result<()> {
+        let conn = self.conn;
+        let room = room_id.as_str();
+        tokio::try_join!(
+            store::set_current_state(conn, room, event.kind, state_key, event_id),
+            store::set_current_state_group(conn, room, group),
+        )?;
+        if event.kind == "m.room.member" {
+            let membership = event
+                .content
+                .get("membership")
+                .and_then(Value::as_str)
+                .unwrap_or("leave");
+            let display_name = event.content.get("displayname").and_then(Value::as_str);
+            store::set_membership(
+                conn,
+                room,
+                state_key,
+                membership,
+                display_name,
+                event_id,
+                stream_ordering,
+            )
+            .await?;
+            if membership != "join" {
+                push_store::delete_for_user_room(conn, state_key, room).await?;
+            }
+        }
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@ use std::{
 };
 
 use diesel_async::AsyncPgConnection;
+use futures_util::{StreamExt, TryStreamExt};
 use ruma::{api::client::filter::FilterDefinition, push::Ruleset, UserId};
 use serde_json::{json, Map, Value};
 
@@ -240,7 +241,7 @@ pub struct SyncRequest<'a> {
 
 /// A room's state after the last event at or before `position`.
 async fn state_at(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     room_id: &str,
     position: i64,
 ) -> Result<state_store::StateIds> {
@@ -258,6 +259,31 @@ pub struct Sync {
     index: RoomIndex,
     notifier: Arc<Notifier>,
     presence: Arc<Presence>,
+}
+
+/// How many members a room summary names.
+const HEROES: usize = 5;
+
+/// How many rooms' sections are built at once (their queries pipelined on one connection).
+const ROOMS_IN_FLIGHT: usize = 32;
+
+/// One room of a sync response, to be built.
+struct RoomJob<'r> {
+    room_id: &'r str,
+    /// The user's membership event in the room, the membership and its stream position.
+    membership_event: &'r str,
+    membership: &'r str,
+    membership_position: i64,
+    /// Room account data to include.
+    data: Vec<Value>,
+    kind: JobKind,
+}
+
+/// Which section a room goes into.
+enum JobKind {
+    Join { range: Range, ephemeral: Vec<Value> },
+    Stripped { knock: bool },
+    Leave { range: Range },
 }
 
 /// Which part of a room's history a section covers.
@@ -308,14 +334,22 @@ impl Sync {
     /// Builds one response; returns whether it carries nothing.
     async fn compute(&self, rooms: &Rooms, request: &SyncRequest<'_>) -> Result<(Value, bool)> {
         let events_position = self.index.refresh().await?;
-        let mut conn = self.db.conn().await?;
-        let account_position = streams::current_position(&mut conn, streams::ACCOUNT_DATA).await?;
-        let receipts_position = streams::current_position(&mut conn, streams::RECEIPTS).await?;
-        let presence_position = streams::current_position(&mut conn, streams::PRESENCE).await?;
-        let device_lists_position =
-            streams::current_position(&mut conn, e2ee_store::DEVICE_LISTS).await?;
-        let to_device_position =
-            streams::current_position(&mut conn, to_device_store::TO_DEVICE).await?;
+        let pooled = self.db.conn().await?;
+        // Shared: independent queries are pipelined (one round trip for many).
+        let conn: &AsyncPgConnection = &pooled;
+        let (
+            account_position,
+            receipts_position,
+            presence_position,
+            device_lists_position,
+            to_device_position,
+        ) = tokio::try_join!(
+            streams::current_position(conn, streams::ACCOUNT_DATA),
+            streams::current_position(conn, streams::RECEIPTS),
+            streams::current_position(conn, streams::PRESENCE),
+            streams::current_position(conn, e2ee_store::DEVICE_LISTS),
+            streams::current_position(conn, to_device_store::TO_DEVICE),
+        )?;
         let typing = &self.notifier.typing;
         let mut next = SyncToken {
             events: events_position,
@@ -343,14 +377,20 @@ impl Sync {
         let since = request.since.filter(|_| !request.full_state);
         let user = request.user_id.as_str();
 
-        // Account data, global and per room.
-        let changed_data = account_store::get_account_data_changed(
-            &mut conn,
-            user,
-            request.since.map_or(0, |s| s.account_data),
-            account_position,
-        )
-        .await?;
+        // Account data (global and per room), ignored users and memberships.
+        let (changed_data, ignored, memberships) = tokio::try_join!(
+            async {
+                Ok(account_store::get_account_data_changed(
+                    conn,
+                    user,
+                    request.since.map_or(0, |s| s.account_data),
+                    account_position,
+                )
+                .await?)
+            },
+            crate::service::account_data::ignored_users(conn, user),
+            async { Ok(store::get_user_memberships(conn, user).await?) },
+        )?;
         let mut global_data = Vec::new();
         let mut room_data: HashMap<String, Vec<Value>> = HashMap::new();
         for (room_id, kind, content) in changed_data {
@@ -382,8 +422,6 @@ impl Sync {
             global_data.push(push_rules_event(&Ruleset::server_default(request.user_id)));
         }
 
-        let ignored = crate::service::account_data::ignored_users(&mut conn, user).await?;
-        let memberships = store::get_user_memberships(&mut conn, user).await?;
         let joined_rooms: Vec<String> = memberships
             .iter()
             .filter(|m| m.1 == "join")
@@ -391,7 +429,7 @@ impl Sync {
             .collect();
         let mut receipts = self
             .receipts(
-                &mut conn,
+                conn,
                 &joined_rooms,
                 request.since.map_or(0, |s| s.receipts),
                 receipts_position,
@@ -408,15 +446,16 @@ impl Sync {
                 .collect(),
             None => HashSet::new(),
         };
-        let (mut join, mut invite, mut leave, mut knock) =
-            (Map::new(), Map::new(), Map::new(), Map::new());
+        // What each room needs, decided in order; then the sections are built concurrently
+        // on the one connection, so their queries share round trips.
+        let mut jobs = Vec::new();
         for (room_id, membership, event_id, membership_position) in &memberships {
             if !request.filter.wants_room(room_id) {
                 continue;
             }
             let membership_changed = since.is_none_or(|s| *membership_position > s.events);
             let data = room_data.remove(room_id).unwrap_or_default();
-            match membership.as_str() {
+            let kind = match membership.as_str() {
                 "join" => {
                     let mut ephemeral: Vec<Value> = receipts.remove(room_id).into_iter().collect();
                     if let Some(users) = typing_events.remove(room_id) {
@@ -441,73 +480,98 @@ impl Sync {
                         },
                         up_to: events_position,
                     };
-                    let mut section = self
-                        .room_section(rooms, &mut conn, &ignored, request, room_id, &range)
-                        .await?;
-                    let is_empty = section["timeline"]["events"]
-                        .as_array()
-                        .is_none_or(Vec::is_empty)
-                        && section["state"]["events"]
-                            .as_array()
-                            .is_none_or(Vec::is_empty)
-                        && data.is_empty()
-                        && ephemeral.is_empty();
-                    if is_empty && range.since.is_some() {
-                        continue;
-                    }
-                    section["account_data"] = json!({ "events": data });
-                    section["ephemeral"] = json!({ "events": ephemeral });
-                    section["summary"] = self.summary(&mut conn, room_id, user).await?;
-                    join.insert(room_id.clone(), section);
+                    JobKind::Join { range, ephemeral }
                 }
-                "invite" | "knock" if membership_changed => {
-                    let inviter = store::get_event(&mut conn, event_id)
-                        .await?
-                        .map(|e| e.sender);
-                    if inviter.is_some_and(|sender| ignored.contains(&sender)) {
-                        continue;
-                    }
-                    let stripped = self.stripped_state(&mut conn, event_id).await?;
-                    if membership == "invite" {
-                        invite.insert(
-                            room_id.clone(),
-                            json!({ "invite_state": { "events": stripped } }),
-                        );
-                    } else {
-                        knock.insert(
-                            room_id.clone(),
-                            json!({ "knock_state": { "events": stripped } }),
-                        );
-                    }
-                }
+                "invite" if membership_changed => JobKind::Stripped { knock: false },
+                "knock" if membership_changed => JobKind::Stripped { knock: true },
                 "leave" | "ban"
                     if (since.is_some() && membership_changed)
                         || (since.is_none() && request.filter.include_leave) =>
                 {
-                    let range = Range {
-                        since: since.map(|s| s.events),
-                        up_to: *membership_position,
-                    };
-                    let mut section = self
-                        .room_section(rooms, &mut conn, &ignored, request, room_id, &range)
-                        .await?;
-                    section["account_data"] = json!({ "events": data });
-                    leave.insert(room_id.clone(), section);
+                    JobKind::Leave {
+                        range: Range {
+                            since: since.map(|s| s.events),
+                            up_to: *membership_position,
+                        },
+                    }
                 }
-                _ => {}
-            }
+                _ => continue,
+            };
+            jobs.push(RoomJob {
+                room_id,
+                membership_event: event_id,
+                membership,
+                membership_position: *membership_position,
+                data,
+                kind,
+            });
         }
-        self.add_unread_counts(&mut conn, user, &mut join, events_position, &request.filter)
+        let sections: Vec<Option<(&str, &str, Value)>> = futures_util::stream::iter(jobs)
+            .map(|job| self.room_job(rooms, conn, &ignored, request, job))
+            .buffered(ROOMS_IN_FLIGHT)
+            .try_collect()
             .await?;
-        let presence: Vec<Value> = self
-            .presence
-            .events_for(
-                &mut conn,
+        let (mut join, mut invite, mut leave, mut knock) =
+            (Map::new(), Map::new(), Map::new(), Map::new());
+        for (part, room_id, section) in sections.into_iter().flatten() {
+            let target = match part {
+                "join" => &mut join,
+                "invite" => &mut invite,
+                "knock" => &mut knock,
+                _ => &mut leave,
+            };
+            target.insert(room_id.to_owned(), section);
+        }
+        let (
+            _,
+            presence,
+            (to_device, to_device_reached),
+            (changed_devices, left_devices),
+            one_time_keys_count,
+            unused_fallback,
+        ) = tokio::try_join!(
+            self.add_unread_counts(conn, user, &mut join, events_position, &request.filter),
+            async {
+                Ok(self
+                    .presence
+                    .events_for(
+                        conn,
+                        user,
+                        request.since.map_or(0, |s| s.presence),
+                        presence_position,
+                    )
+                    .await?)
+            },
+            to_device::take_for_sync(
+                conn,
                 user,
-                request.since.map_or(0, |s| s.presence),
-                presence_position,
-            )
-            .await?
+                request.device_id,
+                request.since.map_or(0, |s| s.to_device),
+                to_device_position,
+            ),
+            async {
+                match request.since {
+                    Some(since) => {
+                        device_list_delta(
+                            conn,
+                            user,
+                            (since.device_lists, device_lists_position),
+                            (since.events, events_position),
+                        )
+                        .await
+                    }
+                    None => Ok((Vec::new(), Vec::new())),
+                }
+            },
+            one_time_key_counts(conn, user, request.device_id),
+            async {
+                Ok(
+                    e2ee_store::get_unused_fallback_algorithms(conn, user, request.device_id)
+                        .await?,
+                )
+            },
+        )?;
+        let presence: Vec<Value> = presence
             .into_iter()
             .filter(|event| {
                 let sender = event["sender"].as_str().unwrap_or_default();
@@ -515,30 +579,7 @@ impl Sync {
                     && request.filter.presence.allows("m.presence", sender, None)
             })
             .collect();
-        let (to_device, to_device_reached) = to_device::take_for_sync(
-            &mut conn,
-            user,
-            request.device_id,
-            request.since.map_or(0, |s| s.to_device),
-            to_device_position,
-        )
-        .await?;
         next.to_device = to_device_reached;
-        let (changed_devices, left_devices) = match request.since {
-            Some(since) => {
-                device_list_delta(
-                    &mut conn,
-                    user,
-                    (since.device_lists, device_lists_position),
-                    (since.events, events_position),
-                )
-                .await?
-            }
-            None => (Vec::new(), Vec::new()),
-        };
-        let one_time_keys_count = one_time_key_counts(&mut conn, user, request.device_id).await?;
-        let unused_fallback =
-            e2ee_store::get_unused_fallback_algorithms(&mut conn, user, request.device_id).await?;
         let empty = join.is_empty()
             && invite.is_empty()
             && leave.is_empty()
@@ -561,12 +602,100 @@ impl Sync {
         Ok((response, empty))
     }
 
+    /// Builds one room's section: `("join" | "invite" | "knock" | "leave", room, section)`, or
+    /// nothing when there is nothing to say about the room.
+    async fn room_job<'r>(
+        &self,
+        rooms: &Rooms,
+        conn: &AsyncPgConnection,
+        ignored: &HashSet<String>,
+        request: &SyncRequest<'_>,
+        job: RoomJob<'r>,
+    ) -> Result<Option<(&'static str, &'r str, Value)>> {
+        let RoomJob {
+            room_id,
+            membership_event,
+            membership,
+            membership_position,
+            data,
+            kind,
+        } = job;
+        match kind {
+            JobKind::Join { range, ephemeral } => {
+                let (mut section, summary) = tokio::try_join!(
+                    self.room_section(
+                        rooms,
+                        conn,
+                        ignored,
+                        request,
+                        room_id,
+                        (membership, membership_position),
+                        &range
+                    ),
+                    self.summary(conn, room_id, request.user_id.as_str()),
+                )?;
+                let is_empty = section["timeline"]["events"]
+                    .as_array()
+                    .is_none_or(Vec::is_empty)
+                    && section["state"]["events"]
+                        .as_array()
+                        .is_none_or(Vec::is_empty)
+                    && data.is_empty()
+                    && ephemeral.is_empty();
+                if is_empty && range.since.is_some() {
+                    return Ok(None);
+                }
+                section["account_data"] = json!({ "events": data });
+                section["ephemeral"] = json!({ "events": ephemeral });
+                section["summary"] = summary;
+                Ok(Some(("join", room_id, section)))
+            }
+            JobKind::Stripped { knock } => {
+                let inviter = store::get_event(conn, membership_event)
+                    .await?
+                    .map(|e| e.sender);
+                if inviter.is_some_and(|sender| ignored.contains(&sender)) {
+                    return Ok(None);
+                }
+                let stripped = self.stripped_state(conn, membership_event).await?;
+                Ok(Some(if knock {
+                    (
+                        "knock",
+                        room_id,
+                        json!({ "knock_state": { "events": stripped } }),
+                    )
+                } else {
+                    (
+                        "invite",
+                        room_id,
+                        json!({ "invite_state": { "events": stripped } }),
+                    )
+                }))
+            }
+            JobKind::Leave { range } => {
+                let mut section = self
+                    .room_section(
+                        rooms,
+                        conn,
+                        ignored,
+                        request,
+                        room_id,
+                        (membership, membership_position),
+                        &range,
+                    )
+                    .await?;
+                section["account_data"] = json!({ "events": data });
+                Ok(Some(("leave", room_id, section)))
+            }
+        }
+    }
+
     /// Sets `unread_notifications`, the MSC2654 `unread_count` and, when the filter asks,
     /// `unread_thread_notifications` on each joined room of a response. Counted as of the
     /// response's token, so a count never runs ahead of the timeline it comes with.
     async fn add_unread_counts(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         user: &str,
         join: &mut Map<String, Value>,
         up_to: i64,
@@ -612,31 +741,33 @@ impl Sync {
     async fn room_section(
         &self,
         rooms: &Rooms,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         ignored: &HashSet<String>,
         request: &SyncRequest<'_>,
         room_id: &str,
+        (membership, membership_position): (&str, i64),
         range: &Range,
     ) -> Result<Value> {
-        let room = store::get_room(conn, room_id)
-            .await?
-            .ok_or_else(|| Error::internal("membership in unknown room"))?;
-        let rules = rules_for(&room.room_version)?;
         let limit = request.filter.timeline_limit;
-        let mut rows = store::get_room_events_desc(
-            conn,
-            room_id,
-            range.since.unwrap_or(0),
-            range.up_to,
-            limit as i64 + 1,
-        )
-        .await?;
+        let (room, mut rows) = tokio::try_join!(
+            store::get_room(conn, room_id),
+            store::get_room_events_desc(
+                conn,
+                room_id,
+                range.since.unwrap_or(0),
+                range.up_to,
+                limit as i64 + 1,
+            ),
+        )?;
+        let room = room.ok_or_else(|| Error::internal("membership in unknown room"))?;
+        let rules = rules_for(&room.room_version)?;
         let limited = rows.len() > limit;
         rows.truncate(limit);
         rows.reverse();
         let start = rows.first().map_or(range.up_to, |r| r.stream_ordering - 1);
 
         let mut visibility = Visibility::new(request.user_id);
+        visibility.know_membership(room_id, membership, membership_position);
         let mut timeline = Vec::new();
         for row in rows {
             if request.filter.timeline.allows_row(&row)
@@ -648,35 +779,32 @@ impl Sync {
         }
 
         // State up to the start of the timeline: all of it, or what changed since the token.
-        let mut state_ids: Vec<String> = match range.since {
-            None => state_at(conn, room_id, start)
-                .await?
-                .into_values()
-                .collect(),
+        let state: Vec<((String, String), String)> = match range.since {
+            None => state_at(conn, room_id, start).await?.into_iter().collect(),
             Some(_) if !limited => Vec::new(),
             Some(since) => {
-                let before = state_at(conn, room_id, since).await?;
-                let after = state_at(conn, room_id, start).await?;
+                let (before, after) = tokio::try_join!(
+                    state_at(conn, room_id, since),
+                    state_at(conn, room_id, start),
+                )?;
                 after
                     .into_iter()
                     .filter(|(key, id)| before.get(key) != Some(id))
-                    .map(|(_, id)| id)
                     .collect()
             }
         };
-        if request.filter.lazy_load_members {
-            let mut needed: HashSet<String> = timeline.iter().map(|e| e.sender.clone()).collect();
-            needed.insert(request.user_id.to_string());
-            let rows = store::get_events(conn, &state_ids).await?;
-            state_ids = rows
-                .into_iter()
-                .filter(|r| {
-                    r.event_type != "m.room.member"
-                        || r.state_key.as_ref().is_some_and(|k| needed.contains(k))
-                })
-                .map(|r| r.event_id)
-                .collect();
-        }
+        // Lazy-loaded members: only those of the timeline's senders and the user's own.
+        let mut needed: HashSet<&str> = timeline.iter().map(|e| e.sender.as_str()).collect();
+        needed.insert(request.user_id.as_str());
+        let state_ids: Vec<String> = state
+            .into_iter()
+            .filter(|((kind, key), _)| {
+                !request.filter.lazy_load_members
+                    || kind != "m.room.member"
+                    || needed.contains(key.as_str())
+            })
+            .map(|(_, id)| id)
+            .collect();
         let mut state_rows = store::get_events(conn, &state_ids).await?;
         state_rows.retain(|r| request.filter.state.allows_row(r));
         state_rows.sort_by_key(|r| r.stream_ordering);
@@ -708,7 +836,7 @@ impl Sync {
     /// The remote echo: the sending device sees its `transaction_id`; nobody else does.
     async fn add_transaction_ids(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         request: &SyncRequest<'_>,
         events: &mut [Value],
     ) -> Result<()> {
@@ -737,7 +865,7 @@ impl Sync {
     /// private receipts are never included.
     async fn receipts(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         room_ids: &[String],
         after: i64,
         up_to: i64,
@@ -763,30 +891,26 @@ impl Sync {
     }
 
     /// Member counts and heroes.
-    async fn summary(
-        &self,
-        conn: &mut AsyncPgConnection,
-        room_id: &str,
-        user: &str,
-    ) -> Result<Value> {
-        let joined = store::get_room_members(conn, room_id, "join").await?;
-        let invited = store::get_room_members(conn, room_id, "invite").await?;
-        let mut heroes: Vec<&String> = joined
-            .iter()
-            .chain(invited.iter())
-            .filter(|u| u.as_str() != user)
-            .collect();
+    async fn summary(&self, conn: &AsyncPgConnection, room_id: &str, user: &str) -> Result<Value> {
+        let counts = store::get_membership_summary(conn, room_id, user, HEROES as i32).await?;
+        let count = |membership: &str| {
+            counts
+                .iter()
+                .find(|c| c.membership == membership)
+                .map_or(0, |c| c.count)
+        };
+        let mut heroes: Vec<&String> = counts.iter().flat_map(|c| c.first.iter()).collect();
         heroes.sort();
-        heroes.truncate(5);
+        heroes.truncate(HEROES);
         Ok(
-            json!({ "m.heroes": heroes, "m.joined_member_count": joined.len(), "m.invited_member_count": invited.len() }),
+            json!({ "m.heroes": heroes, "m.joined_member_count": count("join"), "m.invited_member_count": count("invite") }),
         )
     }
 
     /// Stripped state for an invite or knock: what a client shows before joining.
     async fn stripped_state(
         &self,
-        conn: &mut AsyncPgConnection,
+        conn: &AsyncPgConnection,
         membership_event: &str,
     ) -> Result<Vec<Value>> {
         let Some(event) = store::get_event(conn, membership_event).await? else {
