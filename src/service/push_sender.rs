@@ -109,10 +109,11 @@ impl PushSender {
             #[diesel(sql_type = Bool)]
             locked: bool,
         }
-        let locked: Locked = diesel::sql_query("SELECT pg_try_advisory_lock($1) AS locked")
-            .bind::<BigInt, _>(LEADER_LOCK)
-            .get_result(&mut lock_conn)
-            .await?;
+        let locked: Locked =
+            crate::storage::cached_sql("SELECT pg_try_advisory_lock($1) AS locked")
+                .bind::<BigInt, _>(LEADER_LOCK)
+                .get_result(&mut lock_conn)
+                .await?;
         if !locked.locked {
             return Ok(());
         }
@@ -124,7 +125,7 @@ impl PushSender {
                 _ = tokio::time::sleep(IDLE_TICK) => {}
             }
             // The lock lives as long as this connection; stop if it died.
-            diesel::sql_query("SELECT 1")
+            crate::storage::cached_sql("SELECT 1")
                 .execute(&mut lock_conn)
                 .await?;
         }

@@ -113,7 +113,7 @@ pub async fn lock_account_data_row(
     room_id: &str,
     data_type: &str,
 ) -> QueryResult<()> {
-    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+    crate::storage::cached_sql("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind::<diesel::sql_types::Text, _>(format!("{user_id} {room_id} {data_type}"))
         .execute(&mut conn)
         .await

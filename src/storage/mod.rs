@@ -37,6 +37,94 @@ use crate::error::{Error, Result};
 /// A pooled connection.
 pub type Conn = Object<AsyncPgConnection>;
 
+/// Raw SQL that is prepared once per connection and then reused, like the query builder's
+/// statements. Diesel never caches `sql_query` statements: each run would be parsed again, and
+/// in a pipeline the parse is a round trip during which nothing else is sent. The text must
+/// not vary between runs (values go in binds), or every variant would stay cached.
+pub fn cached_sql(sql: impl Into<std::borrow::Cow<'static, str>>) -> CachedSql {
+    CachedSql(sql.into())
+}
+
+/// See [`cached_sql`].
+#[derive(Debug, Clone)]
+pub struct CachedSql(std::borrow::Cow<'static, str>);
+
+impl CachedSql {
+    /// Binds the next `$n` parameter.
+    pub fn bind<ST, Value>(self, value: Value) -> CachedBind<Self, Value, ST> {
+        CachedBind {
+            query: self,
+            value,
+            sql_type: std::marker::PhantomData,
+        }
+    }
+}
+
+/// A [`CachedSql`] statement with its parameters bound so far.
+#[derive(Debug, Clone)]
+pub struct CachedBind<Query, Value, ST> {
+    query: Query,
+    value: Value,
+    sql_type: std::marker::PhantomData<ST>,
+}
+
+impl<Query, Value, ST> CachedBind<Query, Value, ST> {
+    /// Binds the next `$n` parameter.
+    pub fn bind<ST2, Value2>(self, value: Value2) -> CachedBind<Self, Value2, ST2> {
+        CachedBind {
+            query: self,
+            value,
+            sql_type: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<Query, Value, ST> diesel::query_builder::QueryFragment<diesel::pg::Pg>
+    for CachedBind<Query, Value, ST>
+where
+    Query: diesel::query_builder::QueryFragment<diesel::pg::Pg>,
+    Value: diesel::serialize::ToSql<ST, diesel::pg::Pg>,
+    diesel::pg::Pg: diesel::sql_types::HasSqlType<ST>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> diesel::QueryResult<()> {
+        self.query.walk_ast(out.reborrow())?;
+        // The text carries its own `$n` placeholders, as with `sql_query`.
+        out.push_bind_param_value_only::<ST, Value>(&self.value)
+    }
+}
+
+impl<Query, Value, ST> diesel::query_builder::QueryId for CachedBind<Query, Value, ST> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<Query, Value, ST> diesel::query_builder::Query for CachedBind<Query, Value, ST> {
+    type SqlType = diesel::sql_types::Untyped;
+}
+
+impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for CachedSql {
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> diesel::QueryResult<()> {
+        out.push_sql(&self.0);
+        Ok(())
+    }
+}
+
+impl diesel::query_builder::QueryId for CachedSql {
+    type QueryId = ();
+    // Not static: the cache is keyed by the SQL text.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl diesel::query_builder::Query for CachedSql {
+    type SqlType = diesel::sql_types::Untyped;
+}
+
 /// The migrations in `migrations/`, compiled into the binary.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 

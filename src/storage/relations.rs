@@ -92,7 +92,7 @@ pub async fn get_latest_edits(
         #[diesel(sql_type = Text)]
         event_id: String,
     }
-    let rows: Vec<Edit> = diesel::sql_query(
+    let rows: Vec<Edit> = crate::storage::cached_sql(
         "SELECT DISTINCT ON (relates_to) relates_to, event_id FROM event_relations
          WHERE relates_to = ANY($1) AND rel_type = 'm.replace'
          ORDER BY relates_to, stream_ordering DESC",
@@ -129,7 +129,7 @@ pub async fn get_thread_summaries(
     roots: &[String],
     user_id: &str,
 ) -> QueryResult<Vec<ThreadSummary>> {
-    diesel::sql_query(
+    crate::storage::cached_sql(
         "SELECT relates_to AS root, COUNT(*) AS count,
                 (ARRAY_AGG(event_id ORDER BY stream_ordering DESC))[1] AS latest,
                 BOOL_OR(sender = $2) AS participated
@@ -217,7 +217,7 @@ pub async fn get_threads(
         #[diesel(sql_type = BigInt)]
         latest: i64,
     }
-    let rows: Vec<Thread> = diesel::sql_query(
+    let rows: Vec<Thread> = crate::storage::cached_sql(
         "SELECT r.relates_to AS root, MAX(r.stream_ordering) AS latest
          FROM event_relations r
          WHERE r.room_id = $1 AND r.rel_type = 'm.thread'

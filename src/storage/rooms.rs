@@ -507,7 +507,7 @@ pub async fn get_membership_summary(
     except: &str,
     heroes: i32,
 ) -> QueryResult<Vec<MembershipSummary>> {
-    diesel::sql_query(
+    crate::storage::cached_sql(
         "SELECT membership, count(*) AS count, \
                 coalesce((array_agg(user_id ORDER BY user_id) \
                           FILTER (WHERE user_id <> $2))[1:$3], '{}') AS first \
@@ -739,7 +739,7 @@ pub async fn get_txn_ids_for_device(
 
 /// Sends a PostgreSQL notification; inside a transaction it is delivered at commit.
 pub async fn notify(mut conn: &AsyncPgConnection, channel: &str, payload: &str) -> QueryResult<()> {
-    diesel::sql_query("SELECT pg_notify($1, $2)")
+    crate::storage::cached_sql("SELECT pg_notify($1, $2)")
         .bind::<diesel::sql_types::Text, _>(channel)
         .bind::<diesel::sql_types::Text, _>(payload)
         .execute(&mut conn)
@@ -792,7 +792,7 @@ pub async fn get_membership_stretch_start(
     room_id: &str,
     user_id: &str,
 ) -> QueryResult<Option<(i64, i64)>> {
-    let start: Option<StretchStart> = diesel::sql_query(
+    let start: Option<StretchStart> = crate::storage::cached_sql(
         "SELECT stream_ordering, state_group FROM events
          WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2
            AND pdu->'content'->>'membership' = 'join'

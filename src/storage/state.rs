@@ -28,7 +28,7 @@ struct Entry {
 
 /// The full state of a group: its chain of deltas, nearer deltas winning.
 pub async fn get_state_ids(mut conn: &AsyncPgConnection, group: i64) -> QueryResult<StateIds> {
-    let entries: Vec<Entry> = diesel::sql_query(
+    let entries: Vec<Entry> = crate::storage::cached_sql(
         "WITH RECURSIVE chain (state_group, parent_group, level) AS ( \
              SELECT state_group, parent_group, 0 FROM state_groups WHERE state_group = $1 \
              UNION ALL \

@@ -205,7 +205,7 @@ pub async fn search_user_directory(
         .replace('\\', "\\\\")
         .replace('%', "\\%")
         .replace('_', "\\_");
-    diesel::sql_query(
+    crate::storage::cached_sql(
         "SELECT u.user_id, dn.value #>> '{}' AS displayname, av.value #>> '{}' AS avatar_url \
          FROM users u \
          LEFT JOIN profile_fields dn ON dn.user_id = u.user_id AND dn.field_name = 'displayname' \

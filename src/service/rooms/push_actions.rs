@@ -24,8 +24,9 @@ use serde_json::Value;
 use super::writer::rules_for;
 use crate::{
     error::{Error, Result},
-    service::push_rules::load_rulesets,
+    service::push_rules::{load_rulesets, PUSH_RULES_TYPE},
     storage::{
+        account_data as account_store,
         push::{self as store, PushActionRow},
         rooms as rooms_store, state as state_store,
     },
@@ -89,6 +90,17 @@ pub fn thread_of(pdu: &Value) -> String {
             .to_owned(),
         _ => String::new(),
     }
+}
+
+/// Whether an event can neither notify anyone under the server-default push rules nor count
+/// as unread: membership changes without a body (`.m.rule.member_event` silences them, and
+/// `.m.rule.invite_for_me` is for the invitee, who is not joined yet).
+pub fn silent_by_default(kind: &str, content: &Value) -> bool {
+    kind == "m.room.member"
+        && content
+            .get("body")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
 }
 
 /// Whether an event counts as an unread message (MSC2654), decided as Synapse does: messages
@@ -237,13 +249,14 @@ impl Audience {
         rules: &RoomVersionRules,
         room_id: &RoomId,
         sender: &str,
+        silent_by_default: bool,
     ) -> Result<Self> {
         let state_types = ["m.room.power_levels", "m.room.create"];
         let (members, state) = tokio::try_join!(
             store::get_joined_members_with_names(conn, room_id.as_str()),
             store::get_current_state_pdus(conn, room_id.as_str(), &state_types),
         )?;
-        let local: Vec<(OwnedUserId, Option<String>)> = members
+        let mut local: Vec<(OwnedUserId, Option<String>)> = members
             .iter()
             .filter(|(user, _)| user != sender && is_local(user, server_name))
             .filter_map(|(user, name)| Some((UserId::parse(user.as_str()).ok()?, name.clone())))
@@ -255,6 +268,18 @@ impl Audience {
             state.get("m.room.create"),
             rules,
         );
+        if silent_by_default && !local.is_empty() {
+            // Only members who changed their rules can be notified: joining a big room would
+            // otherwise evaluate every member's rules, for every join.
+            let ids: Vec<&str> = local.iter().map(|(u, _)| u.as_str()).collect();
+            let customised: std::collections::HashSet<String> =
+                account_store::get_global_account_data_positions(conn, &ids, PUSH_RULES_TYPE)
+                    .await?
+                    .into_iter()
+                    .map(|(user, _)| user)
+                    .collect();
+            local.retain(|(user, _)| customised.contains(user.as_str()));
+        }
         let rulesets = if local.is_empty() {
             HashMap::new()
         } else {

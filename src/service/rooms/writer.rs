@@ -24,7 +24,7 @@ use futures_util::future::try_join_all;
 
 use super::{
     pdu::{build_pdu, Pdu, PduTemplate},
-    push_actions::Audience,
+    push_actions::{silent_by_default, Audience},
 };
 use crate::{
     error::{Error, Result},
@@ -137,7 +137,7 @@ impl<'c> RoomWriter<'c> {
         prefetch: &[(&str, &str)],
     ) -> Result<Self> {
         // Alone, so that every read below happens under the lock.
-        diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
+        crate::storage::cached_sql("SELECT pg_advisory_xact_lock($1)")
             .bind::<BigInt, _>(lock_key(room_id.as_str()))
             .execute(&mut &*conn)
             .await?;
@@ -442,6 +442,7 @@ impl<'c> RoomWriter<'c> {
                 &self.rules,
                 &room_id,
                 event.sender.as_str(),
+                silent_by_default(event.kind, &event.content),
             )
             .await
             .map(Some)
