@@ -358,7 +358,7 @@ pub async fn get_device_list_changes_for(
     after: i64,
     up_to: i64,
 ) -> QueryResult<Vec<String>> {
-    let rows: Vec<UserRow> = crate::storage::cached_sql(format!(
+    let rows: Vec<UserRow> = diesel::sql_query(format!(
         "SELECT DISTINCT c.user_id FROM device_list_changes c
          WHERE c.stream_ordering > $2 AND c.stream_ordering <= $3
            AND (c.user_id = $1 OR {})",
@@ -387,7 +387,7 @@ pub async fn get_membership_changes_for(
         #[diesel(sql_type = diesel::sql_types::Bool)]
         shares: bool,
     }
-    let rows: Vec<Changed> = crate::storage::cached_sql(format!(
+    let rows: Vec<Changed> = diesel::sql_query(format!(
         "WITH changed AS (
              SELECT DISTINCT e.state_key AS user_id FROM events e
              WHERE e.event_type = 'm.room.member' AND e.stream_ordering > $2

@@ -40,7 +40,10 @@ pub type Conn = Object<AsyncPgConnection>;
 /// Raw SQL that is prepared once per connection and then reused, like the query builder's
 /// statements. Diesel never caches `sql_query` statements: each run would be parsed again, and
 /// in a pipeline the parse is a round trip during which nothing else is sent. The text must
-/// not vary between runs (values go in binds), or every variant would stay cached.
+/// not vary between runs (values go in binds), or every variant would stay cached. Only for
+/// statements whose plan does not depend on the values: after five runs PostgreSQL may
+/// switch a prepared statement to a generic plan, which for the big joins (unread counts,
+/// presence, device lists, search) was many times slower, so those stay `sql_query`.
 pub fn cached_sql(sql: impl Into<std::borrow::Cow<'static, str>>) -> CachedSql {
     CachedSql(sql.into())
 }

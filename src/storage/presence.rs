@@ -120,7 +120,7 @@ pub async fn get_presence_changed_for(
     after: i64,
     up_to: i64,
 ) -> QueryResult<Vec<PresenceRow>> {
-    crate::storage::cached_sql(format!(
+    diesel::sql_query(format!(
         "SELECT p.* FROM presence p
          WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3
            AND (p.user_id = $1 OR {})",

@@ -156,7 +156,7 @@ pub async fn get_unread_counts(
     room_ids: &[String],
     up_to: i64,
 ) -> QueryResult<Vec<UnreadCounts>> {
-    crate::storage::cached_sql(format!(
+    diesel::sql_query(format!(
         "SELECT a.room_id, a.thread_id,
                 COUNT(*) FILTER (WHERE a.notify) AS notifications,
                 COUNT(*) FILTER (WHERE a.highlight) AS highlights,
@@ -204,7 +204,7 @@ pub async fn get_notifications(
     limit: i64,
     only_highlight: bool,
 ) -> QueryResult<Vec<NotificationRow>> {
-    crate::storage::cached_sql(format!(
+    diesel::sql_query(format!(
         "SELECT a.room_id, a.event_id, a.stream_ordering, a.actions, a.ts,
                 NOT ({AFTER_READ_POSITION}) AS read
          FROM event_push_actions a

@@ -172,7 +172,7 @@ pub async fn count_rooms_with_notifications(
     mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<i64> {
-    let count: Count = crate::storage::cached_sql(format!(
+    let count: Count = diesel::sql_query(format!(
         "SELECT COUNT(DISTINCT a.room_id) AS n FROM event_push_actions a
          WHERE a.user_id = $1 AND a.notify AND {}",
         super::push::AFTER_READ_POSITION

@@ -54,7 +54,7 @@ pub async fn search(
     } else {
         "e.stream_ordering DESC"
     };
-    crate::storage::cached_sql(format!(
+    diesel::sql_query(format!(
         "SELECT e.event_id,
                 ts_rank(to_tsvector('simple', COALESCE(e.pdu->'content'->>'body', '')), q) AS rank
          {MATCHES} ORDER BY {order} OFFSET $7 LIMIT $8"
@@ -78,7 +78,7 @@ pub async fn count(mut conn: &AsyncPgConnection, query: &SearchQuery<'_>) -> Que
         #[diesel(sql_type = BigInt)]
         n: i64,
     }
-    let count: Count = crate::storage::cached_sql(format!("SELECT COUNT(*) AS n {MATCHES}"))
+    let count: Count = diesel::sql_query(format!("SELECT COUNT(*) AS n {MATCHES}"))
         .bind::<Text, _>(query.term)
         .bind::<Array<Text>, _>(query.rooms)
         .bind::<Nullable<Array<Text>>, _>(query.senders)
