@@ -134,6 +134,19 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Tells the admin when PostgreSQL will never refresh its statistics by itself.
+async fn warn_without_autovacuum(db: &Db) {
+    let Ok(conn) = db.conn().await else {
+        return;
+    };
+    if let Ok(false) = storage::autovacuum_is_on(&conn).await {
+        tracing::warn!(
+            "PostgreSQL's autovacuum is off: run ANALYZE on the database regularly (for \
+             example daily), or queries slow down as tables grow"
+        );
+    }
+}
+
 async fn run(command: Command, config: Config, database_url: &str) -> Result<(), String> {
     let applied = storage::run_migrations(database_url).await?;
     if applied > 0 {
@@ -148,6 +161,7 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
         Command::Serve => {
             let listener = TcpListener::bind(config.listen)
                 .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+            warn_without_autovacuum(&db).await;
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
             services.notifier.listen(database_url.to_owned());
             services.push_sender.start();
@@ -163,6 +177,7 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
                 .map(ruma::RoomId::parse)
                 .transpose()
                 .map_err(|e| format!("room: {e}"))?;
+            warn_without_autovacuum(&db).await;
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
             let reports = services
                 .rooms
@@ -213,6 +228,7 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
             if password.is_empty() {
                 return Err("a password is required (--password or standard input)".into());
             }
+            warn_without_autovacuum(&db).await;
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
             let user_id = services
                 .users

@@ -182,6 +182,23 @@ pub async fn run_migrations(url: &str) -> Result<usize, String> {
     .map_err(|e| format!("migration task failed: {e}"))?
 }
 
+/// Whether the server's autovacuum is on. Without it nothing refreshes the planner's
+/// statistics, and queries over tables that grew since the last `ANALYZE` get plans made for
+/// empty tables.
+pub async fn autovacuum_is_on(mut conn: &AsyncPgConnection) -> diesel::QueryResult<bool> {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        setting: String,
+    }
+    let row: Setting =
+        diesel::sql_query("SELECT setting FROM pg_settings WHERE name = 'autovacuum'")
+            .get_result(&mut conn)
+            .await?;
+    Ok(row.setting == "on")
+}
+
 /// Milliseconds since the Unix epoch, the unit of every `*_ts` column.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

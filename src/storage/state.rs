@@ -27,6 +27,10 @@ struct Entry {
 }
 
 /// The full state of a group: its chain of deltas, nearer deltas winning.
+///
+/// The entries are read per group of the chain, by index (`OFFSET 0` keeps the planner from
+/// turning that into a hash join over every group's entries: 13 ms instead of 1 ms for a
+/// 24-group chain once `state_group_entries` held 45,000 rows).
 pub async fn get_state_ids(mut conn: &AsyncPgConnection, group: i64) -> QueryResult<StateIds> {
     let entries: Vec<Entry> = crate::storage::cached_sql(
         "WITH RECURSIVE chain (state_group, parent_group, level) AS ( \
@@ -36,7 +40,10 @@ pub async fn get_state_ids(mut conn: &AsyncPgConnection, group: i64) -> QueryRes
              FROM state_groups g JOIN chain c ON g.state_group = c.parent_group \
          ) \
          SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, e.event_id \
-         FROM state_group_entries e JOIN chain c ON e.state_group = c.state_group \
+         FROM chain c CROSS JOIN LATERAL ( \
+             SELECT event_type, state_key, event_id FROM state_group_entries \
+             WHERE state_group = c.state_group OFFSET 0 \
+         ) e \
          ORDER BY e.event_type, e.state_key, c.level",
     )
     .bind::<BigInt, _>(group)

@@ -87,14 +87,17 @@ PY
 synapse_pid=$!; pids+=("$synapse_pid")
 wait_up "http://127.0.0.1:$synapse_port"
 
+# Exit status 3 (messages lost, duplicated or reordered) still writes the report, which shows
+# the completeness rate; the script then fails at the end.
+incomplete=()
 echo "== benchmark Myelin"
 "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$myelin_port" --scale "$scale" \
     --pid "$myelin_pid" --database-url "postgres://$PGUSER@$PGHOST/myelin_bench" --label Myelin \
-    --out "$work/myelin.json" --plot "$out/delivery-myelin.svg"
+    --out "$work/myelin.json" --plot "$out/delivery-myelin.svg" || { [ $? -eq 3 ] && incomplete+=(Myelin); }
 echo "== benchmark Synapse"
 "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$synapse_port" --scale "$scale" \
     --pid "$synapse_pid" --database-url "postgres://$PGUSER@$PGHOST/synapse_bench" --label Synapse \
-    --out "$work/synapse.json" --plot "$out/delivery-synapse.svg"
+    --out "$work/synapse.json" --plot "$out/delivery-synapse.svg" || { [ $? -eq 3 ] && incomplete+=(Synapse); }
 
 echo "== pgbench: commit rate of a single-row insert"
 psql -q -d pgbench_ref -c "CREATE TABLE one_insert (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL)"
@@ -160,3 +163,7 @@ print("Reproduce: `tests/bench/compare.sh full` (or `smoke` for a quick check)."
 PY
 echo "== wrote $out/BENCHMARKS.md"
 cat "$out/BENCHMARKS.md"
+if [ ${#incomplete[@]} -gt 0 ]; then
+    echo "incomplete delivery: ${incomplete[*]}"
+    exit 3
+fi
