@@ -58,7 +58,7 @@ impl Rooms {
         let user = request.user_id.as_str();
         let (room, membership, ignored) = tokio::try_join!(
             async { Ok(store::get_room(conn, room_id).await?) },
-            async { Ok(store::get_membership(conn, room_id, user).await?) },
+            async { Ok(store::get_membership_position(conn, room_id, user).await?) },
             crate::service::account_data::ignored_users(conn, user),
         )?;
         let room = room.ok_or_else(|| Error::forbidden("You are not in this room"))?;
@@ -79,6 +79,9 @@ impl Rooms {
             .from
             .unwrap_or(if request.backwards { i64::MAX } else { 0 });
         let mut visibility = Visibility::new(request.user_id);
+        if let Some((membership, position)) = &membership {
+            visibility.know_membership(room_id, membership, *position);
+        }
         let mut found = Vec::new();
         let mut cursor = from;
         let mut scanned = 0;
