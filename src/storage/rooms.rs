@@ -458,16 +458,11 @@ pub async fn get_rooms_for_user(
 
 /// Users whose current membership in a room is `membership`.
 pub async fn get_room_members(
-    mut conn: &AsyncPgConnection,
+    conn: &AsyncPgConnection,
     room_id: &str,
     membership: &str,
 ) -> QueryResult<Vec<String>> {
-    room_memberships::table
-        .filter(room_memberships::room_id.eq(room_id))
-        .filter(room_memberships::membership.eq(membership))
-        .select(room_memberships::user_id)
-        .load(&mut conn)
-        .await
+    get_room_members_in(conn, room_id, &[membership]).await
 }
 
 /// The users whose membership in a room is one of `memberships`.
