@@ -2,6 +2,7 @@
 //!
 //! Layers, one way only: [`api`] (HTTP) -> [`service`] (domain logic) -> [`storage`] (SQL).
 
+pub mod allocator;
 pub mod api;
 pub mod config;
 pub mod embedded_pg;

@@ -102,6 +102,7 @@ impl Database {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    myelin::allocator::return_large_blocks();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

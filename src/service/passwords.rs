@@ -12,8 +12,9 @@ use tokio::sync::Semaphore;
 use crate::error::{Error, Result};
 
 /// Hashes running at once. Each argon2id hash takes 19 MiB; without a bound a burst of logins
-/// or registrations would take that much per request (and the allocator keeps it), so a burst
-/// queues here instead of swelling memory.
+/// or registrations would take that much per request, so a burst queues here instead of
+/// swelling memory (the buffer goes back to the system when freed: see
+/// [`crate::allocator`]).
 static HASHING: LazyLock<Semaphore> = LazyLock::new(|| {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     Semaphore::new(cores.clamp(1, 4))
@@ -23,12 +24,10 @@ static HASHING: LazyLock<Semaphore> = LazyLock::new(|| {
 pub async fn hash_password(password: String) -> Result<String> {
     let _permit = HASHING.acquire().await.map_err(Error::internal)?;
     tokio::task::spawn_blocking(move || {
-        let hash = Argon2::default()
+        Argon2::default()
             .hash_password(password.as_bytes())
             .map(|hash| hash.to_string())
-            .map_err(Error::internal);
-        release_memory();
-        hash
+            .map_err(Error::internal)
     })
     .await
     .map_err(Error::internal)?
@@ -41,23 +40,10 @@ pub async fn verify_password(password: String, phc: String) -> Result<bool> {
         let Ok(hash) = PasswordHash::new(&phc) else {
             return false;
         };
-        let matches = Argon2::default()
+        Argon2::default()
             .verify_password(password.as_bytes(), &hash)
-            .is_ok();
-        release_memory();
-        matches
+            .is_ok()
     })
     .await
     .map_err(Error::internal)
-}
-
-/// Gives the hash's working memory back to the operating system. glibc keeps large freed
-/// blocks for reuse, and measured here a server grew by 19 MiB per login or registration
-/// without this.
-fn release_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free memory; it has no preconditions.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }

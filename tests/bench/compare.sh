@@ -6,16 +6,21 @@
 # in release mode), runs myelin-bench against each, measures the raw commit rate of a
 # single-row insert with pgbench (1 and 50 clients), and writes tests/bench/BENCHMARKS.md.
 #
-# Usage: tests/bench/compare.sh [smoke|full]     (default: full)
+# Usage: tests/bench/compare.sh [smoke|full] [SCENARIOS]     (default: full, all scenarios)
+# SCENARIOS (comma-separated, as myelin-bench --only) compares a subset; its report goes to a
+# scratch directory, not BENCHMARKS.md, which always holds a whole run.
 # Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres), pgbench.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scale="${1:-full}"
+only=()
+[ -n "${2:-}" ] && only=(--only "$2")
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
 export PGHOST="${PGHOST:-127.0.0.1}" PGUSER="${PGUSER:-postgres}"
 work="$(mktemp -d /tmp/myelin-compare.XXXXXX)"
 venv="${SYNAPSE_VENV:-/var/tmp/synapse-venv}"
 out="tests/bench"
+[ ${#only[@]} -gt 0 ] && out="$work"
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT
@@ -91,11 +96,11 @@ wait_up "http://127.0.0.1:$synapse_port"
 # the completeness rate; the script then fails at the end.
 incomplete=()
 echo "== benchmark Myelin"
-"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$myelin_port" --scale "$scale" \
+"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$myelin_port" --scale "$scale" "${only[@]}" \
     --pid "$myelin_pid" --database-url "postgres://$PGUSER@$PGHOST/myelin_bench" --label Myelin \
     --out "$work/myelin.json" --plot "$out/delivery-myelin.svg" || { [ $? -eq 3 ] && incomplete+=(Myelin); }
 echo "== benchmark Synapse"
-"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$synapse_port" --scale "$scale" \
+"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$synapse_port" --scale "$scale" "${only[@]}" \
     --pid "$synapse_pid" --database-url "postgres://$PGUSER@$PGHOST/synapse_bench" --label Synapse \
     --out "$work/synapse.json" --plot "$out/delivery-synapse.svg" || { [ $? -eq 3 ] && incomplete+=(Synapse); }
 
