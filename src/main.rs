@@ -153,7 +153,12 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
     if applied > 0 {
         tracing::info!(applied, "database migrated");
     }
-    let db = Db::connect(database_url, config.database_pool_size).map_err(|e| e.to_string())?;
+    let http_workers = match command {
+        Command::Serve => server::http_workers(),
+        _ => 0,
+    };
+    let db = Db::connect(database_url, config.database_pool_size, http_workers)
+        .map_err(|e| e.to_string())?;
     match command {
         Command::Migrate => {
             println!("myelin: {applied} migration(s) applied; the database is up to date");

@@ -22,6 +22,14 @@ pub mod streams;
 pub mod to_device;
 pub mod users;
 
+use std::{
+    cell::RefCell,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+};
+
 use diesel_async::{
     async_connection_wrapper::AsyncConnectionWrapper,
     pooled_connection::{
@@ -131,39 +139,82 @@ impl diesel::query_builder::Query for CachedSql {
 /// The migrations in `migrations/`, compiled into the binary.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
-/// The connection pool.
+/// The connection pools.
+///
+/// Each HTTP worker thread has a pool of its own, so its connections are driven on that
+/// thread: a query then never hands off to another thread and back (two thread wake-ups per
+/// round trip, which perf showed as about half of the server's CPU time in a send). Work on
+/// other threads (background tasks, commands) uses the shared pool.
 #[derive(Clone)]
 pub struct Db {
-    pool: Pool<AsyncPgConnection>,
+    shared: Pool<AsyncPgConnection>,
+    /// Handed out to HTTP worker threads by [`Db::adopt_for_this_thread`].
+    worker_pools: Arc<[Pool<AsyncPgConnection>]>,
+    next_worker_pool: Arc<AtomicUsize>,
+}
+
+thread_local! {
+    /// The pool of the HTTP worker running on this thread.
+    static THREAD_POOL: RefCell<Option<Pool<AsyncPgConnection>>> = const { RefCell::new(None) };
 }
 
 impl Db {
-    /// Builds a pool for `url`; connections are made lazily.
-    pub fn connect(url: &str, max_size: usize) -> Result<Self> {
-        // No test query on every checkout (a round trip per request): a connection whose
-        // server went away is closed, and a closed connection is discarded on return.
-        let mut config = ManagerConfig::default();
-        config.recycling_method = RecyclingMethod::Fast;
-        let manager =
-            AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
-        let pool = Pool::builder(manager)
-            .max_size(max_size)
-            .build()
-            .map_err(Error::internal)?;
-        Ok(Db { pool })
+    /// Builds pools for `url` with `max_size` connections in all, split between the shared
+    /// pool and one pool per HTTP worker; connections are made lazily.
+    pub fn connect(url: &str, max_size: usize, http_workers: usize) -> Result<Self> {
+        let per_worker = (max_size / (http_workers + 1)).max(2);
+        let shared_size = max_size.saturating_sub(per_worker * http_workers).max(2);
+        let worker_pools = (0..http_workers)
+            .map(|_| build_pool(url, per_worker))
+            .collect::<Result<_>>()?;
+        Ok(Db {
+            shared: build_pool(url, shared_size)?,
+            worker_pools,
+            next_worker_pool: Arc::default(),
+        })
     }
 
-    /// Takes a connection from the pool.
+    /// Gives the calling thread (an HTTP worker) a pool of its own. Called once per worker;
+    /// a restarted worker shares a pool with another.
+    pub fn adopt_for_this_thread(&self) {
+        if self.worker_pools.is_empty() {
+            return;
+        }
+        let next = self.next_worker_pool.fetch_add(1, Ordering::Relaxed);
+        let pool = self.worker_pools[next % self.worker_pools.len()].clone();
+        THREAD_POOL.with(|local| *local.borrow_mut() = Some(pool));
+    }
+
+    /// The pool for work on this thread.
+    fn pool(&self) -> Pool<AsyncPgConnection> {
+        THREAD_POOL
+            .with(|local| local.borrow().clone())
+            .unwrap_or_else(|| self.shared.clone())
+    }
+
+    /// Takes a connection from this thread's pool.
     pub async fn conn(&self) -> Result<Conn> {
-        Ok(self.pool.get().await?)
+        Ok(self.pool().get().await?)
     }
 
     /// Whether every connection is in use and requests are queueing for one: the moment to
     /// shed work nothing durable depends on (typing, presence).
     pub fn is_saturated(&self) -> bool {
-        let status = self.pool.status();
+        let status = self.pool().status();
         status.waiting > 0 || (status.available == 0 && status.size >= status.max_size)
     }
+}
+
+fn build_pool(url: &str, max_size: usize) -> Result<Pool<AsyncPgConnection>> {
+    // No test query on every checkout (a round trip per request): a connection whose server
+    // went away is closed, and a closed connection is discarded on return.
+    let mut config = ManagerConfig::default();
+    config.recycling_method = RecyclingMethod::Fast;
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
+    Pool::builder(manager)
+        .max_size(max_size)
+        .build()
+        .map_err(Error::internal)
 }
 
 /// Applies every pending migration to the database at `url`; returns how many ran.

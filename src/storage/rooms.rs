@@ -53,6 +53,9 @@ pub struct EventRow {
 /// Insert form for `events`.
 #[derive(Insertable)]
 #[diesel(table_name = events)]
+// NULL rather than DEFAULT for a missing state key: diesel does not reuse the prepared form
+// of an insert that writes DEFAULT, so every message was parsed again.
+#[diesel(treat_none_as_null = true)]
 pub struct NewEvent<'a> {
     /// Event ID.
     pub event_id: &'a str,

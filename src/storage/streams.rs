@@ -19,11 +19,22 @@ pub const PRESENCE: &str = "presence";
 
 /// Takes the next position of a stream (call it last in the transaction: it serialises commits).
 pub async fn next_position(mut conn: &AsyncPgConnection, stream: &str) -> QueryResult<i64> {
-    diesel::update(stream_positions::table.find(stream))
-        .set(stream_positions::position.eq(stream_positions::position + 1))
-        .returning(stream_positions::position)
-        .get_result(&mut conn)
-        .await
+    // Raw, because diesel never reuses the prepared form of this UPDATE (it was parsed again
+    // on every send).
+    let taken: Position = super::cached_sql(
+        "UPDATE stream_positions SET position = position + 1 WHERE stream = $1 \
+         RETURNING position",
+    )
+    .bind::<diesel::sql_types::Text, _>(stream)
+    .get_result(&mut conn)
+    .await?;
+    Ok(taken.position)
+}
+
+#[derive(QueryableByName)]
+struct Position {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    position: i64,
 }
 
 /// The highest committed position of a stream.
