@@ -43,11 +43,31 @@ pub async fn insert_push_actions(
     if rows.is_empty() {
         return Ok(());
     }
-    diesel::insert_into(event_push_actions::table)
-        .values(rows)
-        .execute(&mut conn)
-        .await
-        .map(drop)
+    fn column<'r, T>(rows: &'r [PushActionRow], field: impl Fn(&'r PushActionRow) -> T) -> Vec<T> {
+        rows.iter().map(field).collect()
+    }
+    // One array per column, so the statement text is the same for any number of rows and
+    // stays prepared (diesel's multi-row VALUES is parsed again for every event).
+    super::cached_sql(
+        "INSERT INTO event_push_actions \
+         (user_id, room_id, event_id, stream_ordering, thread_id, notify, highlight, unread, \
+          actions, ts) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], \
+                              $6::bool[], $7::bool[], $8::bool[], $9::jsonb[], $10::int8[])",
+    )
+    .bind::<Array<Text>, _>(column(rows, |r| r.user_id.as_str()))
+    .bind::<Array<Text>, _>(column(rows, |r| r.room_id.as_str()))
+    .bind::<Array<Text>, _>(column(rows, |r| r.event_id.as_str()))
+    .bind::<Array<BigInt>, _>(column(rows, |r| r.stream_ordering))
+    .bind::<Array<Text>, _>(column(rows, |r| r.thread_id.as_str()))
+    .bind::<Array<Bool>, _>(column(rows, |r| r.notify))
+    .bind::<Array<Bool>, _>(column(rows, |r| r.highlight))
+    .bind::<Array<Bool>, _>(column(rows, |r| r.unread))
+    .bind::<Array<Jsonb>, _>(column(rows, |r| &r.actions))
+    .bind::<Array<BigInt>, _>(column(rows, |r| r.ts))
+    .execute(&mut conn)
+    .await
+    .map(drop)
 }
 
 /// A redacted event stops counting for everyone.

@@ -55,7 +55,7 @@ pub struct EventRow {
 #[diesel(table_name = events)]
 // NULL rather than DEFAULT for a missing state key: diesel does not reuse the prepared form
 // of an insert that writes DEFAULT, so every message was parsed again.
-#[diesel(treat_none_as_null = true)]
+#[diesel(treat_none_as_default_value = false)]
 pub struct NewEvent<'a> {
     /// Event ID.
     pub event_id: &'a str,
@@ -651,19 +651,36 @@ pub async fn move_aliases(mut conn: &AsyncPgConnection, from: &str, to: &str) ->
         .map(drop)
 }
 
-/// Rooms with events at positions in `(after, up_to]`, with their latest position.
+/// A room with events in a range of positions.
+#[derive(QueryableByName)]
+pub struct RoomChange {
+    /// The room.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub room_id: String,
+    /// Its latest event's position.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub last_event: i64,
+    /// Its latest membership event's position, if it had one in the range.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    pub last_membership: Option<i64>,
+}
+
+/// Rooms with events at positions in `(after, up_to]`.
 pub async fn get_rooms_changed_between(
     mut conn: &AsyncPgConnection,
     after: i64,
     up_to: i64,
-) -> QueryResult<Vec<(String, Option<i64>)>> {
-    events::table
-        .filter(events::stream_ordering.gt(after))
-        .filter(events::stream_ordering.le(up_to))
-        .group_by(events::room_id)
-        .select((events::room_id, diesel::dsl::max(events::stream_ordering)))
-        .load(&mut conn)
-        .await
+) -> QueryResult<Vec<RoomChange>> {
+    crate::storage::cached_sql(
+        "SELECT room_id, MAX(stream_ordering) AS last_event,
+                MAX(stream_ordering) FILTER (WHERE event_type = 'm.room.member') AS last_membership
+         FROM events WHERE stream_ordering > $1 AND stream_ordering <= $2
+         GROUP BY room_id",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(after)
+    .bind::<diesel::sql_types::BigInt, _>(up_to)
+    .load(&mut conn)
+    .await
 }
 
 /// Up to `limit` events of a room in `(after, up_to]`, newest first.

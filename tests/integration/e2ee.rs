@@ -303,6 +303,16 @@ async fn device_list_changes_reach_those_who_share_a_room() {
         bob_view["device_lists"]["left"],
         json!(["@alice:localhost"])
     );
+
+    // Coming back is a change, though no device changed: found through the membership alone.
+    let bob_since = bob_view["next_batch"].as_str().unwrap().to_owned();
+    alice.join(&room).await.ok();
+    let bob_view = bob.sync(Some(&bob_since), 5_000, None).await;
+    assert_eq!(
+        bob_view["device_lists"]["changed"],
+        json!(["@alice:localhost"])
+    );
+    assert_eq!(bob_view["device_lists"]["left"], json!([]));
 }
 
 #[tokio::test]

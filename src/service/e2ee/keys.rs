@@ -480,8 +480,11 @@ pub async fn device_list_delta(
     device_lists: (i64, i64),
     events: (i64, i64),
 ) -> Result<(Vec<String>, Vec<String>)> {
-    let mut changed =
-        store::get_device_list_changes_for(conn, user_id, device_lists.0, device_lists.1).await?;
+    let mut changed = if device_lists.0 < device_lists.1 {
+        store::get_device_list_changes_for(conn, user_id, device_lists.0, device_lists.1).await?
+    } else {
+        Vec::new()
+    };
     let mut left = Vec::new();
     if events.0 < events.1 {
         for (user, shares) in

@@ -253,14 +253,18 @@ impl Sync {
             )
             .await?;
         let mut typing_events = typing.changed_since(&joined_rooms, since.map(|s| s.typing));
-        let changed: HashSet<&str> = match since {
-            Some(since) => self
-                .index
-                .changed_since(memberships.iter().map(|m| m.0.as_str()), since.events)
-                .await
-                .into_iter()
-                .collect(),
-            None => HashSet::new(),
+        let changes = match request.since {
+            Some(token) => Some(
+                self.index
+                    .changed_since(memberships.iter().map(|m| m.0.as_str()), token.events)
+                    .await,
+            ),
+            None => None,
+        };
+        let memberships_changed = changes.as_ref().is_some_and(|c| c.memberships);
+        let changed: HashSet<&str> = match (since, changes) {
+            (Some(_), Some(changes)) => changes.rooms.into_iter().collect(),
+            _ => HashSet::new(),
         };
         // What each room needs, decided in order; then the sections are built concurrently
         // on the one connection, so their queries share round trips.
@@ -368,11 +372,17 @@ impl Sync {
             async {
                 match request.since {
                     Some(since) => {
+                        // Memberships are looked at only where the room index saw one change.
+                        let events_up_to = if memberships_changed {
+                            events_position
+                        } else {
+                            since.events
+                        };
                         device_list_delta(
                             conn,
                             user,
                             (since.device_lists, device_lists_position),
-                            (since.events, events_position),
+                            (since.events, events_up_to),
                         )
                         .await
                     }

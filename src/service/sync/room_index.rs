@@ -1,7 +1,9 @@
-//! The room-change index: for every room, the last stream position at which it changed.
+//! The room-change index: for every room, the last stream position at which it changed and
+//! the last at which a membership in it changed.
 //!
 //! An incremental sync asks it which of the user's rooms changed since the token, so it reads
-//! only those rooms. It is refreshed from the database (only the events newer than what it
+//! only those rooms, and whether any membership changed in them, so it looks for device-list
+//! changes that follow from memberships only then. It is refreshed from the database (only the events newer than what it
 //! has seen) before each use, so it is correct with several server processes; at start it is
 //! rebuilt from the whole events table.
 
@@ -17,7 +19,21 @@ use crate::{
 struct Index {
     /// Every event at or below this position is reflected in `rooms`.
     up_to: i64,
-    rooms: HashMap<String, i64>,
+    rooms: HashMap<String, LastChange>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct LastChange {
+    event: i64,
+    membership: i64,
+}
+
+/// Which of a user's rooms changed since a position.
+pub struct Changes<'a> {
+    /// The rooms with an event after the position.
+    pub rooms: Vec<&'a str>,
+    /// Whether any of them had a membership event after the position.
+    pub memberships: bool,
 }
 
 /// The room-change index.
@@ -49,10 +65,12 @@ impl RoomIndex {
         // sees every event up to that position.
         let current = streams::current_position(&mut conn, streams::EVENTS).await?;
         if current > index.up_to {
-            for (room_id, position) in
-                store::get_rooms_changed_between(&mut conn, index.up_to, current).await?
-            {
-                index.rooms.insert(room_id, position.unwrap_or(0));
+            for change in store::get_rooms_changed_between(&mut conn, index.up_to, current).await? {
+                let last = index.rooms.entry(change.room_id).or_default();
+                last.event = change.last_event;
+                if let Some(membership) = change.last_membership {
+                    last.membership = membership;
+                }
             }
             index.up_to = current;
         }
@@ -64,10 +82,19 @@ impl RoomIndex {
         &self,
         rooms: impl Iterator<Item = &'a str>,
         since: i64,
-    ) -> Vec<&'a str> {
+    ) -> Changes<'a> {
         let index = self.index.lock().await;
-        rooms
-            .filter(|room| index.rooms.get(*room).is_some_and(|last| *last > since))
-            .collect()
+        let mut changes = Changes {
+            rooms: Vec::new(),
+            memberships: false,
+        };
+        for room in rooms {
+            let last = index.rooms.get(room).copied().unwrap_or_default();
+            if last.event > since {
+                changes.rooms.push(room);
+                changes.memberships |= last.membership > since;
+            }
+        }
+        changes
     }
 }
