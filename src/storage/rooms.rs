@@ -6,8 +6,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
 use super::schema::{
-    event_txns, events, room_aliases, room_current_state, room_forward_extremities,
-    room_memberships, rooms, server_signing_keys,
+    event_txns, events, room_aliases, room_current_state, room_memberships, rooms,
+    server_signing_keys,
 };
 
 /// A row of `rooms`.
@@ -22,6 +22,10 @@ pub struct RoomRow {
     pub is_public: bool,
     /// The current state group.
     pub current_state_group: i64,
+    /// The events no other event references yet (the next event's `prev_events`).
+    pub forward_extremities: Vec<String>,
+    /// The depth of the newest of them.
+    pub tip_depth: i64,
 }
 
 /// A stored event.
@@ -284,41 +288,24 @@ pub async fn insert_txn(
         .map(drop)
 }
 
-/// The room's forward extremities with their depths.
-pub async fn get_forward_extremities(
+/// Makes `event_id` (at `depth`) the room's only forward extremity: it references all the
+/// others.
+pub async fn set_room_tip(
     mut conn: &AsyncPgConnection,
     room_id: &str,
-) -> QueryResult<Vec<(String, i64)>> {
-    room_forward_extremities::table
-        .inner_join(events::table.on(events::event_id.eq(room_forward_extremities::event_id)))
-        .filter(room_forward_extremities::room_id.eq(room_id))
-        .select((room_forward_extremities::event_id, events::depth))
-        .load(&mut conn)
-        .await
-}
-
-/// Replaces the forward extremities: `prev` are now referenced, `new` is the new tip.
-pub async fn set_forward_extremity(
-    mut conn: &AsyncPgConnection,
-    room_id: &str,
-    prev: &[String],
-    new: &str,
+    event_id: &str,
+    depth: i64,
 ) -> QueryResult<()> {
-    diesel::delete(
-        room_forward_extremities::table
-            .filter(room_forward_extremities::room_id.eq(room_id))
-            .filter(room_forward_extremities::event_id.eq_any(prev)),
+    // Raw, because diesel never reuses the prepared form of an UPDATE.
+    crate::storage::cached_sql(
+        "UPDATE rooms SET forward_extremities = ARRAY[$2], tip_depth = $3 WHERE room_id = $1",
     )
+    .bind::<diesel::sql_types::Text, _>(room_id)
+    .bind::<diesel::sql_types::Text, _>(event_id)
+    .bind::<diesel::sql_types::BigInt, _>(depth)
     .execute(&mut conn)
-    .await?;
-    diesel::insert_into(room_forward_extremities::table)
-        .values((
-            room_forward_extremities::room_id.eq(room_id),
-            room_forward_extremities::event_id.eq(new),
-        ))
-        .execute(&mut conn)
-        .await
-        .map(drop)
+    .await
+    .map(drop)
 }
 
 /// Updates the current state with one state event.
@@ -395,6 +382,40 @@ pub async fn get_current_state_event(
         .first(&mut conn)
         .await
         .optional()
+}
+
+/// The current state events of several `(type, state_key)` pairs, in one query; pairs with
+/// no current state are absent from the result.
+pub async fn get_current_state_events(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    keys: &[(&str, &str)],
+) -> QueryResult<Vec<EventRow>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut types: Vec<&str> = keys.iter().map(|(kind, _)| *kind).collect();
+    let mut state_keys: Vec<&str> = keys.iter().map(|(_, key)| *key).collect();
+    types.sort_unstable();
+    types.dedup();
+    state_keys.sort_unstable();
+    state_keys.dedup();
+    // Types times keys is a superset of the pairs (and small): the exact pairs are kept here.
+    let rows: Vec<EventRow> = room_current_state::table
+        .inner_join(events::table.on(events::event_id.eq(room_current_state::event_id)))
+        .filter(room_current_state::room_id.eq(room_id))
+        .filter(room_current_state::event_type.eq_any(types))
+        .filter(room_current_state::state_key.eq_any(state_keys))
+        .select(EventRow::as_select())
+        .load(&mut conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|row| {
+            let key = row.state_key.as_deref().unwrap_or_default();
+            keys.contains(&(row.event_type.as_str(), key))
+        })
+        .collect())
 }
 
 /// Records a user's current membership in a room.

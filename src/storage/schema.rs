@@ -271,13 +271,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    room_forward_extremities (room_id, event_id) {
-        room_id -> Text,
-        event_id -> Text,
-    }
-}
-
-diesel::table! {
     room_memberships (room_id, user_id) {
         room_id -> Text,
         user_id -> Text,
@@ -353,6 +346,8 @@ diesel::table! {
         is_public -> Bool,
         current_state_group -> Int8,
         created_ts -> Int8,
+        forward_extremities -> Array<Text>,
+        tip_depth -> Int8,
     }
 }
 
@@ -416,7 +411,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     registration_tokens,
     room_aliases,
     room_current_state,
-    room_forward_extremities,
     room_memberships,
     rooms,
     server_signing_keys,

@@ -13,6 +13,16 @@ use crate::{
     storage::{rooms as store, users},
 };
 
+/// How a send ended.
+enum Outcome {
+    /// The event was stored.
+    Sent(OwnedEventId),
+    /// The client's transaction ID was used before, for this event.
+    Earlier(String),
+    /// The sender is shadow-banned: nothing is stored.
+    ShadowBanned,
+}
+
 /// Who is sending, from which device and transaction.
 #[derive(Debug, Clone, Copy)]
 pub struct Sender<'a> {
@@ -40,33 +50,43 @@ impl Rooms {
         }
         let mut conn = self.db.conn().await?;
         let user = sender.user_id.as_str();
-        let (earlier, shadow_banned) = tokio::try_join!(
-            async {
-                match sender.txn {
-                    Some((device_id, txn_id)) => {
-                        store::get_txn_event(&conn, user, device_id, txn_id).await
-                    }
-                    None => Ok(None),
-                }
-            },
-            users::is_shadow_banned(&conn, user),
-        )?;
-        if let Some(id) = earlier {
-            return EventId::parse(id).map_err(Error::internal);
-        }
-        if shadow_banned && !is_membership_of_self(sender, kind, state_key) {
-            return self.fake_send(&mut conn, sender).await;
-        }
         let _room_lock = self.locks.lock(room_id).await;
         let server_name = self.config.server_name.as_str();
         let member_target = state_key.filter(|_| kind == "m.room.member");
         let prefetch = common_auth_keys(user, member_target);
         let result = conn
             .transaction::<_, Error, _>(async |conn| {
-                // A concurrent retry of the same transaction that commits first makes this
-                // one fail on the transaction's unique key; its event is returned below.
-                let mut writer =
-                    RoomWriter::open(conn, &self.keys, server_name, room_id, &prefetch).await?;
+                // A retry, or a shadow-banned sender, is found in the same round trip as the
+                // room's lock and state: most sends are neither.
+                let conn = &*conn;
+                let prechecks = async {
+                    Ok(tokio::try_join!(
+                        async {
+                            match sender.txn {
+                                Some((device_id, txn_id)) => {
+                                    store::get_txn_event(conn, user, device_id, txn_id).await
+                                }
+                                None => Ok(None),
+                            }
+                        },
+                        users::is_shadow_banned(conn, user),
+                    )?)
+                };
+                let (mut writer, (earlier, shadow_banned)) = RoomWriter::open_with(
+                    conn,
+                    &self.keys,
+                    server_name,
+                    room_id,
+                    &prefetch,
+                    prechecks,
+                )
+                .await?;
+                if let Some(id) = earlier {
+                    return Ok(Outcome::Earlier(id));
+                }
+                if shadow_banned && !is_membership_of_self(sender, kind, state_key) {
+                    return Ok(Outcome::ShadowBanned);
+                }
                 self.check_content(&mut writer, kind, state_key, &content)
                     .await?;
                 let event = NewEvent {
@@ -77,11 +97,15 @@ impl Rooms {
                     redacts,
                     txn: sender.txn,
                 };
-                Ok(writer.append(event).await?.event_id)
+                // A concurrent retry of the same transaction that commits first makes this
+                // one fail on the transaction's unique key; its event is returned below.
+                Ok(Outcome::Sent(writer.append(event).await?.event_id))
             })
             .await;
         match (result, sender.txn) {
-            (Ok(id), _) => Ok(id),
+            (Ok(Outcome::Sent(id)), _) => Ok(id),
+            (Ok(Outcome::Earlier(id)), _) => EventId::parse(id).map_err(Error::internal),
+            (Ok(Outcome::ShadowBanned), _) => self.fake_send(&conn, sender).await,
             // The same transaction ID raced in through another room or process: its event wins.
             (Err(err), Some((device_id, txn_id))) => {
                 match store::get_txn_event(&mut conn, sender.user_id.as_str(), device_id, txn_id)

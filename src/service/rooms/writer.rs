@@ -5,7 +5,7 @@
 //! each append). Never the other way round. The advisory lock keeps writes to one room
 //! serialised across server processes; `prev_events` are always the room's forward extremities.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, future::Future};
 
 use diesel::sql_types::BigInt;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
@@ -19,8 +19,6 @@ use ruma::{
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-use futures_util::future::try_join_all;
 
 use super::{
     pdu::{build_pdu, Pdu, PduTemplate},
@@ -128,7 +126,7 @@ pub fn common_auth_keys<'a>(
 
 impl<'c> RoomWriter<'c> {
     /// Starts writing to an existing room: takes its advisory lock, then loads its tip and the
-    /// current state of `prefetch` in one round trip. `M_NOT_FOUND` when the room is unknown.
+    /// current state of `prefetch`. `M_NOT_FOUND` when the room is unknown.
     pub async fn open(
         conn: &'c AsyncPgConnection,
         keys: &'c ServerKeys,
@@ -136,28 +134,40 @@ impl<'c> RoomWriter<'c> {
         room_id: &RoomId,
         prefetch: &[(&str, &str)],
     ) -> Result<Self> {
-        // Alone, so that every read below happens under the lock.
-        crate::storage::cached_sql("SELECT pg_advisory_xact_lock($1)")
+        let (writer, ()) =
+            Self::open_with(conn, keys, server_name, room_id, prefetch, async { Ok(()) }).await?;
+        Ok(writer)
+    }
+
+    /// [`RoomWriter::open`], with the caller's own reads (`alongside`) in the same round trip.
+    pub async fn open_with<T>(
+        conn: &'c AsyncPgConnection,
+        keys: &'c ServerKeys,
+        server_name: &'c str,
+        room_id: &RoomId,
+        prefetch: &[(&str, &str)],
+        alongside: impl Future<Output = Result<T>>,
+    ) -> Result<(Self, T)> {
+        // The lock goes first on the connection, so every read after it in the pipeline runs
+        // (and takes its snapshot) once the lock is held.
+        let lock = crate::storage::cached_sql("SELECT pg_advisory_xact_lock($1)")
             .bind::<BigInt, _>(lock_key(room_id.as_str()))
-            .execute(&mut &*conn)
-            .await?;
-        let state =
-            try_join_all(prefetch.iter().map(|(kind, key)| {
-                store::get_current_state_event(conn, room_id.as_str(), kind, key)
-            }));
-        let (room, tips, state) = tokio::try_join!(
-            store::get_room(conn, room_id.as_str()),
-            store::get_forward_extremities(conn, room_id.as_str()),
-            state,
+            .execute(&mut &*conn);
+        let (_, room, state, theirs) = tokio::try_join!(
+            async { Ok::<_, Error>(lock.await?) },
+            async { Ok(store::get_room(conn, room_id.as_str()).await?) },
+            async { Ok(store::get_current_state_events(conn, room_id.as_str(), prefetch).await?) },
+            alongside,
         )?;
         let room = room.ok_or_else(|| Error::not_found("Unknown room"))?;
         let version =
             RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
         let rules = version_rules(&version)?;
-        let depth = tips.iter().map(|(_, d)| *d).max().unwrap_or(0);
-        let extremities = tips
-            .into_iter()
-            .filter_map(|(id, _)| EventId::parse(id).ok())
+        let depth = room.tip_depth;
+        let extremities = room
+            .forward_extremities
+            .iter()
+            .filter_map(|id| EventId::parse(id).ok())
             .collect();
         let mut writer = RoomWriter {
             conn,
@@ -172,10 +182,34 @@ impl<'c> RoomWriter<'c> {
             depth,
             pdus: HashMap::new(),
         };
-        for ((kind, key), row) in prefetch.iter().zip(state) {
-            writer.remember_state(kind, key, row)?;
+        writer.remember_states(prefetch, state)?;
+        Ok((writer, theirs))
+    }
+
+    /// Caches the current state of `keys` (and its events) from rows looked up for them; a key
+    /// already known (or listed twice) keeps what was first remembered.
+    fn remember_states(&mut self, keys: &[(&str, &str)], rows: Vec<store::EventRow>) -> Result<()> {
+        let mut rows: HashMap<(String, String), store::EventRow> = rows
+            .into_iter()
+            .map(|row| {
+                (
+                    (
+                        row.event_type.clone(),
+                        row.state_key.clone().unwrap_or_default(),
+                    ),
+                    row,
+                )
+            })
+            .collect();
+        for (kind, key) in keys {
+            let key_pair = ((*kind).to_owned(), (*key).to_owned());
+            if self.state.contains_key(&key_pair) {
+                continue;
+            }
+            let row = rows.remove(&key_pair);
+            self.remember_state(kind, key, row)?;
         }
-        Ok(writer)
+        Ok(())
     }
 
     /// Caches one current-state entry (and its event) looked up from the database.
@@ -244,20 +278,16 @@ impl<'c> RoomWriter<'c> {
         else {
             return Ok(());
         };
-        let missing: Vec<&(String, String)> = keys
+        let missing: Vec<(&str, &str)> = keys
             .iter()
             .filter(|k| !self.state.contains_key(*k))
+            .map(|(kind, key)| (kind.as_str(), key.as_str()))
             .collect();
-        let conn = self.conn;
-        let rows =
-            try_join_all(missing.iter().map(|(kind, key)| {
-                store::get_current_state_event(conn, room_id.as_str(), kind, key)
-            }))
-            .await?;
-        for ((kind, key), row) in missing.into_iter().zip(rows) {
-            self.remember_state(kind, key, row)?;
+        if missing.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let rows = store::get_current_state_events(self.conn, room_id.as_str(), &missing).await?;
+        self.remember_states(&missing, rows)
     }
 
     /// The current state event ID of `(type, state_key)`, once fetched.
@@ -488,7 +518,6 @@ impl<'c> RoomWriter<'c> {
             relation.stream_ordering = stream_ordering;
             relation
         });
-        let prev: Vec<String> = self.extremities.iter().map(|e| e.to_string()).collect();
         let member_target = event.state_key.filter(|_| event.kind == "m.room.member");
         // The event's rows and its notifications (delivered at commit), sent together.
         tokio::try_join!(
@@ -500,7 +529,7 @@ impl<'c> RoomWriter<'c> {
                 }
             },
             push_store::insert_push_actions(conn, &push_rows),
-            store::set_forward_extremity(conn, room_id.as_str(), &prev, event_id.as_str()),
+            store::set_room_tip(conn, room_id.as_str(), event_id.as_str(), template.depth),
             async {
                 match event.txn {
                     Some((device_id, txn_id)) => {
