@@ -1,5 +1,7 @@
 //! Push actions (what each event means for each local member), unread counts and pushers.
 
+use std::sync::LazyLock;
+
 use diesel::{
     prelude::*,
     sql_types::{Array, BigInt, Bool, Jsonb, Text},
@@ -35,9 +37,46 @@ pub struct PushActionRow {
     pub ts: i64,
 }
 
-/// Stores push actions.
+/// Stores push actions at the positions in their rows.
 pub async fn insert_push_actions(
+    conn: &AsyncPgConnection,
+    rows: &[PushActionRow],
+) -> QueryResult<()> {
+    static SQL: LazyLock<String> = LazyLock::new(|| insert_push_actions_sql("$4::int8[]"));
+    insert_push_actions_with(conn, &SQL, rows).await
+}
+
+/// Stores a new event's push actions at the position its transaction just took (their rows'
+/// `stream_ordering` is not used: see [`super::streams::TAKEN_EVENT_POSITION`]).
+pub async fn insert_push_actions_at_taken_position(
+    conn: &AsyncPgConnection,
+    rows: &[PushActionRow],
+) -> QueryResult<()> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        let taken = super::streams::TAKEN_EVENT_POSITION;
+        // The array of positions is still bound (and ignored), so both forms bind alike.
+        insert_push_actions_sql(&format!(
+            "array_fill({taken}, ARRAY[cardinality($4::int8[])])"
+        ))
+    });
+    insert_push_actions_with(conn, &SQL, rows).await
+}
+
+/// One array per column, so the statement text is the same for any number of rows and stays
+/// prepared (diesel's multi-row VALUES is parsed again for every event).
+fn insert_push_actions_sql(positions: &str) -> String {
+    format!(
+        "INSERT INTO event_push_actions \
+         (user_id, room_id, event_id, stream_ordering, thread_id, notify, highlight, unread, \
+          actions, ts) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], {positions}, $5::text[], \
+                              $6::bool[], $7::bool[], $8::bool[], $9::jsonb[], $10::int8[])"
+    )
+}
+
+async fn insert_push_actions_with(
     mut conn: &AsyncPgConnection,
+    sql: &'static str,
     rows: &[PushActionRow],
 ) -> QueryResult<()> {
     if rows.is_empty() {
@@ -46,28 +85,20 @@ pub async fn insert_push_actions(
     fn column<'r, T>(rows: &'r [PushActionRow], field: impl Fn(&'r PushActionRow) -> T) -> Vec<T> {
         rows.iter().map(field).collect()
     }
-    // One array per column, so the statement text is the same for any number of rows and
-    // stays prepared (diesel's multi-row VALUES is parsed again for every event).
-    super::cached_sql(
-        "INSERT INTO event_push_actions \
-         (user_id, room_id, event_id, stream_ordering, thread_id, notify, highlight, unread, \
-          actions, ts) \
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], \
-                              $6::bool[], $7::bool[], $8::bool[], $9::jsonb[], $10::int8[])",
-    )
-    .bind::<Array<Text>, _>(column(rows, |r| r.user_id.as_str()))
-    .bind::<Array<Text>, _>(column(rows, |r| r.room_id.as_str()))
-    .bind::<Array<Text>, _>(column(rows, |r| r.event_id.as_str()))
-    .bind::<Array<BigInt>, _>(column(rows, |r| r.stream_ordering))
-    .bind::<Array<Text>, _>(column(rows, |r| r.thread_id.as_str()))
-    .bind::<Array<Bool>, _>(column(rows, |r| r.notify))
-    .bind::<Array<Bool>, _>(column(rows, |r| r.highlight))
-    .bind::<Array<Bool>, _>(column(rows, |r| r.unread))
-    .bind::<Array<Jsonb>, _>(column(rows, |r| &r.actions))
-    .bind::<Array<BigInt>, _>(column(rows, |r| r.ts))
-    .execute(&mut conn)
-    .await
-    .map(drop)
+    super::cached_sql(sql)
+        .bind::<Array<Text>, _>(column(rows, |r| r.user_id.as_str()))
+        .bind::<Array<Text>, _>(column(rows, |r| r.room_id.as_str()))
+        .bind::<Array<Text>, _>(column(rows, |r| r.event_id.as_str()))
+        .bind::<Array<BigInt>, _>(column(rows, |r| r.stream_ordering))
+        .bind::<Array<Text>, _>(column(rows, |r| r.thread_id.as_str()))
+        .bind::<Array<Bool>, _>(column(rows, |r| r.notify))
+        .bind::<Array<Bool>, _>(column(rows, |r| r.highlight))
+        .bind::<Array<Bool>, _>(column(rows, |r| r.unread))
+        .bind::<Array<Jsonb>, _>(column(rows, |r| &r.actions))
+        .bind::<Array<BigInt>, _>(column(rows, |r| r.ts))
+        .execute(&mut conn)
+        .await
+        .map(drop)
 }
 
 /// A redacted event stops counting for everyone.

@@ -30,11 +30,25 @@ pub struct RelationRow {
     pub stream_ordering: i64,
 }
 
-/// Records a relation (inside the event's transaction).
+/// Records a relation inside the relating event's transaction, at the position it just took
+/// (`row.stream_ordering` is not used: see [`super::streams::TAKEN_EVENT_POSITION`]).
 pub async fn insert_relation(mut conn: &AsyncPgConnection, row: &RelationRow) -> QueryResult<()> {
-    diesel::insert_into(event_relations::table)
-        .values(row)
-        .on_conflict_do_nothing()
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "INSERT INTO event_relations (event_id, relates_to, rel_type, room_id, sender, \
+             event_type, aggregation_key, stream_ordering) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, {}) ON CONFLICT DO NOTHING",
+            super::streams::TAKEN_EVENT_POSITION
+        )
+    });
+    super::cached_sql(SQL.as_str())
+        .bind::<Text, _>(&row.event_id)
+        .bind::<Text, _>(&row.relates_to)
+        .bind::<Text, _>(&row.rel_type)
+        .bind::<Text, _>(&row.room_id)
+        .bind::<Text, _>(&row.sender)
+        .bind::<Text, _>(&row.event_type)
+        .bind::<diesel::sql_types::Nullable<Text>, _>(&row.aggregation_key)
         .execute(&mut conn)
         .await
         .map(drop)

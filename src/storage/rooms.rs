@@ -54,19 +54,12 @@ pub struct EventRow {
     pub redacted_by: Option<String>,
 }
 
-/// Insert form for `events`.
-#[derive(Insertable)]
-#[diesel(table_name = events)]
-// NULL rather than DEFAULT for a missing state key: diesel does not reuse the prepared form
-// of an insert that writes DEFAULT, so every message was parsed again.
-#[diesel(treat_none_as_default_value = false)]
+/// Insert form for `events` (its position is the one the transaction just took).
 pub struct NewEvent<'a> {
     /// Event ID.
     pub event_id: &'a str,
     /// Room ID.
     pub room_id: &'a str,
-    /// Position in the event stream.
-    pub stream_ordering: i64,
     /// Depth.
     pub depth: i64,
     /// Sender.
@@ -151,10 +144,28 @@ pub async fn get_public_room_ids(mut conn: &AsyncPgConnection) -> QueryResult<Ve
         .await
 }
 
-/// Stores an event.
+/// Stores an event at the position the transaction just took ([`super::streams::next_position`],
+/// which may be sent just before, in the same pipeline).
 pub async fn insert_event(mut conn: &AsyncPgConnection, event: &NewEvent<'_>) -> QueryResult<()> {
-    diesel::insert_into(events::table)
-        .values(event)
+    use diesel::sql_types::{BigInt, Jsonb, Nullable, Text};
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type, \
+             state_key, origin_server_ts, pdu, state_group) \
+             VALUES ($1, $2, {}, $3, $4, $5, $6, $7, $8, $9)",
+            super::streams::TAKEN_EVENT_POSITION
+        )
+    });
+    crate::storage::cached_sql(SQL.as_str())
+        .bind::<Text, _>(event.event_id)
+        .bind::<Text, _>(event.room_id)
+        .bind::<BigInt, _>(event.depth)
+        .bind::<Text, _>(event.sender)
+        .bind::<Text, _>(event.event_type)
+        .bind::<Nullable<Text>, _>(event.state_key)
+        .bind::<BigInt, _>(event.origin_server_ts)
+        .bind::<Jsonb, _>(event.pdu)
+        .bind::<BigInt, _>(event.state_group)
         .execute(&mut conn)
         .await
         .map(drop)

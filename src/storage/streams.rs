@@ -31,6 +31,12 @@ pub async fn next_position(mut conn: &AsyncPgConnection, stream: &str) -> QueryR
     Ok(taken.position)
 }
 
+/// The event-stream position this transaction took with [`next_position`], as SQL. Rows sent
+/// in the same pipeline as the bump use it before its value is back, so the counter's row
+/// lock (held to commit) spans one round trip and the commit.
+pub const TAKEN_EVENT_POSITION: &str =
+    "(SELECT position FROM stream_positions WHERE stream = 'events')";
+
 #[derive(QueryableByName)]
 struct Position {
     #[diesel(sql_type = diesel::sql_types::BigInt)]

@@ -294,18 +294,18 @@ impl Audience {
     }
 
     /// The push action rows of a new event: one per member it notifies or counts as unread
-    /// for. The caller stores them in the event's transaction.
+    /// for. The caller stores them in the event's transaction, at the position it takes then
+    /// (the rows' `stream_ordering` is 0 until stored).
     pub async fn rows_for(
         &self,
         room_id: &RoomId,
         event_id: &str,
-        stream_ordering: i64,
         pdu: &Value,
     ) -> Vec<PushActionRow> {
         if self.members.is_empty() {
             return Vec::new();
         }
-        let event = EventToEvaluate::new(room_id, event_id, stream_ordering, pdu);
+        let event = EventToEvaluate::new(room_id, event_id, 0, pdu);
         let mut rows = Vec::new();
         for (user, name) in &self.members {
             let Some(rules) = self.rulesets.get(user.as_str()) else {

@@ -461,27 +461,25 @@ impl<'c> RoomWriter<'c> {
         };
 
         let conn = self.conn;
-        let audience = async {
-            if self.extremities.is_empty() {
-                // A new room: nobody else is in it yet.
-                return Ok(None);
-            }
-            Audience::load(
-                conn,
-                self.server_name,
-                &self.rules,
-                &room_id,
-                event.sender.as_str(),
-                silent_by_default(event.kind, &event.content),
-            )
-            .await
-            .map(Some)
-        };
         // Push rules see the room as it was before the event: its state changes come later.
-        let (stream_ordering, audience) = tokio::try_join!(
-            async { Ok(streams::next_position(conn, streams::EVENTS).await?) },
-            audience,
-        )?;
+        // Evaluated before the stream position is taken, so the position's lock (held to
+        // commit, and every room's writers queue on it) is not held through this.
+        let audience = if self.extremities.is_empty() {
+            // A new room: nobody else is in it yet.
+            None
+        } else {
+            Some(
+                Audience::load(
+                    conn,
+                    self.server_name,
+                    &self.rules,
+                    &room_id,
+                    event.sender.as_str(),
+                    silent_by_default(event.kind, &event.content),
+                )
+                .await?,
+            )
+        };
         if self.extremities.is_empty() {
             store::insert_room(
                 conn,
@@ -494,17 +492,12 @@ impl<'c> RoomWriter<'c> {
             .await?;
         }
         let push_rows = match &audience {
-            Some(audience) => {
-                audience
-                    .rows_for(&room_id, event_id.as_str(), stream_ordering, &json)
-                    .await
-            }
+            Some(audience) => audience.rows_for(&room_id, event_id.as_str(), &json).await,
             None => Vec::new(),
         };
         let new_event = store::NewEvent {
             event_id: event_id.as_str(),
             room_id: room_id.as_str(),
-            stream_ordering,
             depth: template.depth,
             sender: event.sender.as_str(),
             event_type: event.kind,
@@ -515,12 +508,13 @@ impl<'c> RoomWriter<'c> {
         };
         let relation = relation.map(|mut relation| {
             relation.event_id = event_id.to_string();
-            relation.stream_ordering = stream_ordering;
             relation
         });
         let member_target = event.state_key.filter(|_| event.kind == "m.room.member");
-        // The event's rows and its notifications (delivered at commit), sent together.
-        tokio::try_join!(
+        // The stream position, then the event's rows (written at that position) and its
+        // notifications (delivered at commit), sent together.
+        let (stream_ordering, ..) = tokio::try_join!(
+            streams::next_position(conn, streams::EVENTS),
             store::insert_event(conn, &new_event),
             async {
                 match &relation {
@@ -528,7 +522,7 @@ impl<'c> RoomWriter<'c> {
                     None => Ok(()),
                 }
             },
-            push_store::insert_push_actions(conn, &push_rows),
+            push_store::insert_push_actions_at_taken_position(conn, &push_rows),
             store::set_room_tip(conn, room_id.as_str(), event_id.as_str(), template.depth),
             async {
                 match event.txn {
