@@ -100,9 +100,22 @@ impl Database {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    myelin::allocator::return_large_blocks();
+fn main() -> ExitCode {
+    // Before any thread exists: glibc fixes its arena limit when a thread first needs one.
+    myelin::allocator::return_freed_memory();
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(serve_or_run()),
+        Err(err) => {
+            eprintln!("myelin: cannot start the async runtime: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve_or_run() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

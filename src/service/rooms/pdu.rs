@@ -254,16 +254,21 @@ pub fn client_event(
     redaction: Option<Value>,
     now: i64,
 ) -> Value {
+    let redacted;
     let pdu = match &redaction {
-        Some(_) => CanonicalJsonValue::try_from(pdu.clone())
-            .ok()
-            .and_then(|v| match v {
-                CanonicalJsonValue::Object(object) => redact(object, &rules.redaction, None).ok(),
-                _ => None,
-            })
-            .and_then(|object| serde_json::to_value(object).ok())
-            .unwrap_or_else(|| pdu.clone()),
-        None => pdu.clone(),
+        Some(_) => {
+            redacted = CanonicalJsonValue::try_from(pdu.clone())
+                .ok()
+                .and_then(|v| match v {
+                    CanonicalJsonValue::Object(object) => {
+                        redact(object, &rules.redaction, None).ok()
+                    }
+                    _ => None,
+                })
+                .and_then(|object| serde_json::to_value(object).ok());
+            redacted.as_ref().unwrap_or(pdu)
+        }
+        None => pdu,
     };
     let mut event = Map::new();
     for key in [
