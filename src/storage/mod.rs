@@ -197,11 +197,11 @@ impl Db {
         Ok(self.pool().get().await?)
     }
 
-    /// Whether every connection is in use and requests are queueing for one: the moment to
-    /// shed work nothing durable depends on (typing, presence).
+    /// Whether requests on this thread are queueing for a connection: the moment to shed work
+    /// nothing durable depends on (typing, presence). Every connection merely being in use is
+    /// not enough: a worker's pool is small, and a caller holding one counts itself.
     pub fn is_saturated(&self) -> bool {
-        let status = self.pool().status();
-        status.waiting > 0 || (status.available == 0 && status.size >= status.max_size)
+        self.pool().status().waiting > 0
     }
 }
 
