@@ -159,8 +159,9 @@ thread_local! {
 }
 
 impl Db {
-    /// Builds pools for `url` with `max_size` connections in all, split between the shared
-    /// pool and one pool per HTTP worker; connections are made lazily.
+    /// Builds pools for `url`: `max_size` connections split evenly between the shared pool and
+    /// one pool per HTTP worker, each getting at least 2 (so more than `max_size` in all when
+    /// that is under 2 per thread). Connections are made lazily.
     pub fn connect(url: &str, max_size: usize, http_workers: usize) -> Result<Self> {
         let per_worker = (max_size / (http_workers + 1)).max(2);
         let shared_size = max_size.saturating_sub(per_worker * http_workers).max(2);

@@ -379,20 +379,13 @@ pub async fn get_current_state_id(
 
 /// The current state event of `(type, state_key)`, if any.
 pub async fn get_current_state_event(
-    mut conn: &AsyncPgConnection,
+    conn: &AsyncPgConnection,
     room_id: &str,
     event_type: &str,
     state_key: &str,
 ) -> QueryResult<Option<EventRow>> {
-    room_current_state::table
-        .inner_join(events::table.on(events::event_id.eq(room_current_state::event_id)))
-        .filter(room_current_state::room_id.eq(room_id))
-        .filter(room_current_state::event_type.eq(event_type))
-        .filter(room_current_state::state_key.eq(state_key))
-        .select(EventRow::as_select())
-        .first(&mut conn)
-        .await
-        .optional()
+    let rows = get_current_state_events(conn, room_id, &[(event_type, state_key)]).await?;
+    Ok(rows.into_iter().next())
 }
 
 /// The current state events of several `(type, state_key)` pairs, in one query; pairs with

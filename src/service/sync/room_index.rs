@@ -3,9 +3,9 @@
 //!
 //! An incremental sync asks it which of the user's rooms changed since the token, so it reads
 //! only those rooms, and whether any membership changed in them, so it looks for device-list
-//! changes that follow from memberships only then. It is refreshed from the database (only the events newer than what it
-//! has seen) before each use, so it is correct with several server processes; at start it is
-//! rebuilt from the whole events table.
+//! changes that follow from memberships only then. It is refreshed from the database (only the
+//! events newer than what it has seen) before each use, so it is correct with several server
+//! processes; at start it is rebuilt from the whole events table.
 
 use std::collections::HashMap;
 
