@@ -30,9 +30,9 @@ impl AccountData {
         room_id: Option<&RoomId>,
         data_type: &str,
     ) -> Result<Value> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let room = room_id.map_or(store::GLOBAL, |r| r.as_str());
-        store::get_account_data(&mut conn, user_id.as_str(), room, data_type)
+        store::get_account_data(&conn, user_id.as_str(), room, data_type)
             .await?
             .ok_or_else(|| Error::not_found("Account data not found"))
     }
@@ -75,8 +75,8 @@ impl AccountData {
     /// Validates and stores a filter, returning its ID.
     pub async fn create_filter(&self, user_id: &UserId, filter: &Value) -> Result<String> {
         validate_filter(filter)?;
-        let mut conn = self.db.conn().await?;
-        Ok(store::insert_filter(&mut conn, user_id.as_str(), filter)
+        let conn = self.db.conn().await?;
+        Ok(store::insert_filter(&conn, user_id.as_str(), filter)
             .await?
             .to_string())
     }
@@ -85,8 +85,8 @@ impl AccountData {
     pub async fn get_filter(&self, user_id: &UserId, filter_id: &str) -> Result<Value> {
         let not_found = || Error::not_found("No such filter");
         let id: i64 = filter_id.parse().map_err(|_| not_found())?;
-        let mut conn = self.db.conn().await?;
-        store::get_filter(&mut conn, user_id.as_str(), id)
+        let conn = self.db.conn().await?;
+        store::get_filter(&conn, user_id.as_str(), id)
             .await?
             .ok_or_else(not_found)
     }

@@ -19,18 +19,18 @@ pub struct ServerKeys {
 impl ServerKeys {
     /// Loads the key, creating it if the database has none (every process ends up on the oldest).
     pub async fn load_or_create(db: &Db) -> Result<Self> {
-        let mut conn = db.conn().await?;
-        if store::get_signing_key(&mut conn).await?.is_none() {
+        let conn = db.conn().await?;
+        if store::get_signing_key(&conn).await?.is_none() {
             let version: String = rand::rng()
                 .sample_iter(&Alphanumeric)
                 .take(6)
                 .map(char::from)
                 .collect();
             let der = Ed25519KeyPair::generate();
-            store::insert_signing_key(&mut conn, &format!("ed25519:a_{version}"), &der, now_ms())
+            store::insert_signing_key(&conn, &format!("ed25519:a_{version}"), &der, now_ms())
                 .await?;
         }
-        let (key_id, der) = store::get_signing_key(&mut conn)
+        let (key_id, der) = store::get_signing_key(&conn)
             .await?
             .ok_or_else(|| Error::internal("no signing key"))?;
         let version = key_id

@@ -100,10 +100,8 @@ impl Notifier {
     async fn wake_room_sharers(&self, user_id: &str) {
         self.wake_user(user_id);
         let rooms = async {
-            let mut conn = self.db.conn().await?;
-            Ok::<_, crate::error::Error>(
-                store::get_rooms_for_user(&mut conn, user_id, "join").await?,
-            )
+            let conn = self.db.conn().await?;
+            Ok::<_, crate::error::Error>(store::get_rooms_for_user(&conn, user_id, "join").await?)
         }
         .await;
         match rooms {

@@ -113,14 +113,14 @@ impl Presence {
 
     /// `GET /presence/{userId}/status`: for the user and those who share a room with them.
     pub async fn get(&self, viewer: &UserId, user_id: &UserId) -> Result<Value> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         if viewer != user_id
-            && !store::share_a_room(&mut conn, viewer.as_str(), user_id.as_str()).await?
+            && !store::share_a_room(&conn, viewer.as_str(), user_id.as_str()).await?
         {
             return Err(Error::forbidden("You do not share a room with this user"));
         }
         let row = match self.enabled {
-            true => store::get_presence(&mut conn, user_id.as_str()).await?,
+            true => store::get_presence(&conn, user_id.as_str()).await?,
             false => None,
         };
         Ok(match row {
@@ -211,7 +211,7 @@ impl Presence {
     async fn sweep(&self) -> Result<()> {
         let mut conn = self.db.conn().await?;
         let cutoff = now_ms() - OFFLINE_AFTER_MS;
-        for user in store::get_silent_users(&mut conn, cutoff).await? {
+        for user in store::get_silent_users(&conn, cutoff).await? {
             conn.transaction::<_, Error, _>(async |conn| {
                 let Some(row) = store::lock_presence(conn, &user).await? else {
                     return Ok(());

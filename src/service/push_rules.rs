@@ -147,8 +147,8 @@ impl PushRules {
 
     /// The user's ruleset.
     pub async fn get(&self, user_id: &UserId) -> Result<Ruleset> {
-        let mut conn = self.db.conn().await?;
-        load_ruleset(&mut conn, user_id).await
+        let conn = self.db.conn().await?;
+        load_ruleset(&conn, user_id).await
     }
 
     /// Changes the user's ruleset in one transaction (a concurrent change waits, so none is

@@ -135,8 +135,8 @@ impl PushSender {
     /// drained or waiting out a backoff.
     async fn round(self: &Arc<Self>) -> Result<()> {
         let pushers = {
-            let mut conn = self.db.conn().await?;
-            store::get_pushers_with_pending(&mut conn).await?
+            let conn = self.db.conn().await?;
+            store::get_pushers_with_pending(&conn).await?
         };
         let now = Instant::now();
         for pusher in pushers {
@@ -180,13 +180,13 @@ impl PushSender {
         loop {
             let mut conn = self.db.conn().await?;
             let pending =
-                store::get_pending_notifications(&mut conn, &pusher.user_id, done, BATCH).await?;
+                store::get_pending_notifications(&conn, &pusher.user_id, done, BATCH).await?;
             if pending.is_empty() {
                 return Ok(());
             }
             for (room_id, event_id, position, actions) in pending {
                 let notification = self
-                    .notification(&mut conn, pusher, &room_id, &event_id, &actions)
+                    .notification(&conn, pusher, &room_id, &event_id, &actions)
                     .await?;
                 drop(conn);
                 match self.post(pusher, &notification).await {
@@ -198,9 +198,9 @@ impl PushSender {
                     }
                     Outcome::Rejected => {
                         tracing::info!(user = %pusher.user_id, app = %pusher.app_id, "gateway rejected the push key; removing the pusher");
-                        let mut conn = self.db.conn().await?;
+                        let conn = self.db.conn().await?;
                         store::delete_pusher(
-                            &mut conn,
+                            &conn,
                             &pusher.user_id,
                             &pusher.app_id,
                             &pusher.pushkey,
@@ -228,7 +228,7 @@ impl PushSender {
                     }
                 }
                 conn = self.db.conn().await?;
-                store::set_pusher_progress(&mut conn, pusher, position).await?;
+                store::set_pusher_progress(&conn, pusher, position).await?;
                 done = position;
             }
         }

@@ -72,8 +72,8 @@ impl Pushers {
 
     /// The user's pushers in their client form.
     pub async fn list(&self, user_id: &UserId) -> Result<Vec<Value>> {
-        let mut conn = self.db.conn().await?;
-        let rows = store::get_pushers_of_user(&mut conn, user_id.as_str()).await?;
+        let conn = self.db.conn().await?;
+        let rows = store::get_pushers_of_user(&conn, user_id.as_str()).await?;
         Ok(rows.iter().map(pusher_json).collect())
     }
 
@@ -82,8 +82,7 @@ impl Pushers {
         let mut conn = self.db.conn().await?;
         let post = match action {
             PusherAction::Delete(ids) => {
-                store::delete_pusher(&mut conn, user_id.as_str(), &ids.app_id, &ids.pushkey)
-                    .await?;
+                store::delete_pusher(&conn, user_id.as_str(), &ids.app_id, &ids.pushkey).await?;
                 return Ok(());
             }
             PusherAction::Post(post) => post,

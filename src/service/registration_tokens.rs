@@ -49,8 +49,8 @@ impl RegistrationTokens {
         if expiry_ts.is_some_and(|ts| ts <= now) {
             return Err(Error::invalid_param("expiry_time must be in the future"));
         }
-        let mut conn = self.db.conn().await?;
-        store::insert_registration_token(&mut conn, &token, uses_allowed, expiry_ts, now)
+        let conn = self.db.conn().await?;
+        store::insert_registration_token(&conn, &token, uses_allowed, expiry_ts, now)
             .await
             .map_err(|e| {
                 if is_unique_violation(&e) {
@@ -63,14 +63,14 @@ impl RegistrationTokens {
 
     /// Lists every token.
     pub async fn list(&self) -> Result<Vec<RegistrationToken>> {
-        let mut conn = self.db.conn().await?;
-        Ok(store::get_registration_tokens(&mut conn).await?)
+        let conn = self.db.conn().await?;
+        Ok(store::get_registration_tokens(&conn).await?)
     }
 
     /// Deletes a token; `M_NOT_FOUND` when unknown.
     pub async fn delete(&self, token: &str) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        if store::delete_registration_token(&mut conn, token).await? {
+        let conn = self.db.conn().await?;
+        if store::delete_registration_token(&conn, token).await? {
             Ok(())
         } else {
             Err(Error::not_found("No such registration token"))
@@ -79,8 +79,8 @@ impl RegistrationTokens {
 
     /// Whether a token could be used right now (`/register/m.login.registration_token/validity`).
     pub async fn is_valid(&self, token: &str) -> Result<bool> {
-        let mut conn = self.db.conn().await?;
-        let Some(row) = store::get_registration_token(&mut conn, token).await? else {
+        let conn = self.db.conn().await?;
+        let Some(row) = store::get_registration_token(&conn, token).await? else {
             return Ok(false);
         };
         let unexpired = row.expiry_ts.is_none_or(|ts| ts > now_ms());

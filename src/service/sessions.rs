@@ -144,11 +144,11 @@ impl Sessions {
         let owner = match cached {
             Some(owner) => owner,
             None => {
-                let mut conn = self.db.conn().await?;
-                let owner = devices::get_token_owner(&mut conn, &hash)
+                let conn = self.db.conn().await?;
+                let owner = devices::get_token_owner(&conn, &hash)
                     .await?
                     .ok_or(Error::unknown_token(false))?;
-                devices::touch_device(&mut conn, &owner.user_id, &owner.device_id, now_ms(), ip)
+                devices::touch_device(&conn, &owner.user_id, &owner.device_id, now_ms(), ip)
                     .await?;
                 let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
                 cache.put(
@@ -185,11 +185,11 @@ impl Sessions {
         let db = self.db.clone();
         tokio::spawn(async move {
             let result = async {
-                let mut conn = db.conn().await?;
+                let conn = db.conn().await?;
                 // NOTIFY payloads are limited to 8000 bytes: 100 hashes of 64 characters fit.
                 for chunk in hex.chunks(100) {
                     crate::storage::rooms::notify(
-                        &mut conn,
+                        &conn,
                         super::notifier::TOKEN_CHANNEL,
                         &chunk.join(","),
                     )

@@ -92,7 +92,7 @@ impl Uia {
     /// error listing the flows and what is completed so far.
     pub async fn check(&self, auth: Option<&AuthData>, purpose: Purpose<'_>) -> Result<Completed> {
         let mut conn = self.db.conn().await?;
-        let flows = self.flows(&mut conn, purpose).await?;
+        let flows = self.flows(&conn, purpose).await?;
         let outcome = conn
             .transaction::<_, Error, _>(async |conn| {
                 self.process(conn, auth, purpose, &flows).await

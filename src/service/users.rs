@@ -97,8 +97,8 @@ impl Users {
     /// Whether a localpart is free to register.
     pub async fn check_available(&self, localpart: &str) -> Result<OwnedUserId> {
         let user_id = self.user_id_for(localpart)?;
-        let mut conn = self.db.conn().await?;
-        if users::localpart_exists(&mut conn, localpart).await? {
+        let conn = self.db.conn().await?;
+        if users::localpart_exists(&conn, localpart).await? {
             return Err(Error::user_in_use());
         }
         Ok(user_id)
@@ -106,12 +106,12 @@ impl Users {
 
     /// Picks an unused numeric localpart, as Synapse does when no username is given.
     pub async fn generate_localpart(&self) -> Result<String> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         for _ in 0..10 {
             let candidate = rand::rng()
                 .random_range(10_000_000u64..100_000_000)
                 .to_string();
-            if !users::localpart_exists(&mut conn, &candidate).await? {
+            if !users::localpart_exists(&conn, &candidate).await? {
                 return Ok(candidate);
             }
         }
@@ -227,8 +227,8 @@ impl Users {
     /// Checks a password login; every failure looks the same to the client.
     pub async fn check_password(&self, user_id: &UserId, password: &str) -> Result<()> {
         let forbidden = || Error::forbidden("Invalid username or password");
-        let mut conn = self.db.conn().await?;
-        let user = users::get_user(&mut conn, user_id.as_str())
+        let conn = self.db.conn().await?;
+        let user = users::get_user(&conn, user_id.as_str())
             .await?
             .ok_or_else(forbidden)?;
         if user.deactivated {
@@ -284,8 +284,8 @@ impl Users {
             .map_err(|e| Error::forbidden(format!("JWT validation failed: {e}")))?
             .claims;
         let user_id = self.resolve_identifier(&claims.sub)?;
-        let mut conn = self.db.conn().await?;
-        match users::get_user(&mut conn, user_id.as_str()).await? {
+        let conn = self.db.conn().await?;
+        match users::get_user(&conn, user_id.as_str()).await? {
             Some(user) if user.deactivated => Err(Error::user_deactivated()),
             Some(_) => Ok(user_id),
             None => {
@@ -368,8 +368,8 @@ impl Users {
 
     /// Sets or lifts a shadow ban; `M_NOT_FOUND` for unknown users.
     pub async fn set_shadow_banned(&self, user_id: &UserId, banned: bool) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        if users::set_shadow_banned(&mut conn, user_id.as_str(), banned).await? {
+        let conn = self.db.conn().await?;
+        if users::set_shadow_banned(&conn, user_id.as_str(), banned).await? {
             Ok(())
         } else {
             Err(Error::not_found("Unknown user"))
@@ -378,24 +378,21 @@ impl Users {
 
     /// The user's profile fields; `M_NOT_FOUND` when the user does not exist.
     pub async fn get_profile(&self, user_id: &UserId) -> Result<Vec<(String, Value)>> {
-        let mut conn = self.db.conn().await?;
-        let user = users::get_user(&mut conn, user_id.as_str()).await?;
+        let conn = self.db.conn().await?;
+        let user = users::get_user(&conn, user_id.as_str()).await?;
         if user.is_none() || user_id.server_name() != self.config.server_name {
             return Err(Error::not_found("Profile not found"));
         }
-        Ok(users::get_profile(&mut conn, user_id.as_str()).await?)
+        Ok(users::get_profile(&conn, user_id.as_str()).await?)
     }
 
     /// One profile field; `M_NOT_FOUND` when the user or the field does not exist.
     pub async fn get_profile_field(&self, user_id: &UserId, field: &str) -> Result<Value> {
-        let mut conn = self.db.conn().await?;
-        if users::get_user(&mut conn, user_id.as_str())
-            .await?
-            .is_none()
-        {
+        let conn = self.db.conn().await?;
+        if users::get_user(&conn, user_id.as_str()).await?.is_none() {
             return Err(Error::not_found("Profile not found"));
         }
-        users::get_profile_field(&mut conn, user_id.as_str(), field)
+        users::get_profile_field(&conn, user_id.as_str(), field)
             .await?
             .ok_or_else(|| Error::not_found("Profile field not set"))
     }
@@ -407,26 +404,24 @@ impl Users {
         field: &str,
         value: Option<&Value>,
     ) -> Result<()> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         match value {
-            Some(value) => {
-                users::set_profile_field(&mut conn, user_id.as_str(), field, value).await?
-            }
-            None => users::delete_profile_fields(&mut conn, user_id.as_str(), Some(field)).await?,
+            Some(value) => users::set_profile_field(&conn, user_id.as_str(), field, value).await?,
+            None => users::delete_profile_fields(&conn, user_id.as_str(), Some(field)).await?,
         }
         Ok(())
     }
 
     /// All devices of a user.
     pub async fn get_devices(&self, user_id: &UserId) -> Result<Vec<Device>> {
-        let mut conn = self.db.conn().await?;
-        Ok(devices::get_devices(&mut conn, user_id.as_str()).await?)
+        let conn = self.db.conn().await?;
+        Ok(devices::get_devices(&conn, user_id.as_str()).await?)
     }
 
     /// One device; `M_NOT_FOUND` when the user has no such device.
     pub async fn get_device(&self, user_id: &UserId, device_id: &str) -> Result<Device> {
-        let mut conn = self.db.conn().await?;
-        devices::get_device(&mut conn, user_id.as_str(), device_id)
+        let conn = self.db.conn().await?;
+        devices::get_device(&conn, user_id.as_str(), device_id)
             .await?
             .ok_or_else(|| Error::not_found("Unknown device"))
     }
@@ -438,8 +433,8 @@ impl Users {
         device_id: &str,
         name: Option<&str>,
     ) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        if devices::rename_device(&mut conn, user_id.as_str(), device_id, name).await? {
+        let conn = self.db.conn().await?;
+        if devices::rename_device(&conn, user_id.as_str(), device_id, name).await? {
             Ok(())
         } else {
             Err(Error::not_found("Unknown device"))

@@ -156,8 +156,8 @@ pub async fn upload_signing_keys_route(
         .upload_signing_keys(&caller.user_id, keys)
         .await?;
     if let Some(completed) = completed {
-        let mut conn = services.db.conn().await?;
-        services.uia.finish(&mut conn, &completed).await?;
+        let conn = services.db.conn().await?;
+        services.uia.finish(&conn, &completed).await?;
     }
     Ok(upload_signing_keys::Response::new().into())
 }

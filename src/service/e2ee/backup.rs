@@ -87,11 +87,11 @@ impl Backup {
     /// A version's info (the latest when `version` is `None`), with its key count and etag.
     pub async fn version_info(&self, user_id: &UserId, version: Option<&str>) -> Result<Value> {
         let version = version.map(parse_version).transpose()?;
-        let mut conn = self.db.conn().await?;
-        let row = store::get_version(&mut conn, user_id.as_str(), version)
+        let conn = self.db.conn().await?;
+        let row = store::get_version(&conn, user_id.as_str(), version)
             .await?
             .ok_or_else(|| Error::not_found("No backup version"))?;
-        let count = store::count_keys(&mut conn, user_id.as_str(), row.version).await?;
+        let count = store::count_keys(&conn, user_id.as_str(), row.version).await?;
         Ok(json!({
             "algorithm": row.algorithm,
             "auth_data": row.auth_data,
@@ -110,8 +110,8 @@ impl Backup {
         auth_data: &Value,
     ) -> Result<()> {
         let number = parse_version(version)?;
-        let mut conn = self.db.conn().await?;
-        let row = store::get_version(&mut conn, user_id.as_str(), Some(number))
+        let conn = self.db.conn().await?;
+        let row = store::get_version(&conn, user_id.as_str(), Some(number))
             .await?
             .ok_or_else(no_version)?;
         if row.algorithm != algorithm {
@@ -119,7 +119,7 @@ impl Backup {
                 "The algorithm of a backup cannot change",
             ));
         }
-        store::update_version(&mut conn, user_id.as_str(), number, auth_data).await?;
+        store::update_version(&conn, user_id.as_str(), number, auth_data).await?;
         Ok(())
     }
 
@@ -247,18 +247,12 @@ impl Backup {
     ) -> Result<Value> {
         let number = parse_version(version)?;
         let user = user_id.as_str();
-        let mut conn = self.db.conn().await?;
-        store::get_version(&mut conn, user, Some(number))
+        let conn = self.db.conn().await?;
+        store::get_version(&conn, user, Some(number))
             .await?
             .ok_or_else(no_version)?;
-        let rows = store::get_keys(
-            &mut conn,
-            user,
-            number,
-            selector.room_id,
-            selector.session_id,
-        )
-        .await?;
+        let rows =
+            store::get_keys(&conn, user, number, selector.room_id, selector.session_id).await?;
         if selector.session_id.is_some() {
             return rows
                 .first()

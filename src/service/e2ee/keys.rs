@@ -123,7 +123,7 @@ impl Keys {
         let mut conn = self.db.conn().await?;
         let device_key = match &upload.device_keys {
             Some(keys) => Some(keys.clone()),
-            None => store::get_device_key(&mut conn, user_id.as_str(), device_id).await?,
+            None => store::get_device_key(&conn, user_id.as_str(), device_id).await?,
         };
         let ed25519 = device_key
             .as_ref()
@@ -167,7 +167,7 @@ impl Keys {
             Ok(())
         })
         .await?;
-        one_time_key_counts(&mut conn, user_id.as_str(), device_id).await
+        one_time_key_counts(&conn, user_id.as_str(), device_id).await
     }
 
     /// `/keys/query` for local users: device keys (all devices when the list is empty) and
@@ -184,8 +184,8 @@ impl Keys {
             .filter(|u| u.rsplit_once(':').is_some_and(|(_, s)| s == server_name))
             .cloned()
             .collect();
-        let mut conn = self.db.conn().await?;
-        let signatures = store::get_signatures(&mut conn, &users).await?;
+        let conn = self.db.conn().await?;
+        let signatures = store::get_signatures(&conn, &users).await?;
         let mut extra: HashMap<(&str, &str), Vec<&SignatureRow>> = HashMap::new();
         for row in &signatures {
             extra
@@ -203,9 +203,7 @@ impl Keys {
 
         let mut device_keys: Map<String, Value> =
             users.iter().map(|u| (u.clone(), json!({}))).collect();
-        for (user, device, mut keys, display_name) in
-            store::get_device_keys(&mut conn, &users).await?
-        {
+        for (user, device, mut keys, display_name) in store::get_device_keys(&conn, &users).await? {
             let devices = &wanted[&user];
             if !devices.is_empty() && !devices.contains(&device) {
                 continue;
@@ -217,7 +215,7 @@ impl Keys {
             device_keys[&user][&device] = keys;
         }
         let (mut master, mut self_signing, mut user_signing) = (Map::new(), Map::new(), Map::new());
-        for (user, kind, key) in store::get_cross_signing_keys(&mut conn, &users).await? {
+        for (user, kind, key) in store::get_cross_signing_keys(&conn, &users).await? {
             let Some((_, public)) = cross_signing_public_key(&key) else {
                 continue;
             };
@@ -244,15 +242,13 @@ impl Keys {
         &self,
         wanted: &BTreeMap<String, BTreeMap<String, String>>,
     ) -> Result<Value> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let mut claimed = Map::new();
         for (user, devices) in wanted {
             for (device, algorithm) in devices {
-                let key = match store::claim_one_time_key(&mut conn, user, device, algorithm)
-                    .await?
-                {
+                let key = match store::claim_one_time_key(&conn, user, device, algorithm).await? {
                     Some(key) => Some(key),
-                    None => store::claim_fallback_key(&mut conn, user, device, algorithm).await?,
+                    None => store::claim_fallback_key(&conn, user, device, algorithm).await?,
                 };
                 if let Some((key_id, key)) = key {
                     let entry = claimed.entry(user.clone()).or_insert_with(|| json!({}));
@@ -269,8 +265,8 @@ impl Keys {
         let Some(new_master) = &keys.master else {
             return Ok(false);
         };
-        let mut conn = self.db.conn().await?;
-        let existing = store::get_cross_signing_keys(&mut conn, &[user_id.to_string()]).await?;
+        let conn = self.db.conn().await?;
+        let existing = store::get_cross_signing_keys(&conn, &[user_id.to_string()]).await?;
         Ok(existing
             .iter()
             .any(|(_, kind, key)| kind == MASTER && key != new_master))
@@ -281,7 +277,7 @@ impl Keys {
     pub async fn upload_signing_keys(&self, user_id: &UserId, keys: SigningKeys) -> Result<()> {
         let user = user_id.as_str();
         let mut conn = self.db.conn().await?;
-        let stored = store::get_cross_signing_keys(&mut conn, &[user.to_owned()]).await?;
+        let stored = store::get_cross_signing_keys(&conn, &[user.to_owned()]).await?;
         let master = match &keys.master {
             Some(master) => master.clone(),
             None => stored
@@ -331,8 +327,8 @@ impl Keys {
         let mut conn = self.db.conn().await?;
         let mut users: Vec<String> = signed.keys().cloned().collect();
         users.push(signer.to_string());
-        let devices = store::get_device_keys(&mut conn, &users).await?;
-        let cross = store::get_cross_signing_keys(&mut conn, &users).await?;
+        let devices = store::get_device_keys(&conn, &users).await?;
+        let cross = store::get_cross_signing_keys(&conn, &users).await?;
         // The caller's keys that may sign: key ID -> public key.
         let mut signing_keys: HashMap<String, String> = HashMap::new();
         for (user, device, keys, _) in &devices {
@@ -453,8 +449,8 @@ impl Keys {
         device_lists: (i64, i64),
         events: (i64, i64),
     ) -> Result<(Vec<String>, Vec<String>)> {
-        let mut conn = self.db.conn().await?;
-        device_list_delta(&mut conn, user_id.as_str(), device_lists, events).await
+        let conn = self.db.conn().await?;
+        device_list_delta(&conn, user_id.as_str(), device_lists, events).await
     }
 }
 

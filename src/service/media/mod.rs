@@ -189,9 +189,9 @@ impl Media {
     {
         let stored = self.store(body).await?;
         let media_id = Self::new_media_id();
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         store::insert_media(
-            &mut conn,
+            &conn,
             &MediaRow {
                 media_id: media_id.clone(),
                 uploader: uploader.to_owned(),
@@ -213,14 +213,14 @@ impl Media {
     /// `POST /_matrix/media/v1/create`: reserves an ID for a later upload.
     pub async fn create(&self, uploader: &str) -> Result<(String, i64)> {
         let now = now_ms();
-        let mut conn = self.db.conn().await?;
-        if store::count_pending(&mut conn, uploader, now).await? >= MAX_PENDING_PER_USER {
+        let conn = self.db.conn().await?;
+        if store::count_pending(&conn, uploader, now).await? >= MAX_PENDING_PER_USER {
             return Err(Error::limit_exceeded(60_000));
         }
         let media_id = Self::new_media_id();
         let expires = now + PENDING_LIFETIME_MS;
         store::insert_media(
-            &mut conn,
+            &conn,
             &MediaRow {
                 media_id: media_id.clone(),
                 uploader: uploader.to_owned(),
@@ -256,8 +256,8 @@ impl Media {
                 "Media IDs of other servers cannot be uploaded to",
             ));
         }
-        let mut conn = self.db.conn().await?;
-        let row = store::get_media(&mut conn, media_id)
+        let conn = self.db.conn().await?;
+        let row = store::get_media(&conn, media_id)
             .await?
             .ok_or_else(not_found)?;
         if row.uploader != uploader {
@@ -278,9 +278,9 @@ impl Media {
         }
         drop(conn);
         let stored = self.store(body).await?;
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         if !store::complete_pending(
-            &mut conn,
+            &conn,
             media_id,
             content_type,
             filename,
@@ -301,8 +301,8 @@ impl Media {
             // No federation yet: remote media cannot be fetched.
             return Err(not_found());
         }
-        let mut conn = self.db.conn().await?;
-        let row = store::get_media(&mut conn, media_id)
+        let conn = self.db.conn().await?;
+        let row = store::get_media(&conn, media_id)
             .await?
             .ok_or_else(not_found)?;
         if legacy && row.created_ts as u64 >= self.config.legacy_media_until_ms {
@@ -350,9 +350,9 @@ impl Media {
         }
         let row = self.ready(server_name, media_id, legacy).await?;
         let (w, h, method) = imaging::standard_size(width, height, method);
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         if let Some(thumb) =
-            store::get_thumbnail(&mut conn, media_id, w as i32, h as i32, method.as_str()).await?
+            store::get_thumbnail(&conn, media_id, w as i32, h as i32, method.as_str()).await?
         {
             return Ok(Download {
                 path: self.path_of(&thumb.sha256),
@@ -385,9 +385,9 @@ impl Media {
                 actix_web::web::Bytes::from(thumb.bytes),
             )]))
             .await?;
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         store::insert_thumbnail(
-            &mut conn,
+            &conn,
             &ThumbnailRow {
                 media_id: media_id.to_owned(),
                 width: w as i32,

@@ -23,15 +23,15 @@ impl Rooms {
                 "Can only create aliases on this server",
             ));
         }
-        let mut conn = self.db.conn().await?;
-        self.ensure_room_exists(&mut conn, room_id).await?;
-        if !self.is_joined(&mut conn, room_id, user_id).await? {
+        let conn = self.db.conn().await?;
+        self.ensure_room_exists(&conn, room_id).await?;
+        if !self.is_joined(&conn, room_id, user_id).await? {
             return Err(Error::forbidden(
                 "You must be in the room to give it an alias",
             ));
         }
         store::insert_alias(
-            &mut conn,
+            &conn,
             alias.as_str(),
             room_id.as_str(),
             user_id.as_str(),
@@ -53,8 +53,8 @@ impl Rooms {
 
     /// Resolves a local alias.
     pub async fn get_alias(&self, alias: &RoomAliasId) -> Result<OwnedRoomId> {
-        let mut conn = self.db.conn().await?;
-        let (room_id, _) = store::get_alias(&mut conn, alias.as_str())
+        let conn = self.db.conn().await?;
+        let (room_id, _) = store::get_alias(&conn, alias.as_str())
             .await?
             .ok_or_else(|| Error::not_found("Room alias not found"))?;
         RoomId::parse(room_id).map_err(Error::internal)
@@ -62,25 +62,20 @@ impl Rooms {
 
     /// Deletes an alias: its creator, a server admin, or a room member allowed to change the canonical alias.
     pub async fn delete_alias(&self, caller: &Caller, alias: &RoomAliasId) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        let (room_id, creator) = store::get_alias(&mut conn, alias.as_str())
+        let conn = self.db.conn().await?;
+        let (room_id, creator) = store::get_alias(&conn, alias.as_str())
             .await?
             .ok_or_else(|| Error::not_found("Room alias not found"))?;
         let room_id = RoomId::parse(room_id).map_err(Error::internal)?;
         let allowed = caller.is_admin
             || creator == caller.user_id.as_str()
             || self
-                .can_send_state(
-                    &mut conn,
-                    &room_id,
-                    &caller.user_id,
-                    "m.room.canonical_alias",
-                )
+                .can_send_state(&conn, &room_id, &caller.user_id, "m.room.canonical_alias")
                 .await?;
         if !allowed {
             return Err(Error::forbidden("You may not delete this alias"));
         }
-        store::delete_alias(&mut conn, alias.as_str()).await?;
+        store::delete_alias(&conn, alias.as_str()).await?;
         Ok(())
     }
 
@@ -88,14 +83,14 @@ impl Rooms {
     pub async fn room_aliases(&self, user_id: &UserId, room_id: &RoomId) -> Result<Vec<String>> {
         // Reading the room's state applies the same membership rule as `/state`.
         self.room_state(user_id, room_id).await?;
-        let mut conn = self.db.conn().await?;
-        Ok(store::get_room_aliases(&mut conn, room_id.as_str()).await?)
+        let conn = self.db.conn().await?;
+        Ok(store::get_room_aliases(&conn, room_id.as_str()).await?)
     }
 
     /// Whether a room is published in the directory.
     pub async fn directory_visibility(&self, room_id: &RoomId) -> Result<bool> {
-        let mut conn = self.db.conn().await?;
-        Ok(store::get_room(&mut conn, room_id.as_str())
+        let conn = self.db.conn().await?;
+        Ok(store::get_room(&conn, room_id.as_str())
             .await?
             .ok_or_else(|| Error::not_found("Unknown room"))?
             .is_public)
@@ -108,24 +103,19 @@ impl Rooms {
         room_id: &RoomId,
         public: bool,
     ) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        self.ensure_room_exists(&mut conn, room_id).await?;
+        let conn = self.db.conn().await?;
+        self.ensure_room_exists(&conn, room_id).await?;
         let allowed = caller.is_admin
-            || (self.is_joined(&mut conn, room_id, &caller.user_id).await?
+            || (self.is_joined(&conn, room_id, &caller.user_id).await?
                 && self
-                    .can_send_state(
-                        &mut conn,
-                        room_id,
-                        &caller.user_id,
-                        "m.room.canonical_alias",
-                    )
+                    .can_send_state(&conn, room_id, &caller.user_id, "m.room.canonical_alias")
                     .await?);
         if !allowed {
             return Err(Error::forbidden(
                 "You may not change this room's directory visibility",
             ));
         }
-        store::set_room_public(&mut conn, room_id.as_str(), public).await?;
+        store::set_room_public(&conn, room_id.as_str(), public).await?;
         Ok(())
     }
 
@@ -143,13 +133,13 @@ impl Rooms {
                 .ok_or_else(|| Error::invalid_param("Invalid since token"))?,
             None => 0,
         };
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let mut rooms = Vec::new();
-        for room_id in store::get_public_room_ids(&mut conn).await? {
-            let Some(room) = store::get_room(&mut conn, &room_id).await? else {
+        for room_id in store::get_public_room_ids(&conn).await? {
+            let Some(room) = store::get_room(&conn, &room_id).await? else {
                 continue;
             };
-            let state = state_store::get_state_ids(&mut conn, room.current_state_group).await?;
+            let state = state_store::get_state_ids(&conn, room.current_state_group).await?;
             let ids: Vec<String> = state
                 .iter()
                 .filter(|((t, _), _)| t != "m.room.member")
@@ -161,8 +151,8 @@ impl Rooms {
                     .and_then(|r| r.pdu.get("content").cloned())
                     .unwrap_or_default()
             };
-            let rows = store::get_events(&mut conn, &ids).await?;
-            let joined = store::get_room_members(&mut conn, &room_id, "join")
+            let rows = store::get_events(&conn, &ids).await?;
+            let joined = store::get_room_members(&conn, &room_id, "join")
                 .await?
                 .len();
             let name = content("m.room.name", &rows).get("name").cloned();

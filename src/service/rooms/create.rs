@@ -69,14 +69,13 @@ impl Rooms {
             None => None,
         };
         let mut conn = self.db.conn().await?;
-        if users::is_shadow_banned(&mut conn, creator.as_str()).await? && !request.invite.is_empty()
-        {
+        if users::is_shadow_banned(&conn, creator.as_str()).await? && !request.invite.is_empty() {
             return Err(Error::forbidden("Cannot invite users"));
         }
         for invitee in &request.invite {
-            self.ensure_local_user(&mut conn, invitee).await?;
+            self.ensure_local_user(&conn, invitee).await?;
         }
-        let profile = self.member_profile(&mut conn, creator).await?;
+        let profile = self.member_profile(&conn, creator).await?;
         let server_name = self.config.server_name.as_str();
         let privileged_creators = rules.authorization.explicitly_privilege_room_creators;
 

@@ -21,8 +21,8 @@ impl Rooms {
         room_id: &RoomId,
         timeout: Option<Duration>,
     ) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        if !self.is_joined(&mut conn, room_id, user_id).await? {
+        let conn = self.db.conn().await?;
+        if !self.is_joined(&conn, room_id, user_id).await? {
             return Err(Error::forbidden("You are not in this room"));
         }
         if self.db.is_saturated() {
@@ -30,7 +30,7 @@ impl Rooms {
             return Ok(());
         }
         let payload = typing::encode(room_id.as_str(), user_id.as_str(), timeout);
-        notify(&mut conn, TYPING_CHANNEL, &payload).await?;
+        notify(&conn, TYPING_CHANNEL, &payload).await?;
         Ok(())
     }
 }

@@ -60,8 +60,8 @@ impl Rooms {
             Ok(room_id) => Ok(room_id.to_owned()),
             Err(alias) => {
                 let alias: &RoomAliasId = alias;
-                let mut conn = self.db.conn().await?;
-                let (room_id, _) = store::get_alias(&mut conn, alias.as_str())
+                let conn = self.db.conn().await?;
+                let (room_id, _) = store::get_alias(&conn, alias.as_str())
                     .await?
                     .ok_or_else(|| Error::not_found(format!("Room alias {alias} not found")))?;
                 RoomId::parse(room_id).map_err(Error::internal)
@@ -77,19 +77,19 @@ impl Rooms {
         reason: Option<&str>,
     ) -> Result<OwnedRoomId> {
         let room_id = self.resolve_room(room).await?;
-        let mut conn = self.db.conn().await?;
-        self.ensure_local_room(&mut conn, &room_id).await?;
+        let conn = self.db.conn().await?;
+        self.ensure_local_room(&conn, &room_id).await?;
         if let Some((membership, _)) =
-            store::get_membership(&mut conn, room_id.as_str(), user_id.as_str()).await?
+            store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?
         {
             if membership == "join" {
                 return Ok(room_id);
             }
         }
-        let profile = self.member_profile(&mut conn, user_id).await?;
+        let profile = self.member_profile(&conn, user_id).await?;
         let mut content = membership_content("join", &profile, reason);
         if let Some(authoriser) = self
-            .restricted_join_authoriser(&mut conn, user_id, &room_id)
+            .restricted_join_authoriser(&conn, user_id, &room_id)
             .await?
         {
             content["join_authorised_via_users_server"] = json!(authoriser);
@@ -308,8 +308,8 @@ impl Rooms {
         room_id: &RoomId,
         reason: Option<&str>,
     ) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        let current = store::get_membership(&mut conn, room_id.as_str(), user_id.as_str()).await?;
+        let conn = self.db.conn().await?;
+        let current = store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?;
         if !matches!(
             current.as_ref().map(|(m, _)| m.as_str()),
             Some("join" | "invite" | "knock")
@@ -331,9 +331,9 @@ impl Rooms {
         reason: Option<&str>,
     ) -> Result<OwnedRoomId> {
         let room_id = self.resolve_room(room).await?;
-        let mut conn = self.db.conn().await?;
-        self.ensure_local_room(&mut conn, &room_id).await?;
-        let profile = self.member_profile(&mut conn, user_id).await?;
+        let conn = self.db.conn().await?;
+        self.ensure_local_room(&conn, &room_id).await?;
+        let profile = self.member_profile(&conn, user_id).await?;
         drop(conn);
         self.set_membership(
             user_id,
@@ -354,18 +354,15 @@ impl Rooms {
         change: Change,
         reason: Option<&str>,
     ) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        if store::get_room(&mut conn, room_id.as_str())
-            .await?
-            .is_none()
-        {
+        let conn = self.db.conn().await?;
+        if store::get_room(&conn, room_id.as_str()).await?.is_none() {
             return Err(Error::not_found("Unknown room"));
         }
         let membership = match change {
             Change::Invite => {
-                self.ensure_local_user(&mut conn, target).await?;
+                self.ensure_local_user(&conn, target).await?;
                 if let Some((current, _)) =
-                    store::get_membership(&mut conn, room_id.as_str(), target.as_str()).await?
+                    store::get_membership(&conn, room_id.as_str(), target.as_str()).await?
                 {
                     if current == "join" {
                         return Err(Error::forbidden(format!("{target} is already in the room")));
@@ -375,7 +372,7 @@ impl Rooms {
             }
             Change::Kick => {
                 let current =
-                    store::get_membership(&mut conn, room_id.as_str(), target.as_str()).await?;
+                    store::get_membership(&conn, room_id.as_str(), target.as_str()).await?;
                 if !matches!(
                     current.as_ref().map(|(m, _)| m.as_str()),
                     Some("join" | "invite" | "knock")
@@ -387,7 +384,7 @@ impl Rooms {
             Change::Ban => "ban",
             Change::Unban => {
                 let current =
-                    store::get_membership(&mut conn, room_id.as_str(), target.as_str()).await?;
+                    store::get_membership(&conn, room_id.as_str(), target.as_str()).await?;
                 if current.as_ref().map(|(m, _)| m.as_str()) != Some("ban") {
                     return Err(Error::forbidden(format!("{target} is not banned")));
                 }
@@ -397,7 +394,7 @@ impl Rooms {
         let mut content = membership_content(membership, &Map::new(), reason);
         if change == Change::Invite {
             // The invitee's profile, so the invite shows a name before they join.
-            let profile = self.member_profile(&mut conn, target).await?;
+            let profile = self.member_profile(&conn, target).await?;
             content = membership_content("invite", &profile, reason);
         }
         drop(conn);
@@ -430,12 +427,10 @@ impl Rooms {
 
     /// Forgets a room the user has left.
     pub async fn forget(&self, user_id: &UserId, room_id: &RoomId) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        match store::get_membership(&mut conn, room_id.as_str(), user_id.as_str()).await? {
+        let conn = self.db.conn().await?;
+        match store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await? {
             None => Err(Error::not_found("You have never been in this room")),
-            Some(_)
-                if store::forget_room(&mut conn, room_id.as_str(), user_id.as_str()).await? =>
-            {
+            Some(_) if store::forget_room(&conn, room_id.as_str(), user_id.as_str()).await? => {
                 Ok(())
             }
             Some(_) => Err(Error::matrix(
@@ -450,9 +445,9 @@ impl Rooms {
 impl Rooms {
     /// Sends fresh member events with the user's current profile to every room they are in.
     pub async fn propagate_profile(&self, user_id: &UserId) -> Result<()> {
-        let mut conn = self.db.conn().await?;
-        let profile = self.member_profile(&mut conn, user_id).await?;
-        let rooms = store::get_rooms_for_user(&mut conn, user_id.as_str(), "join").await?;
+        let conn = self.db.conn().await?;
+        let profile = self.member_profile(&conn, user_id).await?;
+        let rooms = store::get_rooms_for_user(&conn, user_id.as_str(), "join").await?;
         drop(conn);
         for room in rooms {
             let Ok(room_id) = RoomId::parse(&room) else {
@@ -480,10 +475,9 @@ impl Rooms {
         term: &str,
         limit: usize,
     ) -> Result<(Vec<users::DirectoryUser>, bool)> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let mut hits =
-            users::search_user_directory(&mut conn, searcher.as_str(), term, limit as i64 + 1)
-                .await?;
+            users::search_user_directory(&conn, searcher.as_str(), term, limit as i64 + 1).await?;
         let limited = hits.len() > limit;
         hits.truncate(limit);
         Ok((hits, limited))

@@ -485,7 +485,7 @@ impl super::Rooms {
         let mut conn = self.db.conn().await?;
         let rooms = match room_id {
             Some(room) => vec![room.to_owned()],
-            None => rooms_store::get_rooms_for_user(&mut conn, user_id.as_str(), "join")
+            None => rooms_store::get_rooms_for_user(&conn, user_id.as_str(), "join")
                 .await?
                 .into_iter()
                 .filter_map(|r| ruma::OwnedRoomId::try_from(r).ok())
@@ -529,9 +529,9 @@ impl super::Rooms {
         let limit = limit
             .unwrap_or(DEFAULT_NOTIFICATIONS_PAGE)
             .clamp(1, MAX_NOTIFICATIONS_PAGE);
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let rows = store::get_notifications(
-            &mut conn,
+            &conn,
             user_id.as_str(),
             before,
             limit as i64,
@@ -539,12 +539,11 @@ impl super::Rooms {
         )
         .await?;
         let ids: Vec<String> = rows.iter().map(|r| r.event_id.clone()).collect();
-        let events: HashMap<String, rooms_store::EventRow> =
-            rooms_store::get_events(&mut conn, &ids)
-                .await?
-                .into_iter()
-                .map(|e| (e.event_id.clone(), e))
-                .collect();
+        let events: HashMap<String, rooms_store::EventRow> = rooms_store::get_events(&conn, &ids)
+            .await?
+            .into_iter()
+            .map(|e| (e.event_id.clone(), e))
+            .collect();
         let mut rules_by_room: HashMap<String, RoomVersionRules> = HashMap::new();
         let mut notifications = Vec::new();
         for row in &rows {
@@ -552,10 +551,10 @@ impl super::Rooms {
                 continue;
             };
             let rules = self
-                .cached_rules(&mut conn, &mut rules_by_room, &row.room_id)
+                .cached_rules(&conn, &mut rules_by_room, &row.room_id)
                 .await?;
             let rendered = self
-                .render(&mut conn, rules, std::slice::from_ref(event))
+                .render(&conn, rules, std::slice::from_ref(event))
                 .await?;
             notifications.push(serde_json::json!({
                 "actions": row.actions,

@@ -43,8 +43,8 @@ pub struct Context {
 impl Rooms {
     /// Rooms the user is joined to.
     pub async fn joined_rooms(&self, user_id: &UserId) -> Result<Vec<OwnedRoomId>> {
-        let mut conn = self.db.conn().await?;
-        let rooms = store::get_rooms_for_user(&mut conn, user_id.as_str(), "join").await?;
+        let conn = self.db.conn().await?;
+        let rooms = store::get_rooms_for_user(&conn, user_id.as_str(), "join").await?;
         rooms
             .into_iter()
             .map(|r| RoomId::parse(r).map_err(Error::internal))
@@ -175,11 +175,11 @@ impl Rooms {
 
     /// The room state the user may see (`GET /rooms/{id}/state`).
     pub async fn room_state(&self, user_id: &UserId, room_id: &RoomId) -> Result<Vec<Value>> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let (rules, rows) = self
-            .visible_state_rows(&mut conn, user_id, room_id, None)
+            .visible_state_rows(&conn, user_id, room_id, None)
             .await?;
-        self.render(&mut conn, &rules, &rows).await
+        self.render(&conn, &rules, &rows).await
     }
 
     /// One state event (`GET /rooms/{id}/state/{type}/{key}`); `M_NOT_FOUND` when unset.
@@ -190,15 +190,15 @@ impl Rooms {
         kind: &str,
         state_key: &str,
     ) -> Result<Value> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let (rules, rows) = self
-            .visible_state_rows(&mut conn, user_id, room_id, None)
+            .visible_state_rows(&conn, user_id, room_id, None)
             .await?;
         let row = rows
             .into_iter()
             .find(|r| r.event_type == kind && r.state_key.as_deref() == Some(state_key))
             .ok_or_else(|| Error::not_found("Event not found"))?;
-        Ok(self.render(&mut conn, &rules, &[row]).await?.remove(0))
+        Ok(self.render(&conn, &rules, &[row]).await?.remove(0))
     }
 
     /// Member events (`GET /rooms/{id}/members`), filtered by membership.
@@ -210,10 +210,8 @@ impl Rooms {
         not_membership: Option<&str>,
         at: Option<i64>,
     ) -> Result<Vec<Value>> {
-        let mut conn = self.db.conn().await?;
-        let (rules, rows) = self
-            .visible_state_rows(&mut conn, user_id, room_id, at)
-            .await?;
+        let conn = self.db.conn().await?;
+        let (rules, rows) = self.visible_state_rows(&conn, user_id, room_id, at).await?;
         let members: Vec<EventRow> = rows
             .into_iter()
             .filter(|r| r.event_type == "m.room.member")
@@ -227,7 +225,7 @@ impl Rooms {
                     && not_membership.is_none_or(|skip| skip != m)
             })
             .collect();
-        self.render(&mut conn, &rules, &members).await
+        self.render(&conn, &rules, &members).await
     }
 
     /// Joined members with their profiles (`GET /rooms/{id}/joined_members`); joined users only.
@@ -236,23 +234,22 @@ impl Rooms {
         user_id: &UserId,
         room_id: &RoomId,
     ) -> Result<BTreeMap<String, Value>> {
-        let mut conn = self.db.conn().await?;
-        let (_, current_group) = self.room_rules(&mut conn, room_id).await?;
+        let conn = self.db.conn().await?;
+        let (_, current_group) = self.room_rules(&conn, room_id).await?;
         if !matches!(
-            self.view(&mut conn, user_id, room_id, current_group)
-                .await?,
+            self.view(&conn, user_id, room_id, current_group).await?,
             View::Current
         ) {
             return Err(Error::forbidden("You are not in this room"));
         }
-        let state = state_store::get_state_ids(&mut conn, current_group).await?;
+        let state = state_store::get_state_ids(&conn, current_group).await?;
         let ids: Vec<String> = state
             .iter()
             .filter(|((t, _), _)| t == "m.room.member")
             .map(|(_, id)| id.clone())
             .collect();
         let mut joined = BTreeMap::new();
-        for row in store::get_events(&mut conn, &ids).await? {
+        for row in store::get_events(&conn, &ids).await? {
             let content = row.pdu.get("content").cloned().unwrap_or_default();
             if content.get("membership").and_then(Value::as_str) == Some("join") {
                 let profile = json!({
@@ -267,12 +264,12 @@ impl Rooms {
 
     /// One event the user may see (`GET /rooms/{id}/event/{eventId}`); `M_NOT_FOUND` otherwise.
     pub async fn event(&self, user_id: &UserId, room_id: &RoomId, event_id: &str) -> Result<Value> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let (rules, row) = self
-            .visible_event(&mut conn, user_id, room_id, event_id)
+            .visible_event(&conn, user_id, room_id, event_id)
             .await?;
         Ok(self
-            .render_with_relations(&mut conn, &rules, user_id, &[row])
+            .render_with_relations(&conn, &rules, user_id, &[row])
             .await?
             .remove(0))
     }
@@ -305,15 +302,15 @@ impl Rooms {
         limit: i64,
         filter: &crate::service::sync::EventFilter,
     ) -> Result<Context> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let (rules, target) = self
-            .visible_event(&mut conn, user_id, room_id, event_id)
+            .visible_event(&conn, user_id, room_id, event_id)
             .await?;
         let before_limit = limit / 2;
         let after_limit = limit - before_limit;
         let mut visibility = Visibility::new(user_id);
         let (before, after) = events_around(
-            &mut conn,
+            &conn,
             &mut visibility,
             &target,
             (before_limit, after_limit),
@@ -327,24 +324,24 @@ impl Rooms {
             - 1;
         let last = after.last().unwrap_or(&target);
         let end = last.stream_ordering;
-        let state_ids: Vec<String> = state_store::get_state_ids(&mut conn, last.state_group)
+        let state_ids: Vec<String> = state_store::get_state_ids(&conn, last.state_group)
             .await?
             .into_values()
             .collect();
-        let mut state_rows = store::get_events(&mut conn, &state_ids).await?;
+        let mut state_rows = store::get_events(&conn, &state_ids).await?;
         state_rows.sort_by_key(|r| r.stream_ordering);
         Ok(Context {
             before: self
-                .render_with_relations(&mut conn, &rules, user_id, &before)
+                .render_with_relations(&conn, &rules, user_id, &before)
                 .await?,
             event: self
-                .render_with_relations(&mut conn, &rules, user_id, std::slice::from_ref(&target))
+                .render_with_relations(&conn, &rules, user_id, std::slice::from_ref(&target))
                 .await?
                 .remove(0),
             after: self
-                .render_with_relations(&mut conn, &rules, user_id, &after)
+                .render_with_relations(&conn, &rules, user_id, &after)
                 .await?,
-            state: self.render(&mut conn, &rules, &state_rows).await?,
+            state: self.render(&conn, &rules, &state_rows).await?,
             start: format!("t{start}"),
             end: format!("t{end}"),
         })
@@ -358,12 +355,11 @@ impl Rooms {
         ts: i64,
         forward: bool,
     ) -> Result<(String, i64)> {
-        let mut conn = self.db.conn().await?;
-        let (event_id, origin_ts) =
-            store::get_event_near_ts(&mut conn, room_id.as_str(), ts, forward)
-                .await?
-                .ok_or_else(|| Error::not_found("No event found near that time"))?;
-        self.visible_event(&mut conn, user_id, room_id, &event_id)
+        let conn = self.db.conn().await?;
+        let (event_id, origin_ts) = store::get_event_near_ts(&conn, room_id.as_str(), ts, forward)
+            .await?
+            .ok_or_else(|| Error::not_found("No event found near that time"))?;
+        self.visible_event(&conn, user_id, room_id, &event_id)
             .await?;
         Ok((event_id, origin_ts))
     }

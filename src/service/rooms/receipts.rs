@@ -35,14 +35,14 @@ impl Rooms {
             )));
         }
         let mut conn = self.db.conn().await?;
-        if !self.is_joined(&mut conn, room_id, user_id).await? {
+        if !self.is_joined(&conn, room_id, user_id).await? {
             return Err(Error::forbidden("You are not in this room"));
         }
-        let event = rooms::get_event(&mut conn, event_id)
+        let event = rooms::get_event(&conn, event_id)
             .await?
             .filter(|e| e.room_id == room_id.as_str())
             .ok_or_else(|| Error::not_found("Event not found"))?;
-        if !Visibility::new(user_id).can_see(&mut conn, &event).await? {
+        if !Visibility::new(user_id).can_see(&conn, &event).await? {
             return Err(Error::not_found("Event not found"));
         }
         let thread = match thread_id {
@@ -86,10 +86,10 @@ impl Rooms {
         event_id: &str,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        if !self.is_joined(&mut conn, room_id, user_id).await? {
+        if !self.is_joined(&conn, room_id, user_id).await? {
             return Err(Error::forbidden("You are not in this room"));
         }
-        rooms::get_event(&mut conn, event_id)
+        rooms::get_event(&conn, event_id)
             .await?
             .filter(|e| e.room_id == room_id.as_str())
             .ok_or_else(|| Error::not_found("Event not found"))?;

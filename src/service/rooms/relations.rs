@@ -214,25 +214,23 @@ impl Rooms {
         forwards: bool,
         limit: Option<u64>,
     ) -> Result<Value> {
-        let mut conn = self.db.conn().await?;
-        let (rules, _) = self
-            .visible_event(&mut conn, user_id, room_id, parent)
-            .await?;
+        let conn = self.db.conn().await?;
+        let (rules, _) = self.visible_event(&conn, user_id, room_id, parent).await?;
         let from = from.map(token::parse_pagination).transpose()?;
         let to = to.map(token::parse_pagination).transpose()?;
         let limit = limit.map_or(DEFAULT_PAGE, |l| (l as i64).clamp(1, MAX_PAGE));
         let page = store::page_children(
-            &mut conn, parent, rel_type, event_type, from, to, !forwards, limit,
+            &conn, parent, rel_type, event_type, from, to, !forwards, limit,
         )
         .await?;
         let ids: Vec<String> = page.iter().map(|(id, _)| id.clone()).collect();
         let visible: Vec<EventRow> = Visibility::new(user_id)
-            .filter_ids(&mut conn, &ids)
+            .filter_ids(&conn, &ids)
             .await?
             .into_iter()
             .filter(|row| row.redacted_by.is_none())
             .collect();
-        let chunk = self.render(&mut conn, &rules, &visible).await?;
+        let chunk = self.render(&conn, &rules, &visible).await?;
         let mut answer = json!({ "chunk": chunk });
         if page.len() as i64 == limit {
             if let Some((_, last)) = page.last() {
@@ -255,8 +253,8 @@ impl Rooms {
         from: Option<&str>,
         limit: Option<u64>,
     ) -> Result<Value> {
-        let mut conn = self.db.conn().await?;
-        let (rules, _) = self.room_rules(&mut conn, room_id).await?;
+        let conn = self.db.conn().await?;
+        let (rules, _) = self.room_rules(&conn, room_id).await?;
         let before = from
             .map(token::parse_pagination)
             .transpose()?
@@ -264,14 +262,14 @@ impl Rooms {
         let limit = limit.map_or(DEFAULT_PAGE, |l| (l as i64).clamp(1, MAX_PAGE));
         let participant = participated_only.then_some(user_id.as_str());
         let threads =
-            store::get_threads(&mut conn, room_id.as_str(), participant, before, limit).await?;
+            store::get_threads(&conn, room_id.as_str(), participant, before, limit).await?;
         let ids: Vec<String> = threads.iter().map(|(root, _)| root.clone()).collect();
-        let roots = Visibility::new(user_id).filter_ids(&mut conn, &ids).await?;
-        if roots.is_empty() && !self.is_joined(&mut conn, room_id, user_id).await? {
+        let roots = Visibility::new(user_id).filter_ids(&conn, &ids).await?;
+        if roots.is_empty() && !self.is_joined(&conn, room_id, user_id).await? {
             return Err(Error::forbidden("You are not in this room"));
         }
-        let mut chunk = self.render(&mut conn, &rules, &roots).await?;
-        self.bundle_relations(&mut conn, &rules, user_id, &mut chunk)
+        let mut chunk = self.render(&conn, &rules, &roots).await?;
+        self.bundle_relations(&conn, &rules, user_id, &mut chunk)
             .await?;
         let mut answer = json!({ "chunk": chunk });
         if threads.len() as i64 == limit {

@@ -129,8 +129,8 @@ impl Rooms {
             .filter
             .limit
             .map_or(DEFAULT_LIMIT, |l| (u64::from(l) as i64).clamp(1, MAX_LIMIT));
-        let mut conn = self.db.conn().await?;
-        let joined = rooms_store::get_rooms_for_user(&mut conn, user_id.as_str(), "join").await?;
+        let conn = self.db.conn().await?;
+        let joined = rooms_store::get_rooms_for_user(&conn, user_id.as_str(), "join").await?;
         let filter = &criteria.filter;
         let rooms: Vec<String> = joined
             .into_iter()
@@ -155,13 +155,13 @@ impl Rooms {
             not_types: &filter.not_types,
             by_rank: criteria.by_rank,
         };
-        let hits = store::search(&mut conn, &query, offset, limit).await?;
-        let count = store::count(&mut conn, &query).await?;
+        let hits = store::search(&conn, &query, offset, limit).await?;
+        let count = store::count(&conn, &query).await?;
         let ids: Vec<String> = hits.iter().map(|h| h.event_id.clone()).collect();
         let ranks: HashMap<&str, f32> =
             hits.iter().map(|h| (h.event_id.as_str(), h.rank)).collect();
         let mut visibility = Visibility::new(user_id);
-        let visible = visibility.filter_ids(&mut conn, &ids).await?;
+        let visible = visibility.filter_ids(&conn, &ids).await?;
         let mut rules_by_room = HashMap::new();
 
         let context_filter = EventFilter::default();
@@ -174,16 +174,16 @@ impl Rooms {
                 .copied()
                 .unwrap_or_default();
             let rules = self
-                .cached_rules(&mut conn, &mut rules_by_room, &row.room_id)
+                .cached_rules(&conn, &mut rules_by_room, &row.room_id)
                 .await?;
             let event = self
-                .render_with_relations(&mut conn, rules, user_id, std::slice::from_ref(&row))
+                .render_with_relations(&conn, rules, user_id, std::slice::from_ref(&row))
                 .await?
                 .remove(0);
             let mut result = json!({ "rank": rank, "result": event });
             if let Some((before_limit, after_limit, include_profile)) = criteria.context {
                 let (before, after) = events_around(
-                    &mut conn,
+                    &conn,
                     &mut visibility,
                     &row,
                     (before_limit, after_limit),
@@ -191,14 +191,13 @@ impl Rooms {
                 )
                 .await?;
                 let mut context = json!({
-                    "events_before": self.render(&mut conn, rules, &before).await?,
-                    "events_after": self.render(&mut conn, rules, &after).await?,
+                    "events_before": self.render(&conn, rules, &before).await?,
+                    "events_after": self.render(&conn, rules, &after).await?,
                     "start": token::pagination(before.last().map_or(row.stream_ordering, |r| r.stream_ordering) - 1),
                     "end": token::pagination(after.last().map_or(row.stream_ordering, |r| r.stream_ordering)),
                 });
                 if include_profile {
-                    context["profile_info"] =
-                        self.profiles(&mut conn, &row, &before, &after).await?;
+                    context["profile_info"] = self.profiles(&conn, &row, &before, &after).await?;
                 }
                 result["context"] = context;
             }

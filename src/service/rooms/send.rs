@@ -108,7 +108,7 @@ impl Rooms {
             (Ok(Outcome::ShadowBanned), _) => self.fake_send(&conn, sender).await,
             // The same transaction ID raced in through another room or process: its event wins.
             (Err(err), Some((device_id, txn_id))) => {
-                match store::get_txn_event(&mut conn, sender.user_id.as_str(), device_id, txn_id)
+                match store::get_txn_event(&conn, sender.user_id.as_str(), device_id, txn_id)
                     .await?
                 {
                     Some(id) => EventId::parse(id).map_err(Error::internal),
@@ -152,11 +152,11 @@ impl Rooms {
         state_key: &str,
         content: Value,
     ) -> Result<OwnedEventId> {
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         if let Some(id) =
-            store::get_current_state_id(&mut conn, room_id.as_str(), kind, state_key).await?
+            store::get_current_state_id(&conn, room_id.as_str(), kind, state_key).await?
         {
-            if let Some(row) = store::get_event(&mut conn, &id).await? {
+            if let Some(row) = store::get_event(&conn, &id).await? {
                 if row.sender == user_id.as_str() && row.pdu.get("content") == Some(&content) {
                     return EventId::parse(id).map_err(Error::internal);
                 }
@@ -234,16 +234,16 @@ impl Rooms {
         event_id: &EventId,
         reason: Option<&str>,
     ) -> Result<OwnedEventId> {
-        let mut conn = self.db.conn().await?;
-        let target = store::get_event(&mut conn, event_id.as_str())
+        let conn = self.db.conn().await?;
+        let target = store::get_event(&conn, event_id.as_str())
             .await?
             .filter(|e| e.room_id == room_id.as_str())
             .ok_or_else(|| Error::not_found("Event not found"))?;
         if target.sender != sender.user_id.as_str() {
-            let levels = self.power_levels(&mut conn, room_id).await?;
+            let levels = self.power_levels(&conn, room_id).await?;
             let needed = levels.get("redact").and_then(Value::as_i64).unwrap_or(50);
             if self
-                .user_level(&mut conn, room_id, sender.user_id, &levels)
+                .user_level(&conn, room_id, sender.user_id, &levels)
                 .await?
                 < needed
             {

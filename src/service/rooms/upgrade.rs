@@ -39,43 +39,40 @@ impl Rooms {
     ) -> Result<OwnedRoomId> {
         let new_rules = version_rules(&new_version)?;
         let mut conn = self.db.conn().await?;
-        self.ensure_room_exists(&mut conn, old_room).await?;
-        if !self.is_joined(&mut conn, old_room, user_id).await? {
+        self.ensure_room_exists(&conn, old_room).await?;
+        if !self.is_joined(&conn, old_room, user_id).await? {
             return Err(Error::forbidden("You are not in this room"));
         }
         if !self
-            .can_send_state(&mut conn, old_room, user_id, "m.room.tombstone")
+            .can_send_state(&conn, old_room, user_id, "m.room.tombstone")
             .await?
         {
             return Err(Error::forbidden(
                 "You do not have the power to upgrade this room",
             ));
         }
-        let levels = self.power_levels(&mut conn, old_room).await?;
-        let user_level = self
-            .user_level(&mut conn, old_room, user_id, &levels)
-            .await?;
+        let levels = self.power_levels(&conn, old_room).await?;
+        let user_level = self.user_level(&conn, old_room, user_id, &levels).await?;
         let mut copied = Vec::new();
         for kind in COPIED_STATE {
             if let Some(id) =
-                store::get_current_state_id(&mut conn, old_room.as_str(), kind, "").await?
+                store::get_current_state_id(&conn, old_room.as_str(), kind, "").await?
             {
-                if let Some(event) = store::get_event(&mut conn, &id).await? {
+                if let Some(event) = store::get_event(&conn, &id).await? {
                     copied.push((kind, event.pdu.get("content").cloned().unwrap_or_default()));
                 }
             }
         }
         let old_create =
-            match store::get_current_state_id(&mut conn, old_room.as_str(), "m.room.create", "")
-                .await?
+            match store::get_current_state_id(&conn, old_room.as_str(), "m.room.create", "").await?
             {
-                Some(id) => store::get_event(&mut conn, &id)
+                Some(id) => store::get_event(&conn, &id)
                     .await?
                     .and_then(|e| e.pdu.get("content").cloned()),
                 None => None,
             }
             .unwrap_or_default();
-        let profile = self.member_profile(&mut conn, user_id).await?;
+        let profile = self.member_profile(&conn, user_id).await?;
         let server_name = self.config.server_name.as_str();
         let _old_room_lock = self.locks.lock(old_room).await;
 

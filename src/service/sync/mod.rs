@@ -377,15 +377,14 @@ impl Sync {
             unused_fallback,
         ) = tokio::try_join!(
             async {
-                Ok(self
-                    .presence
+                self.presence
                     .events_for(
                         conn,
                         user,
                         request.since.map_or(0, |s| s.presence),
                         presence_position,
                     )
-                    .await?)
+                    .await
             },
             to_device::take_for_sync(
                 conn,

@@ -59,13 +59,13 @@ impl RoomIndex {
         // Connection first, then the lock: a sync holds its connection while it waits for the
         // lock in `changed_since`, so taking them in the other order here deadlocks once
         // more syncs run than the pool has connections (found by the fan-out benchmark).
-        let mut conn = self.db.conn().await?;
+        let conn = self.db.conn().await?;
         let mut index = self.index.lock().await;
         // Positions commit in order: reading the counter first, then events at or below it,
         // sees every event up to that position.
-        let current = streams::current_position(&mut conn, streams::EVENTS).await?;
+        let current = streams::current_position(&conn, streams::EVENTS).await?;
         if current > index.up_to {
-            for change in store::get_rooms_changed_between(&mut conn, index.up_to, current).await? {
+            for change in store::get_rooms_changed_between(&conn, index.up_to, current).await? {
                 let last = index.rooms.entry(change.room_id).or_default();
                 last.event = change.last_event;
                 if let Some(membership) = change.last_membership {
