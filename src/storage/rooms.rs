@@ -245,21 +245,28 @@ pub async fn get_event_near_ts(
     .optional()
 }
 
-/// Marks an event as redacted by `redaction_id`.
+/// Marks an event as redacted by `redaction_id` and replaces its PDU with the pruned form.
 pub async fn set_redacted(
     mut conn: &AsyncPgConnection,
     event_id: &str,
     redaction_id: &str,
+    pruned_pdu: &Value,
 ) -> QueryResult<()> {
-    diesel::update(
-        events::table
-            .find(event_id)
-            .filter(events::redacted_by.is_null()),
+    // The first redaction is the one clients are told about; the PDU is pruned either way.
+    crate::storage::cached_sql(
+        "UPDATE events SET pdu = $2, redacted_by = COALESCE(redacted_by, $3) WHERE event_id = $1",
     )
-    .set(events::redacted_by.eq(redaction_id))
+    .bind::<diesel::sql_types::Text, _>(event_id)
+    .bind::<diesel::sql_types::Jsonb, _>(pruned_pdu)
+    .bind::<diesel::sql_types::Text, _>(redaction_id)
     .execute(&mut conn)
-    .await
-    .map(drop)
+    .await?;
+    // A redacted member event no longer names anyone.
+    diesel::update(room_memberships::table.filter(room_memberships::event_id.eq(event_id)))
+        .set(room_memberships::display_name.eq(None::<String>))
+        .execute(&mut conn)
+        .await
+        .map(drop)
 }
 
 /// The event a client transaction produced, if any.

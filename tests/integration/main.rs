@@ -13,6 +13,7 @@ mod presence;
 mod profile_and_account_data;
 mod pushers;
 mod receipts;
+mod redaction_paths;
 mod relations;
 mod rooms;
 mod search;

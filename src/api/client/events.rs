@@ -45,7 +45,7 @@ pub async fn send_message_route(
     let event_type = request.event_type.to_string();
     let event_id = services
         .rooms
-        .send_event(sender, &request.room_id, &event_type, None, content, None)
+        .send_event(sender, &request.room_id, &event_type, None, content)
         .await?;
     Ok(send_message::Response::new(event_id).into())
 }

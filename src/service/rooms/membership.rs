@@ -420,7 +420,6 @@ impl Rooms {
             "m.room.member",
             Some(target.as_str()),
             content,
-            None,
         )
         .await
     }

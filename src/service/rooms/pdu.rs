@@ -257,16 +257,8 @@ pub fn client_event(
     let redacted;
     let pdu = match &redaction {
         Some(_) => {
-            redacted = CanonicalJsonValue::try_from(pdu.clone())
-                .ok()
-                .and_then(|v| match v {
-                    CanonicalJsonValue::Object(object) => {
-                        redact(object, &rules.redaction, None).ok()
-                    }
-                    _ => None,
-                })
-                .and_then(|object| serde_json::to_value(object).ok());
-            redacted.as_ref().unwrap_or(pdu)
+            redacted = prune(pdu, rules);
+            &redacted
         }
         None => pdu,
     };
@@ -304,6 +296,30 @@ pub fn client_event(
     }
     event.insert("unsigned".into(), Value::Object(unsigned));
     Value::Object(event)
+}
+
+/// A PDU pruned by the room version's redaction algorithm: what is left of a redacted event,
+/// and what its signatures and event ID cover. A PDU that cannot be pruned (not an object, or
+/// not canonical JSON) loses everything but its ID-bearing shell: serving the original would
+/// leak what the redaction took away.
+pub fn prune(pdu: &Value, rules: &RoomVersionRules) -> Value {
+    CanonicalJsonValue::try_from(pdu.clone())
+        .ok()
+        .and_then(|v| match v {
+            CanonicalJsonValue::Object(object) => redact(object, &rules.redaction, None).ok(),
+            _ => None,
+        })
+        .and_then(|object| serde_json::to_value(object).ok())
+        .unwrap_or_else(|| {
+            let mut shell = Map::new();
+            for key in ["type", "room_id", "sender", "state_key", "origin_server_ts"] {
+                if let Some(value) = pdu.get(key) {
+                    shell.insert(key.to_owned(), value.clone());
+                }
+            }
+            shell.insert("content".into(), Value::Object(Map::new()));
+            Value::Object(shell)
+        })
 }
 
 /// Milliseconds as `MilliSecondsSinceUnixEpoch`.

@@ -115,7 +115,7 @@ impl Rooms {
             events.extend(copied.iter().map(|(kind, content)| (*kind, String::new(), content.clone())));
             for (kind, state_key, content) in events {
                 writer
-                    .append(NewEvent { sender: user_id, kind, state_key: Some(&state_key), content, redacts: None, txn: None })
+                    .append(NewEvent { sender: user_id, kind, state_key: Some(&state_key), content, txn: None })
                     .await?;
             }
             let new_room = writer.room_id()?.to_owned();
@@ -129,7 +129,7 @@ impl Rooms {
             // The tombstone, and the old room quietened so people move over.
             let mut old = RoomWriter::open(conn, &self.keys, server_name, old_room, &[]).await?;
             let tombstone = json!({ "body": "This room has been replaced", "replacement_room": new_room });
-            old.append(NewEvent { sender: user_id, kind: "m.room.tombstone", state_key: Some(""), content: tombstone, redacts: None, txn: None })
+            old.append(NewEvent { sender: user_id, kind: "m.room.tombstone", state_key: Some(""), content: tombstone, txn: None })
                 .await?;
             let users_default = levels.get("users_default").and_then(Value::as_i64).unwrap_or(0);
             let restricted = 50.max(users_default + 1);
@@ -142,7 +142,7 @@ impl Rooms {
                 }
             }
             if changed {
-                old.append(NewEvent { sender: user_id, kind: "m.room.power_levels", state_key: Some(""), content: old_levels, redacts: None, txn: None })
+                old.append(NewEvent { sender: user_id, kind: "m.room.power_levels", state_key: Some(""), content: old_levels, txn: None })
                     .await?;
             }
             Ok(new_room)

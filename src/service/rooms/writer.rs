@@ -42,10 +42,9 @@ pub struct NewEvent<'a> {
     pub kind: &'a str,
     /// State key, for state events.
     pub state_key: Option<&'a str>,
-    /// Content (a JSON object).
+    /// Content (a JSON object); a redaction names its target in `redacts`, whatever the
+    /// room version (the writer moves it to the top level where the version wants it there).
     pub content: Value,
-    /// For redactions: the redacted event.
-    pub redacts: Option<&'a EventId>,
     /// `(device_id, txn_id)` of the client transaction that sent it.
     pub txn: Option<(&'a str, &'a str)>,
 }
@@ -57,6 +56,12 @@ pub struct Appended {
     pub event_id: OwnedEventId,
     /// Its stream position.
     pub stream_ordering: i64,
+}
+
+/// The event a redaction redacts, as stored before the redaction.
+struct RedactionTarget {
+    event_id: OwnedEventId,
+    pdu: Value,
 }
 
 /// Writes events into one room within the caller's transaction.
@@ -314,11 +319,6 @@ impl<'c> RoomWriter<'c> {
     /// Builds, authorises, signs and stores one event; refused actions are `M_FORBIDDEN`.
     pub async fn append(&mut self, event: NewEvent<'_>) -> Result<Appended> {
         let mut event = event;
-        if let (Some(redacts), true) = (event.redacts, self.rules.redaction.content_field_redacts) {
-            if let Some(content) = event.content.as_object_mut() {
-                content.insert("redacts".into(), Value::from(redacts.as_str()));
-            }
-        }
         let relation = match self.room_id.clone() {
             Some(room_id) => {
                 super::relations::check(
@@ -353,6 +353,13 @@ impl<'c> RoomWriter<'c> {
             keys.push((kind.to_owned(), state_key.to_owned()));
         }
         self.fetch_state(&keys).await?;
+        // Every redaction, whichever endpoint it came through, is checked here and takes
+        // effect: the auth rules of v3+ rooms leave redactions to the server applying them.
+        let redaction = match event.kind {
+            "m.room.redaction" => Some(self.authorize_redaction(&mut event).await?),
+            _ => None,
+        };
+        let redacts = redaction.as_ref().map(|target| target.event_id.clone());
         let auth_ids: Vec<String> = auth_types
             .iter()
             .filter_map(|(kind, state_key)| self.state_id(&kind.to_string(), state_key))
@@ -365,8 +372,8 @@ impl<'c> RoomWriter<'c> {
         let room_id = self.room_id.clone();
         let is_v12_create = kind == TimelineEventType::RoomCreate
             && self.rules.authorization.room_create_event_id_as_room_id;
-        let redacts_top_level = event
-            .redacts
+        let redacts_top_level = redacts
+            .as_deref()
             .filter(|_| !self.rules.redaction.content_field_redacts);
         let prev_events = self.extremities.clone();
         let template = PduTemplate {
@@ -566,12 +573,19 @@ impl<'c> RoomWriter<'c> {
             )
             .await?;
         }
-        if let Some(redacts) = event.redacts {
+        if let Some(target) = redaction {
+            // The stored PDU is pruned: no reader (federation format, stripped state, push,
+            // the directory) can serve what the redaction took away.
+            let pruned = super::pdu::prune(&target.pdu, &self.rules);
+            let redacts = target.event_id.as_str();
             tokio::try_join!(
-                store::set_redacted(conn, redacts.as_str(), event_id.as_str()),
-                push_store::delete_for_event(conn, redacts.as_str()),
-                relations_store::delete_relation(conn, redacts.as_str()),
+                store::set_redacted(conn, redacts, event_id.as_str(), &pruned),
+                push_store::delete_for_event(conn, redacts),
+                relations_store::delete_relation(conn, redacts),
             )?;
+            if let Some(cached) = self.pdus.get_mut(&target.event_id) {
+                *cached = Pdu::from_json(redacts, &pruned)?;
+            }
         }
         self.extremities = vec![event_id.clone()];
         self.depth = template.depth;
@@ -580,6 +594,84 @@ impl<'c> RoomWriter<'c> {
             event_id,
             stream_ordering,
         })
+    }
+
+    /// Checks a redaction: it is not state, names an event of this room, and its sender either
+    /// sent that event or has the room's `redact` power. Puts `redacts` where the room version
+    /// wants it (in the content since v11; top level before, so it leaves the content).
+    async fn authorize_redaction(&self, event: &mut NewEvent<'_>) -> Result<RedactionTarget> {
+        if event.state_key.is_some() {
+            return Err(Error::matrix(
+                actix_web::http::StatusCode::BAD_REQUEST,
+                "M_INVALID_PARAM",
+                "A redaction cannot be a state event",
+            ));
+        }
+        let content = event
+            .content
+            .as_object_mut()
+            .ok_or_else(|| Error::bad_json("Event content must be a JSON object"))?;
+        let target = match content.get("redacts") {
+            Some(Value::String(id)) => EventId::parse(id.as_str())
+                .map_err(|_| Error::bad_json("redacts must be an event ID"))?,
+            _ => return Err(Error::bad_json("A redaction needs the event ID it redacts")),
+        };
+        if !self.rules.redaction.content_field_redacts {
+            content.remove("redacts");
+        }
+        let room_id = self.room_id()?;
+        let row = store::get_event(self.conn, target.as_str())
+            .await?
+            .filter(|row| row.room_id == room_id.as_str())
+            .ok_or_else(|| Error::not_found("Event not found"))?;
+        if row.sender != event.sender.as_str() {
+            let levels = self.power_levels();
+            let needed = levels.get("redact").and_then(Value::as_i64).unwrap_or(50);
+            if self.power_level(event.sender, &levels) < needed {
+                return Err(Error::forbidden("You may only redact your own events"));
+            }
+        }
+        Ok(RedactionTarget {
+            event_id: target,
+            pdu: row.pdu,
+        })
+    }
+
+    /// The current power-levels content (empty when the room has none).
+    fn power_levels(&self) -> Value {
+        self.state_pdu("m.room.power_levels", "")
+            .map(Pdu::content_value)
+            .unwrap_or_else(|| Value::Object(Default::default()))
+    }
+
+    /// A user's power level under `levels`; room creators are above everyone in room
+    /// versions that privilege them.
+    fn power_level(&self, user_id: &UserId, levels: &Value) -> i64 {
+        if self.rules.authorization.explicitly_privilege_room_creators {
+            if let Some(create) = self.state_pdu("m.room.create", "") {
+                let additional = create.content_value();
+                let additional = additional
+                    .get("additional_creators")
+                    .and_then(Value::as_array);
+                if create.sender == user_id
+                    || additional.is_some_and(|c| c.iter().any(|c| c == user_id.as_str()))
+                {
+                    return i64::MAX;
+                }
+            }
+        }
+        levels
+            .get("users")
+            .and_then(|users| users.get(user_id.as_str()))
+            .or_else(|| levels.get("users_default"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    }
+
+    /// The current state event of `(kind, state_key)`, when fetched and present.
+    fn state_pdu(&self, kind: &str, state_key: &str) -> Option<&Pdu> {
+        let id = self.state_id(kind, state_key)?;
+        self.pdus.get(EventId::parse(id).ok()?.as_ref() as &EventId)
     }
 
     /// Moves the room's current state (and, for a membership event, the member's membership)

@@ -625,7 +625,15 @@ impl Sync {
         state_rows.sort_by_key(|r| r.stream_ordering);
 
         let (mut timeline_events, mut state_events) = if request.filter.federation_format {
-            let pdus = |rows: &[EventRow]| rows.iter().map(|r| r.pdu.clone()).collect::<Vec<_>>();
+            // Redacted events go out pruned, as federation would serve them.
+            let pdus = |rows: &[EventRow]| {
+                rows.iter()
+                    .map(|r| match r.redacted_by {
+                        Some(_) => crate::service::rooms::pdu::prune(&r.pdu, &rules),
+                        None => r.pdu.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            };
             (pdus(&timeline), pdus(&state_rows))
         } else {
             (
