@@ -37,6 +37,10 @@ pub struct Caller {
     pub device_id: OwnedDeviceId,
     /// Whether the user is a server administrator.
     pub is_admin: bool,
+    /// Whether the user is shadow-banned: what they send that others would see (typing,
+    /// receipts, presence, to-device) is accepted and dropped. Known as of the token lookup,
+    /// so a new shadow ban reaches these within the session cache's lifetime.
+    pub shadow_banned: bool,
 }
 
 /// Freshly issued tokens for a device.
@@ -168,6 +172,7 @@ impl Sessions {
             user_id: OwnedUserId::try_from(owner.user_id).map_err(Error::internal)?,
             device_id: owner.device_id.into(),
             is_admin: owner.is_admin,
+            shadow_banned: owner.shadow_banned,
         })
     }
 

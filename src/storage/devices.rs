@@ -30,6 +30,8 @@ pub struct TokenOwner {
     pub expires_ts: Option<i64>,
     /// Whether the user is a server admin.
     pub is_admin: bool,
+    /// Whether the user is shadow-banned.
+    pub shadow_banned: bool,
 }
 
 /// Creates a device, or renames an existing one when `display_name` is given.
@@ -214,17 +216,21 @@ pub async fn get_token_owner(
             access_tokens::device_id,
             access_tokens::expires_ts,
             users::is_admin,
+            users::shadow_banned,
         ))
-        .first::<(String, String, Option<i64>, bool)>(&mut conn)
+        .first::<(String, String, Option<i64>, bool, bool)>(&mut conn)
         .await
         .optional()
         .map(|row| {
-            row.map(|(user_id, device_id, expires_ts, is_admin)| TokenOwner {
-                user_id,
-                device_id,
-                expires_ts,
-                is_admin,
-            })
+            row.map(
+                |(user_id, device_id, expires_ts, is_admin, shadow_banned)| TokenOwner {
+                    user_id,
+                    device_id,
+                    expires_ts,
+                    is_admin,
+                    shadow_banned,
+                },
+            )
         })
 }
 

@@ -185,6 +185,9 @@ pub async fn send_to_device_route(
 ) -> Result<RumaResponse<send_to_device::Response>> {
     let caller = body.caller()?;
     let request = &body.body;
+    if caller.shadow_banned {
+        return Ok(send_to_device::Response::new().into());
+    }
     let messages = match to_json(&request.messages)? {
         Value::Object(messages) => messages,
         _ => return Err(Error::bad_json("messages must be an object")),

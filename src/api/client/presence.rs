@@ -21,6 +21,9 @@ pub async fn set_presence_route(
     if request.user_id != caller.user_id {
         return Err(Error::forbidden("You can only set your own presence"));
     }
+    if caller.shadow_banned {
+        return Ok(set_presence::Response::new().into());
+    }
     services
         .presence
         .set(

@@ -36,6 +36,19 @@ pub async fn create_receipt_route(
                 .set_fully_read(&caller.user_id, &request.room_id, event_id)
                 .await?
         }
+        // A shadow-banned user's read receipts stay their own.
+        ReceiptType::Read if caller.shadow_banned => {
+            services
+                .rooms
+                .set_receipt(
+                    &caller.user_id,
+                    &request.room_id,
+                    "m.read.private",
+                    event_id,
+                    thread.as_deref(),
+                )
+                .await?
+        }
         other => {
             let kind = other.to_string();
             services
@@ -71,7 +84,10 @@ pub async fn read_markers_route(
             .set_receipt(
                 &caller.user_id,
                 &request.room_id,
-                "m.read",
+                match caller.shadow_banned {
+                    true => "m.read.private",
+                    false => "m.read",
+                },
                 event_id.as_str(),
                 None,
             )

@@ -19,6 +19,9 @@ pub async fn typing_route(
     if request.user_id != caller.user_id {
         return Err(Error::forbidden("You can only set your own typing state"));
     }
+    if caller.shadow_banned {
+        return Ok(create_typing::Response::new().into());
+    }
     let timeout = match &request.state {
         Typing::Yes(info) => Some(info.timeout),
         Typing::No => None,

@@ -68,6 +68,16 @@ impl Rooms {
             Some(name) => Some(self.new_alias(name)?),
             None => None,
         };
+        // Invitations go through `invite`, where invitees are checked (local, shadow ban).
+        if request
+            .initial_state
+            .iter()
+            .any(|(kind, ..)| kind == "m.room.member")
+        {
+            return Err(Error::invalid_param(
+                "initial_state cannot hold m.room.member events: use invite",
+            ));
+        }
         let mut conn = self.db.conn().await?;
         if users::is_shadow_banned(&conn, creator.as_str()).await? && !request.invite.is_empty() {
             return Err(Error::forbidden("Cannot invite users"));
@@ -76,9 +86,39 @@ impl Rooms {
             self.ensure_local_user(&conn, invitee).await?;
         }
         let profile = self.member_profile(&conn, creator).await?;
+
+        // A v12 room ID is its create event's hash: a concurrent identical create in another
+        // process takes it first, and a retry's create event gets a later timestamp.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let result = self
+                .create_room_once(
+                    &mut conn, creator, &request, &version, &rules, preset, &alias, &profile,
+                )
+                .await;
+            match result {
+                Err(err) if attempts < 3 && super::writer::is_room_id_taken(&err) => continue,
+                result => return result,
+            }
+        }
+    }
+
+    /// One attempt at writing a new room's events.
+    #[allow(clippy::too_many_arguments)]
+    async fn create_room_once(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        creator: &UserId,
+        request: &CreateRoom,
+        version: &RoomVersionId,
+        rules: &ruma::room_version_rules::RoomVersionRules,
+        preset: Preset,
+        alias: &Option<OwnedRoomAliasId>,
+        profile: &Map<String, Value>,
+    ) -> Result<OwnedRoomId> {
         let server_name = self.config.server_name.as_str();
         let privileged_creators = rules.authorization.explicitly_privilege_room_creators;
-
         conn.transaction::<_, Error, _>(async |conn| {
             let room_id = (!rules.authorization.room_create_event_id_as_room_id).then(|| self.random_room_id());
             let mut writer = RoomWriter::create(conn, &self.keys, server_name, room_id, version.clone())?;
@@ -93,7 +133,7 @@ impl Rooms {
                 create.insert("additional_creators".into(), json!(request.invite));
             }
             let mut events = vec![send("m.room.create", "", Value::Object(create))];
-            events.push(send("m.room.member", creator.as_str(), membership_content("join", &profile, None)));
+            events.push(send("m.room.member", creator.as_str(), membership_content("join", profile, None)));
 
             let mut users = Map::new();
             if !privileged_creators {
@@ -119,7 +159,7 @@ impl Rooms {
                 power_levels[key] = value;
             }
             events.push(send("m.room.power_levels", "", power_levels));
-            if let Some(alias) = &alias {
+            if let Some(alias) = alias {
                 events.push(send("m.room.canonical_alias", "", json!({ "alias": alias })));
             }
             let join_rule = if preset == Preset::PublicChat { "public" } else { "invite" };
@@ -145,7 +185,7 @@ impl Rooms {
                 writer.append(NewEvent { sender: creator, kind: &kind, state_key: Some(&state_key), content, txn: None }).await?;
             }
             let room_id = writer.room_id()?.to_owned();
-            if let Some(alias) = &alias {
+            if let Some(alias) = alias {
                 store::insert_alias(writer.conn(), alias.as_str(), room_id.as_str(), creator.as_str(), now_ms())
                     .await
                     .map_err(|e| if is_unique_violation(&e) { room_in_use() } else { e.into() })?;

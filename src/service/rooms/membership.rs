@@ -403,6 +403,43 @@ impl Rooms {
             .map(drop)
     }
 
+    /// A member event a client writes itself through `/state`: the same rules as the
+    /// membership endpoints. The server, not the client, names who authorises a join to a
+    /// restricted room, and only local users are invited.
+    pub async fn put_member_state(
+        &self,
+        sender: &UserId,
+        room_id: &RoomId,
+        target: &UserId,
+        mut content: Value,
+    ) -> Result<OwnedEventId> {
+        let fields = content
+            .as_object_mut()
+            .ok_or_else(|| Error::bad_json("Event content must be a JSON object"))?;
+        fields.remove("join_authorised_via_users_server");
+        let membership = fields
+            .get("membership")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::bad_json("membership is required"))?
+            .to_owned();
+        let conn = self.db.conn().await?;
+        self.ensure_room_exists(&conn, room_id).await?;
+        match membership.as_str() {
+            "join" if target == sender => {
+                if let Some(authoriser) = self
+                    .restricted_join_authoriser(&conn, sender, room_id)
+                    .await?
+                {
+                    content["join_authorised_via_users_server"] = json!(authoriser);
+                }
+            }
+            "invite" => self.ensure_local_user(&conn, target).await?,
+            _ => {}
+        }
+        drop(conn);
+        self.set_membership(sender, room_id, target, content).await
+    }
+
     async fn set_membership(
         &self,
         sender: &UserId,

@@ -83,8 +83,22 @@ impl Rooms {
                 if let Some(id) = earlier {
                     return Ok(Outcome::Earlier(id));
                 }
-                if shadow_banned && !is_membership_of_self(sender, kind, state_key) {
-                    return Ok(Outcome::ShadowBanned);
+                let mut content = content.clone();
+                if shadow_banned {
+                    if !is_membership_of_self(sender, kind, state_key) {
+                        return Ok(Outcome::ShadowBanned);
+                    }
+                    // Joining and leaving stay real, but carry nothing for others to read; a
+                    // change of name or reason alone is faked.
+                    let membership = content.get("membership").and_then(Value::as_str);
+                    if membership.is_some()
+                        && membership.map(str::to_owned) == writer.current_membership(user)
+                    {
+                        return Ok(Outcome::ShadowBanned);
+                    }
+                    if let Some(fields) = content.as_object_mut() {
+                        fields.retain(|key, _| key == "membership");
+                    }
                 }
                 self.check_content(&mut writer, kind, state_key, &content)
                     .await?;
@@ -92,7 +106,7 @@ impl Rooms {
                     sender: sender.user_id,
                     kind,
                     state_key,
-                    content: content.clone(),
+                    content,
                     txn: sender.txn,
                 };
                 // A concurrent retry of the same transaction that commits first makes this
@@ -150,6 +164,13 @@ impl Rooms {
         state_key: &str,
         content: Value,
     ) -> Result<OwnedEventId> {
+        if kind == "m.room.member" {
+            let target = UserId::parse(state_key)
+                .map_err(|_| Error::bad_json("The state key of a member event is a user ID"))?;
+            return self
+                .put_member_state(user_id, room_id, &target, content)
+                .await;
+        }
         let conn = self.db.conn().await?;
         if let Some(id) =
             store::get_current_state_id(&conn, room_id.as_str(), kind, state_key).await?

@@ -58,6 +58,36 @@ pub struct Appended {
     pub stream_ordering: i64,
 }
 
+/// The timestamp of a v12 create event. The room ID is the create event's hash, so one user's
+/// identical creates in the same millisecond would collide: within a process each gets a later
+/// millisecond than the last; across processes a collision fails with [`room_id_taken`] and
+/// the caller tries again.
+fn unique_create_ts() -> i64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = now_ms();
+    let previous = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or(now);
+    now.max(previous + 1)
+}
+
+/// The error of a new room whose ID another transaction took first.
+fn room_id_taken() -> Error {
+    Error::matrix(
+        actix_web::http::StatusCode::CONFLICT,
+        "M_UNKNOWN",
+        "A room with this ID was created at the same moment; try again",
+    )
+}
+
+/// Whether an error is [`room_id_taken`]'s (worth retrying with a fresh create event).
+pub fn is_room_id_taken(err: &Error) -> bool {
+    matches!(err, Error::Matrix { status, .. } if *status == actix_web::http::StatusCode::CONFLICT)
+}
+
 /// The event a redaction redacts, as stored before the redaction.
 struct RedactionTarget {
     event_id: OwnedEventId,
@@ -390,7 +420,11 @@ impl<'c> RoomWriter<'c> {
             prev_events: &prev_events,
             auth_events: &auth_events,
             depth: self.depth + 1,
-            origin_server_ts: now_ms(),
+            origin_server_ts: if is_v12_create {
+                unique_create_ts()
+            } else {
+                now_ms()
+            },
         };
         let (event_id, json) = build_pdu(
             &template,
@@ -496,7 +530,11 @@ impl<'c> RoomWriter<'c> {
                 group,
                 now_ms(),
             )
-            .await?;
+            .await
+            .map_err(|e| match crate::storage::is_unique_violation(&e) {
+                true => room_id_taken(),
+                false => e.into(),
+            })?;
         }
         let push_rows = match &audience {
             Some(audience) => audience.rows_for(&room_id, event_id.as_str(), &json).await,
@@ -601,11 +639,7 @@ impl<'c> RoomWriter<'c> {
     /// wants it (in the content since v11; top level before, so it leaves the content).
     async fn authorize_redaction(&self, event: &mut NewEvent<'_>) -> Result<RedactionTarget> {
         if event.state_key.is_some() {
-            return Err(Error::matrix(
-                actix_web::http::StatusCode::BAD_REQUEST,
-                "M_INVALID_PARAM",
-                "A redaction cannot be a state event",
-            ));
+            return Err(Error::invalid_param("A redaction cannot be a state event"));
         }
         let content = event
             .content
@@ -666,6 +700,15 @@ impl<'c> RoomWriter<'c> {
             .or_else(|| levels.get("users_default"))
             .and_then(Value::as_i64)
             .unwrap_or(0)
+    }
+
+    /// A user's current membership, when their member event was fetched (the sender's is).
+    pub fn current_membership(&self, user_id: &str) -> Option<String> {
+        let content = self.state_pdu("m.room.member", user_id)?.content_value();
+        content
+            .get("membership")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
     }
 
     /// The current state event of `(kind, state_key)`, when fetched and present.

@@ -1,0 +1,226 @@
+//! Membership, whichever endpoint writes it: `/state` member events and `createRoom`'s
+//! `initial_state` get the same checks as the membership endpoints, and so does a
+//! shadow-banned user's every visible write.
+
+use serde_json::json;
+
+use crate::support::{client::enc, Client, TestServer};
+
+async fn admin(server: &TestServer) -> Client {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
+        .args(["user", "create", "admin", "--password", "pw", "--admin"])
+        .env("DATABASE_URL", server.database_url())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    server.client().login("admin", "pw").await
+}
+
+#[tokio::test]
+async fn a_restricted_room_cannot_be_joined_by_writing_ones_own_member_event() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let mallory = server.register("mallory").await;
+    let space = alice
+        .create_room(json!({ "preset": "private_chat", "creation_content": { "type": "m.space" } }))
+        .await;
+    let room = alice
+        .create_room(json!({
+            "preset": "private_chat",
+            "initial_state": [{
+                "type": "m.room.join_rules", "state_key": "",
+                "content": { "join_rule": "restricted",
+                             "allow": [{ "type": "m.room_membership", "room_id": space }] },
+            }],
+        }))
+        .await;
+    mallory.join(&room).await.assert_error(403, "M_FORBIDDEN");
+    mallory
+        .put_state(
+            &room,
+            "m.room.member",
+            &mallory.user_id,
+            json!({ "membership": "join", "join_authorised_via_users_server": alice.user_id }),
+        )
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    let members = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/joined_members",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert!(members["joined"].get(&mallory.user_id).is_none());
+
+    // A member of the space joins through /state too, authorised by the server.
+    let carol = server.register("carol").await;
+    alice
+        .room_action(&space, "invite", json!({ "user_id": carol.user_id }))
+        .await
+        .ok();
+    carol.join(&space).await.ok();
+    carol
+        .put_state(
+            &room,
+            "m.room.member",
+            &carol.user_id,
+            json!({ "membership": "join", "join_authorised_via_users_server": "@nobody:example.org" }),
+        )
+        .await
+        .ok();
+    let member = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.member/{}",
+            enc(&room),
+            enc(&carol.user_id)
+        ))
+        .await
+        .ok();
+    assert_eq!(member["membership"], "join");
+    assert_eq!(member["join_authorised_via_users_server"], alice.user_id);
+}
+
+#[tokio::test]
+async fn invites_through_state_and_initial_state_are_checked() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "preset": "private_chat" })).await;
+    let nobody = alice.user_id.replace("@alice", "@nobody");
+    alice
+        .put_state(
+            &room,
+            "m.room.member",
+            &nobody,
+            json!({ "membership": "invite" }),
+        )
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    let bob = server.register("bob").await;
+    alice
+        .post(
+            "/_matrix/client/v3/createRoom",
+            json!({ "initial_state": [{ "type": "m.room.member", "state_key": bob.user_id,
+                                        "content": { "membership": "invite" } }] }),
+        )
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+    let sync = bob.sync(None, 0, None).await;
+    assert!(sync["rooms"]["invite"]
+        .as_object()
+        .is_none_or(|rooms| rooms.is_empty()));
+}
+
+#[tokio::test]
+async fn a_shadow_banned_user_cannot_reach_others_through_any_write() {
+    let server = TestServer::start().await;
+    let admin = admin(&server).await;
+    let alice = server.register("alice").await;
+    let troll = server.register("troll").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    troll.join(&room).await.ok();
+    let message = alice.send_text(&room, "a1", "hello").await.ok();
+    let since = alice.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    admin
+        .post(
+            &format!(
+                "/_synapse/admin/v1/users/{}/shadow_ban",
+                enc(&troll.user_id)
+            ),
+            json!({}),
+        )
+        .await
+        .ok();
+    // A fresh login: the shadow ban is known from the token lookup on.
+    let troll = server.client().login("troll", "password").await;
+
+    troll
+        .put_state(
+            &room,
+            "m.room.member",
+            &troll.user_id,
+            json!({ "membership": "join", "displayname": "BUY CHEAP PILLS" }),
+        )
+        .await
+        .ok();
+    troll
+        .put(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/typing/{}",
+                enc(&room),
+                enc(&troll.user_id)
+            ),
+            json!({ "typing": true, "timeout": 30000 }),
+        )
+        .await
+        .ok();
+    troll
+        .post(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/receipt/m.read/{}",
+                enc(&room),
+                enc(message["event_id"].as_str().unwrap())
+            ),
+            json!({}),
+        )
+        .await
+        .ok();
+    troll
+        .put(
+            "/_matrix/client/v3/sendToDevice/m.test/t1",
+            json!({ "messages": { alice.user_id.clone(): { "*": { "spam": true } } } }),
+        )
+        .await
+        .ok();
+    troll
+        .put(
+            &format!("/_matrix/client/v3/presence/{}/status", enc(&troll.user_id)),
+            json!({ "presence": "online", "status_msg": "BUY CHEAP PILLS" }),
+        )
+        .await
+        .ok();
+    // Leaving stays real.
+    troll.room_action(&room, "leave", json!({})).await.ok();
+
+    let seen = alice.sync(Some(&since), 0, None).await.to_string();
+    assert!(!seen.contains("BUY CHEAP PILLS"), "{seen}");
+    assert!(!seen.contains("\"spam\""), "{seen}");
+    assert!(
+        !seen.contains("m.typing\",\"content\":{\"user_ids\":[\"@troll"),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains(&format!("\"{}\":{{\"ts\"", troll.user_id)),
+        "{seen}"
+    );
+    let members = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/joined_members",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert!(members["joined"].get(&troll.user_id).is_none(), "{members}");
+}
+
+#[tokio::test]
+async fn concurrent_identical_creates_by_one_user_make_distinct_rooms() {
+    let server = TestServer::start().await;
+    let bot = server.register("bot").await;
+    let mut rooms = std::collections::HashSet::new();
+    for _ in 0..4 {
+        let creates = (0..25).map(|_| {
+            bot.post(
+                "/_matrix/client/v3/createRoom",
+                json!({ "room_version": "12" }),
+            )
+        });
+        for response in futures_util::future::join_all(creates).await {
+            rooms.insert(response.ok()["room_id"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(rooms.len(), 100);
+}
