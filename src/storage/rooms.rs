@@ -552,22 +552,20 @@ pub async fn get_membership_summary(
     .await
 }
 
-/// Whether a user ever joined the room after stream position `after`.
-pub async fn joined_after(
+/// The position of the user's latest join event in the room, if they ever joined.
+pub async fn get_last_join_position(
     mut conn: &AsyncPgConnection,
     room_id: &str,
     user_id: &str,
-    after: i64,
-) -> QueryResult<bool> {
-    let joins = events::table
+) -> QueryResult<Option<i64>> {
+    events::table
         .filter(events::room_id.eq(room_id))
         .filter(events::event_type.eq("m.room.member"))
         .filter(events::state_key.eq(user_id))
-        .filter(events::stream_ordering.gt(after))
         .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
             "pdu->'content'->>'membership' = 'join'",
-        ));
-    diesel::select(diesel::dsl::exists(joins))
+        ))
+        .select(diesel::dsl::max(events::stream_ordering))
         .get_result(&mut conn)
         .await
 }

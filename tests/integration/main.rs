@@ -24,4 +24,5 @@ mod sync;
 mod sync_concurrency;
 mod typing;
 mod unread;
+mod visibility_paths;
 mod write_path;

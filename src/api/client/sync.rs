@@ -20,7 +20,7 @@ use crate::{
         rooms::messages::PageRequest,
         sync::{
             token::{parse_pagination, SyncToken},
-            SyncFilter, SyncRequest,
+            EventFilter, SyncFilter, SyncRequest,
         },
         Services,
     },
@@ -80,6 +80,7 @@ pub async fn messages_route(
         backwards: request.dir == Direction::Backward,
         limit: (u64::from(request.limit) as usize).clamp(1, MAX_PAGE),
         lazy_load_members: !request.filter.lazy_load_options.is_disabled(),
+        filter: EventFilter::from_room_filter(&request.filter),
     };
     let found = services.rooms.messages(&page).await?;
     let mut response = messages::Response::new();

@@ -4,14 +4,13 @@
 use std::collections::HashSet;
 
 use diesel_async::AsyncPgConnection;
-use futures_util::future::try_join_all;
 use ruma::{RoomId, UserId};
 use serde_json::{json, Value};
 
 use super::{visibility::Visibility, Rooms};
 use crate::{
     error::{Error, Result},
-    service::sync::token::pagination,
+    service::sync::{token::pagination, EventFilter},
     storage::{rooms as store, state as state_store},
 };
 
@@ -46,6 +45,8 @@ pub struct PageRequest<'a> {
     pub limit: usize,
     /// Send the member events the chunk needs.
     pub lazy_load_members: bool,
+    /// Which events the client wants (types, senders, `contains_url`).
+    pub filter: EventFilter,
 }
 
 impl Rooms {
@@ -106,7 +107,10 @@ impl Rooms {
                 } else {
                     row.stream_ordering
                 };
-                if !ignored.contains(&row.sender) && visibility.can_see(conn, &row).await? {
+                if !ignored.contains(&row.sender)
+                    && request.filter.allows_row(&row)
+                    && visibility.can_see(conn, &row).await?
+                {
                     found.push(row);
                     if found.len() == request.limit {
                         break;
@@ -116,15 +120,20 @@ impl Rooms {
         }
         let rules = super::writer::rules_for(&room.room_version)?;
         let mut state = Vec::new();
-        if request.lazy_load_members && !found.is_empty() {
+        if let (true, Some(first)) = (request.lazy_load_members, found.first()) {
+            // The senders' member events as of the page, not as of now: a departed reader
+            // must not learn later names, avatars or bans.
             let senders: HashSet<&str> = found.iter().map(|r| r.sender.as_str()).collect();
-            let rows: Vec<_> = try_join_all(senders.into_iter().map(|sender| {
-                store::get_current_state_event(conn, room_id, "m.room.member", sender)
-            }))
-            .await?
-            .into_iter()
-            .flatten()
-            .collect();
+            let at_page = state_store::get_state_ids(conn, first.state_group).await?;
+            let ids: Vec<String> = senders
+                .into_iter()
+                .filter_map(|sender| {
+                    at_page
+                        .get(&("m.room.member".to_owned(), sender.to_owned()))
+                        .cloned()
+                })
+                .collect();
+            let rows = store::get_events(conn, &ids).await?;
             state = self.render(conn, &rules, &rows).await?;
         }
         let (chunk, start) = tokio::try_join!(

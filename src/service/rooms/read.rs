@@ -159,9 +159,15 @@ impl Rooms {
                     View::Current => i64::MAX,
                 };
                 let position = at.unwrap_or(i64::MAX).min(limit);
+                // Before the room's first event there is no state; never fall forward to a
+                // later state than the view allows.
+                let bound = match view {
+                    View::AtGroup(group) => group,
+                    View::Current => current_group,
+                };
                 store::get_state_group_at(conn, room_id.as_str(), position)
                     .await?
-                    .unwrap_or(current_group)
+                    .unwrap_or(bound)
             }
         };
         let ids: Vec<String> = state_store::get_state_ids(conn, group)
@@ -306,6 +312,13 @@ impl Rooms {
         let (rules, target) = self
             .visible_event(&conn, user_id, room_id, event_id)
             .await?;
+        // Seeing one event (a knocker or invitee sees their own member event) is not seeing
+        // the room's state: that takes the view `/state` gives.
+        let (_, current_group) = self.room_rules(&conn, room_id).await?;
+        let state_visible = self
+            .view(&conn, user_id, room_id, current_group)
+            .await
+            .is_ok();
         let before_limit = limit / 2;
         let after_limit = limit - before_limit;
         let mut visibility = Visibility::new(user_id);
@@ -324,10 +337,13 @@ impl Rooms {
             - 1;
         let last = after.last().unwrap_or(&target);
         let end = last.stream_ordering;
-        let state_ids: Vec<String> = state_store::get_state_ids(&conn, last.state_group)
-            .await?
-            .into_values()
-            .collect();
+        let state_ids: Vec<String> = match state_visible {
+            true => state_store::get_state_ids(&conn, last.state_group)
+                .await?
+                .into_values()
+                .collect(),
+            false => Vec::new(),
+        };
         let mut state_rows = store::get_events(&conn, &state_ids).await?;
         state_rows.sort_by_key(|r| r.stream_ordering);
         Ok(Context {

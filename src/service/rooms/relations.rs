@@ -3,7 +3,7 @@
 //! into `unsigned.m.relations` on every read path, and listed through `/relations` and
 //! `/threads`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use diesel_async::AsyncPgConnection;
 use ruma::{room_version_rules::RoomVersionRules, RoomId, UserId};
@@ -146,15 +146,26 @@ impl Rooms {
             store::get_thread_summaries(conn, &ids, user_id.as_str()),
             store::get_references(conn, &ids),
         )?;
-        if edits.is_empty() && threads.is_empty() && references.is_empty() {
+        let redactions: Vec<String> = events
+            .iter()
+            .filter_map(|e| e["unsigned"]["redacted_because"]["event_id"].as_str())
+            .map(str::to_owned)
+            .collect();
+        if edits.is_empty() && threads.is_empty() && references.is_empty() && redactions.is_empty()
+        {
             return Ok(());
         }
+        // Bundled events are served too: the reader sees only those visible to them (a
+        // departed user gets no edit, reply or redaction reason written after they left).
         let wanted: Vec<String> = edits
             .iter()
             .map(|(_, edit)| edit.clone())
             .chain(threads.iter().map(|t| t.latest.clone()))
+            .chain(references.iter().map(|(_, child)| child.clone()))
+            .chain(redactions)
             .collect();
-        let rows = rooms_store::get_events(conn, &wanted).await?;
+        let rows = Visibility::new(user_id).filter_ids(conn, &wanted).await?;
+        let visible: HashSet<String> = rows.iter().map(|r| r.event_id.clone()).collect();
         let rendered: HashMap<String, Value> = self
             .render(conn, rules, &rows)
             .await?
@@ -165,6 +176,17 @@ impl Rooms {
             let Some(id) = event["event_id"].as_str().map(str::to_owned) else {
                 continue;
             };
+            if let Some(redaction) = event
+                .get_mut("unsigned")
+                .and_then(|unsigned| unsigned.get_mut("redacted_because"))
+                .filter(|r| {
+                    r["event_id"]
+                        .as_str()
+                        .is_some_and(|id| !visible.contains(id))
+                })
+            {
+                redaction["content"] = json!({});
+            }
             let mut bundled = serde_json::Map::new();
             if let Some(edit) = edits
                 .iter()
@@ -173,7 +195,10 @@ impl Rooms {
             {
                 bundled.insert("m.replace".into(), edit.clone());
             }
-            if let Some(thread) = threads.iter().find(|t| t.root == id) {
+            if let Some(thread) = threads
+                .iter()
+                .find(|t| t.root == id && visible.contains(&t.latest))
+            {
                 let started = event["sender"] == user_id.as_str();
                 bundled.insert(
                     "m.thread".into(),
@@ -186,7 +211,7 @@ impl Rooms {
             }
             let referencing: Vec<Value> = references
                 .iter()
-                .filter(|(parent, _)| *parent == id)
+                .filter(|(parent, child)| *parent == id && visible.contains(child))
                 .map(|(_, child)| json!({ "event_id": child }))
                 .collect();
             if !referencing.is_empty() {

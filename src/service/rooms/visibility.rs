@@ -21,6 +21,9 @@ pub struct Visibility<'u> {
     contents: HashMap<String, Value>,
     /// Per room: the position of the user's current join, if they are joined now.
     joined_since: HashMap<String, Option<i64>>,
+    /// Per room: the position of the user's latest join event, if they ever joined (looked up
+    /// once, so paging a departed user's history costs one query, not one per event).
+    last_join: HashMap<String, Option<i64>>,
 }
 
 impl<'u> Visibility<'u> {
@@ -31,6 +34,7 @@ impl<'u> Visibility<'u> {
             states: HashMap::new(),
             contents: HashMap::new(),
             joined_since: HashMap::new(),
+            last_join: HashMap::new(),
         }
     }
 
@@ -133,11 +137,17 @@ impl<'u> Visibility<'u> {
         if membership == "join" {
             return Ok(true);
         }
-        if visibility == "shared"
-            && (joined_since.is_some()
-                || store::joined_after(conn, &event.room_id, user, event.stream_ordering).await?)
-        {
-            return Ok(true);
+        if visibility == "shared" {
+            if joined_since.is_some() {
+                return Ok(true);
+            }
+            if !self.last_join.contains_key(&event.room_id) {
+                let last = store::get_last_join_position(conn, &event.room_id, user).await?;
+                self.last_join.insert(event.room_id.clone(), last);
+            }
+            if self.last_join[&event.room_id].is_some_and(|join| join > event.stream_ordering) {
+                return Ok(true);
+            }
         }
         Ok(membership == "invite" && visibility == "invited")
     }

@@ -1,0 +1,1 @@
+DROP INDEX events_room_id_member_stream_ordering_idx;
