@@ -9,6 +9,7 @@ mod devices;
 mod e2ee;
 mod errors;
 mod media;
+mod migrations;
 mod presence;
 mod profile_and_account_data;
 mod pushers;

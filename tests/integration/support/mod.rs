@@ -197,6 +197,23 @@ impl TestDb {
         }
     }
 
+    /// A fresh database with no migrations applied (for testing the migrations themselves).
+    pub async fn empty() -> Self {
+        let cluster = cluster().await;
+        let name = format!("myelin_test_{:016x}", rand::rng().random::<u64>());
+        let mut conn = AsyncPgConnection::establish(&cluster.admin_url)
+            .await
+            .unwrap();
+        diesel::sql_query(format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create test database: {e}"));
+        TestDb {
+            url: (cluster.url_for)(&name),
+            name,
+        }
+    }
+
     /// A data directory (media files) for this test's server processes.
     pub fn data_dir(&self) -> std::path::PathBuf {
         std::env::temp_dir()
