@@ -1,7 +1,8 @@
 //! Typed configuration: defaults, then an optional TOML file, then the environment.
 //!
-//! Nothing else in the server reads the environment. Invalid settings stop the server at
-//! start with one line that names the bad setting.
+//! No other setting is read from the environment; the only other reads are glibc's own
+//! `MALLOC_*` variables (`allocator.rs`) and `PATH` to find PostgreSQL (`embedded_pg.rs`).
+//! Invalid settings stop the server at start with one line that names the bad setting.
 
 use std::{collections::HashMap, net::SocketAddr, path::PathBuf};
 

@@ -1,22 +1,49 @@
 #!/usr/bin/env bash
-# Runs every test: Rust unit and integration tests (real PostgreSQL, real HTTP), then real
-# clients (matrix-nio) against a freshly started server using its embedded PostgreSQL.
+# Runs every check and test, stopping at the first failure:
+#   1. `cargo fmt --check` and `cargo clippy --all-targets --locked -- -D warnings`;
+#   2. Rust unit and integration tests (real PostgreSQL, real HTTP);
+#   3. real clients against one freshly started server using its embedded PostgreSQL:
+#      the matrix-nio scripts (tests/clients/nio_*.py), then the matrix-js-sdk scripts
+#      (tests/clients/js/*.mjs, Node.js as package.json's engines field says);
+#   4. a `myelin-bench --scale smoke` run against that server.
 #
 # PostgreSQL: TEST_DATABASE_URL when set, otherwise the test harness starts a throwaway
 # cluster with the machine's PostgreSQL binaries (`initdb`, `pg_ctl`).
+# The Python venv (MYELIN_TEST_VENV) and tests/clients/js/node_modules are reused between runs
+# while the pins they were installed from are unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
 VENV="${MYELIN_TEST_VENV:-/var/tmp/myelin-venv}"
 
+# Fail now, not after the Rust tests, on a Node.js too old for matrix-js-sdk.
+node_needed=$(sed -nE 's/.*"node": *">=([0-9]+).*/\1/p' tests/clients/js/package.json)
+node_major=$(node --version 2>/dev/null | sed -nE 's/^v([0-9]+).*/\1/p')
+if [ "${node_major:-0}" -lt "$node_needed" ]; then
+    echo "tests/run.sh: tests/clients/js needs Node.js >= $node_needed, found" \
+        "$(node --version 2>/dev/null || echo none) (.ci/run installs one)" >&2
+    exit 1
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+echo "== cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+
 echo "== cargo test"
 cargo build --locked --bins
 cargo test --locked
 
+# A stamp beside what was installed records the hash of the pins it came from.
+pins_hash() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
 echo "== matrix-nio"
-if ! "$VENV/bin/python" -c "import nio" 2>/dev/null; then
+nio_pins=$(pins_hash tests/clients/requirements.txt)
+if [ "$(cat "$VENV/.myelin-pins" 2>/dev/null)" != "$nio_pins" ] \
+    || ! "$VENV/bin/python" -c "import nio" 2>/dev/null; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
+    echo "$nio_pins" >"$VENV/.myelin-pins"
 fi
 
 workdir="$(mktemp -d /tmp/myelin-clients.XXXXXX)"
@@ -42,7 +69,12 @@ for script in tests/clients/nio_*.py; do
 done
 
 echo "== matrix-js-sdk"
-[ -d tests/clients/js/node_modules ] || (cd tests/clients/js && npm ci --silent --no-audit --no-fund)
+# The Node.js major version is part of the stamp: installed packages may depend on it.
+js_pins="$(pins_hash tests/clients/js/package-lock.json) node$node_major"
+if [ "$(cat tests/clients/js/node_modules/.myelin-pins 2>/dev/null)" != "$js_pins" ]; then
+    (cd tests/clients/js && npm ci --silent --no-audit --no-fund)
+    echo "$js_pins" >tests/clients/js/node_modules/.myelin-pins
+fi
 for script in tests/clients/js/*.mjs; do
     [ "$(basename "$script")" = harness.mjs ] && continue
     node "$script" "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }

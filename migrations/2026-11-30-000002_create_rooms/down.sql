@@ -13,3 +13,4 @@ CREATE SEQUENCE account_data_stream_seq;
 SELECT setval('account_data_stream_seq', GREATEST((SELECT position FROM stream_positions WHERE stream = 'account_data'), 1));
 ALTER TABLE account_data ALTER COLUMN stream_ordering SET DEFAULT nextval('account_data_stream_seq');
 DROP TABLE stream_positions;
+DROP TABLE server_signing_keys;

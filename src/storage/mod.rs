@@ -1,4 +1,6 @@
-//! PostgreSQL storage: the connection pool, migrations and every SQL query.
+//! PostgreSQL storage: the connection pool, migrations and the SQL queries. The exceptions sit
+//! where the lock they take matters: the room's advisory lock (`service/rooms/writer.rs`) and
+//! the push sender's leader lock (`service/push_sender.rs`).
 //!
 //! Query functions take a connection so services can compose several into one transaction.
 //! Lookups return `Option`; the service decides what a missing row means.

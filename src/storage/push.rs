@@ -1,4 +1,6 @@
-//! Push actions (what each event means for each local member), unread counts and pushers.
+//! Push actions (what each event means for each local member), unread counts and
+//! notifications, plus two room reads push evaluation needs (joined members with display
+//! names, current state events). Pushers are in `pushers.rs`.
 
 use std::sync::LazyLock;
 

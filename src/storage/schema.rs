@@ -1,4 +1,5 @@
-// @generated automatically by Diesel CLI (format of `diesel print-schema`; keep in step with migrations/).
+// Kept by hand in the layout of `diesel print-schema` (there is no diesel.toml); the test
+// tests/integration/migrations.rs checks it against the migrated database.
 
 diesel::table! {
     access_tokens (token_hash) {

@@ -17,7 +17,10 @@ pub const RECEIPTS: &str = "receipts";
 /// The presence stream.
 pub const PRESENCE: &str = "presence";
 
-/// Takes the next position of a stream (call it last in the transaction: it serialises commits).
+/// Takes the next position of a stream. The counter row stays locked until this transaction
+/// commits, so every other writer of the stream waits from here to that commit: take it as
+/// late as the transaction allows. (Not always last: `RoomWriter::append` still applies state
+/// and redactions after it, and createRoom and upgrades append more events after their first.)
 pub async fn next_position(mut conn: &AsyncPgConnection, stream: &str) -> QueryResult<i64> {
     // Raw, because diesel never reuses the prepared form of this UPDATE (it was parsed again
     // on every send).

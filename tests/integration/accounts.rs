@@ -265,6 +265,7 @@ async fn refresh_tokens_rotate_and_expired_tokens_are_soft_logged_out() {
     let gus = server.client().with_session(&body);
     gus.get("/_matrix/client/v3/account/whoami").await.ok();
 
+    let rotated_at = std::time::Instant::now();
     let rotated = server
         .client()
         .post(
@@ -290,8 +291,15 @@ async fn refresh_tokens_rotate_and_expired_tokens_are_soft_logged_out() {
         .await
         .assert_error(401, "M_UNKNOWN_TOKEN");
 
-    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
-    let expired = new_gus.get("/_matrix/client/v3/account/whoami").await;
+    // Real time is the only way to expire a token: wait until the earliest moment it can have
+    // (it was issued after `rotated_at`), then until the server says so.
+    tokio::time::sleep_until((rotated_at + std::time::Duration::from_millis(2000)).into()).await;
+    let mut expired = new_gus.get("/_matrix/client/v3/account/whoami").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while expired.status == 200 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        expired = new_gus.get("/_matrix/client/v3/account/whoami").await;
+    }
     expired.assert_error(401, "M_UNKNOWN_TOKEN");
     assert_eq!(expired.body["soft_logout"], true);
 }

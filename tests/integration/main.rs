@@ -10,6 +10,7 @@ mod e2ee;
 mod errors;
 mod media;
 mod membership_paths;
+mod migrations;
 mod presence;
 mod profile_and_account_data;
 mod pushers;

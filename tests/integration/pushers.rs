@@ -14,7 +14,7 @@ use tokio::{
     net::TcpListener,
 };
 
-use crate::support::{Client, TestServer};
+use crate::support::{wait_until, Client, TestServer};
 
 /// How a test gateway behaves.
 #[derive(Clone, Copy)]
@@ -217,8 +217,12 @@ async fn a_hanging_gateway_never_slows_sending() {
     }
     let took = started.elapsed();
     // The gateway is holding a request open the whole time.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(gateway.requests.load(Ordering::SeqCst) >= 1);
+    wait_until(
+        "the gateway has been sent a notification",
+        Duration::from_secs(10),
+        || async { gateway.requests.load(Ordering::SeqCst) >= 1 },
+    )
+    .await;
     assert!(
         took < Duration::from_secs(5),
         "10 sends took {took:?} while the gateway hung"

@@ -203,6 +203,7 @@ async fn long_poll_wakes_on_a_new_event_and_times_out_empty() {
     );
     assert!(quiet["rooms"]["join"].as_object().unwrap().is_empty());
 
+    let since = server.long_poll_token(&bob, &since).await;
     let waiting = {
         let (bob, since) = (bob.clone(), since.clone());
         tokio::spawn(async move {
@@ -210,7 +211,11 @@ async fn long_poll_wakes_on_a_new_event_and_times_out_empty() {
             (response, Instant::now())
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    server.wait_until_long_polls_started(&[&bob]).await;
+    assert!(
+        !waiting.is_finished(),
+        "the long-poll answered with nothing new"
+    );
     let sent_at = Instant::now();
     alice.send_text(&room, "wake", "wake up").await.ok();
     let (response, woke_at) = waiting.await.unwrap();
@@ -232,11 +237,16 @@ async fn long_poll_on_one_process_wakes_for_a_send_through_another() {
         .as_str()
         .unwrap()
         .to_owned();
+    let since = server.long_poll_token(&bob, &since).await;
     let waiting = {
         let bob = bob.clone();
         tokio::spawn(async move { bob.sync(Some(&since), 20_000, None).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    server.wait_until_long_polls_started(&[&bob]).await;
+    assert!(
+        !waiting.is_finished(),
+        "the long-poll answered with nothing new"
+    );
     let sent_at = Instant::now();
     alice.send_text(&room, "x", "across processes").await.ok();
     let response = waiting.await.unwrap();

@@ -7,17 +7,14 @@ use serde_json::{json, Value};
 
 use crate::support::{
     client::{enc, timeline},
-    Client, TestServer,
+    wait_until, Client, TestServer,
 };
 
-/// Receives every message of a room the way a client does: a long-polling sync loop that
-/// fills a limited timeline's gap from `prev_batch` with `/messages`.
-async fn receive_all(client: Client, room: String, expected: usize) -> Vec<String> {
+/// Receives every message of a room after `since` the way a client does: a long-polling sync
+/// loop that fills a limited timeline's gap from `prev_batch` with `/messages`.
+async fn receive_all(client: Client, room: String, since: String, expected: usize) -> Vec<String> {
     let filter = json!({ "room": { "timeline": { "limit": 20 } } }).to_string();
-    let mut since = client.sync(None, 0, Some(&filter)).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let mut since = since;
     let mut received = Vec::new();
     let started = Instant::now();
     while received.len() < expected && started.elapsed().as_secs() < 120 {
@@ -63,11 +60,24 @@ async fn ten_senders_and_ten_long_polling_receivers_agree_on_every_message() {
         client.join(&room).await.ok();
         senders.push(client);
     }
-    let receiving: Vec<_> = receivers
-        .into_iter()
-        .map(|client| tokio::spawn(receive_all(client, room.clone(), SENDERS * MESSAGES)))
-        .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut receiving = Vec::new();
+    for client in &receivers {
+        let since = client.sync(None, 0, None).await["next_batch"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let since = server.long_poll_token(client, &since).await;
+        receiving.push(tokio::spawn(receive_all(
+            client.clone(),
+            room.clone(),
+            since,
+            SENDERS * MESSAGES,
+        )));
+    }
+    // Every receiver is long-polling before the first message is sent.
+    server
+        .wait_until_long_polls_started(&receivers.iter().collect::<Vec<_>>())
+        .await;
     let sending: Vec<_> = senders
         .into_iter()
         .map(|client| {
@@ -204,10 +214,11 @@ async fn receivers_get_everything_exactly_once_across_a_restart_mid_stream() {
             })
         })
         .collect();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let sending: Vec<_> = clients
         .into_iter()
         .map(|client| {
-            let room = room.clone();
+            let (room, sent) = (room.clone(), sent.clone());
             tokio::spawn(async move {
                 for n in 0..MESSAGES {
                     let path = format!(
@@ -221,17 +232,29 @@ async fn receivers_get_everything_exactly_once_across_a_restart_mid_stream() {
                             Some(json!({ "msgtype": "m.text", "body": n.to_string() })),
                         )
                         .await;
+                    sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
             })
         })
         .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Restart once every sender is under way (about a quarter of the messages are in).
+    wait_until(
+        "a quarter of the messages have been sent",
+        std::time::Duration::from_secs(30),
+        || async { sent.load(std::sync::atomic::Ordering::SeqCst) >= SENDERS * MESSAGES / 4 },
+    )
+    .await;
     server.restart().await;
+    let sent_before_restart = sent.load(std::sync::atomic::Ordering::SeqCst);
     *base.write().unwrap() = server.base_url.clone();
     for task in sending {
         task.await.unwrap();
     }
+    assert!(
+        sent_before_restart < SENDERS * MESSAGES,
+        "every message was sent before the restart finished: nothing was sent across it"
+    );
     let expected = server
         .count(&format!("SELECT count(*) AS n FROM events WHERE room_id = '{room}' AND event_type = 'm.room.message'"))
         .await;
@@ -271,12 +294,20 @@ async fn more_long_polls_than_pool_connections_all_wake() {
         .create_room(serde_json::json!({ "preset": "public_chat" }))
         .await;
     bob.join(&room).await.ok();
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let polls: Vec<_> = (0..12)
-        .map(|_| {
+    // One device per long-poll, so the test can see each of them start.
+    let mut devices = Vec::new();
+    for _ in 0..12 {
+        let device = server.client().login("bob", "password").await;
+        let since = device.sync(None, 0, None).await["next_batch"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let since = server.long_poll_token(&device, &since).await;
+        devices.push((device, since));
+    }
+    let polls: Vec<_> = devices
+        .iter()
+        .map(|(bob, since)| {
             let (bob, since) = (bob.clone(), since.clone());
             let room = room.clone();
             // A poll may also wake for other news (Bob's own presence): poll on until the
@@ -294,7 +325,9 @@ async fn more_long_polls_than_pool_connections_all_wake() {
             })
         })
         .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    server
+        .wait_until_long_polls_started(&devices.iter().map(|(d, _)| d).collect::<Vec<_>>())
+        .await;
     tokio::time::timeout(
         std::time::Duration::from_secs(15),
         alice.send_text(&room, "wake", "wake up"),

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::{
     api::ruma::{Ruma, RumaResponse},
-    error::Result,
+    error::{Error, Result},
     service::Services,
 };
 
@@ -34,19 +34,12 @@ pub async fn well_known_client_route(services: Data<Services>) -> HttpResponse {
 }
 
 /// `GET /.well-known/matrix/server`
-pub async fn well_known_server_route(services: Data<Services>) -> HttpResponse {
-    let base = &services.config.public_baseurl;
-    let host = base
-        .split("://")
-        .nth(1)
-        .unwrap_or_default()
-        .trim_end_matches('/');
-    let delegated = if host.contains(':') || host.ends_with(']') {
-        host.to_owned()
-    } else {
-        format!("{host}:443")
-    };
-    HttpResponse::Ok().json(json!({ "m.server": delegated }))
+///
+/// 404 `M_NOT_FOUND` while federation is not implemented: a delegation would send remote
+/// servers to a server-server API this server does not serve. (Remote servers then try the
+/// server name itself on port 8448, and fail there too, which is the truth.)
+pub async fn well_known_server_route() -> Result<HttpResponse> {
+    Err(Error::not_found("This server does not federate"))
 }
 
 /// `GET /_matrix/client/versions`

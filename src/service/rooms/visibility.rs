@@ -1,4 +1,7 @@
-//! History visibility: who may see which event. Every read path goes through [`Visibility`].
+//! History visibility: who may see which event. The event read paths (`/sync`, `/messages`,
+//! `/event`, `/context`, `/search`, `/relations`, `/threads`, posting a receipt) go through
+//! [`Visibility`]; the state reads (`/state`, `/members`) apply their own world-readable and
+//! state-at-leave rule in `read.rs` (`view`).
 
 use std::collections::HashMap;
 

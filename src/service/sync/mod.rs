@@ -1,4 +1,5 @@
-//! `/sync`: per-room deltas since a token, assembled section by section, with long-polling.
+//! `/sync`: per-room deltas since a token, with long-polling. One function (`compute`) builds
+//! the whole response; per-room sections are built concurrently.
 
 pub mod filter;
 pub mod room_index;

@@ -5,7 +5,8 @@
 //! only those rooms, and whether any membership changed in them, so it looks for device-list
 //! changes that follow from memberships only then. It is refreshed from the database (only the
 //! events newer than what it has seen) before each use, so it is correct with several server
-//! processes; at start it is rebuilt from the whole events table.
+//! processes. It starts empty: the first use after a start reads and groups the whole events
+//! table.
 
 use std::collections::HashMap;
 

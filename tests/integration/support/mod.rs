@@ -197,6 +197,23 @@ impl TestDb {
         }
     }
 
+    /// A fresh database with no migrations applied (for testing the migrations themselves).
+    pub async fn empty() -> Self {
+        let cluster = cluster().await;
+        let name = format!("myelin_test_{:016x}", rand::rng().random::<u64>());
+        let mut conn = AsyncPgConnection::establish(&cluster.admin_url)
+            .await
+            .unwrap();
+        diesel::sql_query(format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create test database: {e}"));
+        TestDb {
+            url: (cluster.url_for)(&name),
+            name,
+        }
+    }
+
     /// A data directory (media files) for this test's server processes.
     pub fn data_dir(&self) -> std::path::PathBuf {
         std::env::temp_dir()
@@ -227,6 +244,23 @@ impl Drop for TestDb {
             });
         })
         .join();
+    }
+}
+
+/// Polls `condition` every 10 ms until it holds; panics naming `what` once `within` has passed.
+/// For waiting on something the test can observe instead of sleeping and hoping.
+pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    while !condition().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -371,6 +405,58 @@ impl TestServer {
             .await
             .unwrap();
         row.n
+    }
+
+    /// A sync token from which `client`'s next `/sync` can be seen to have started: the device
+    /// is sent a to-device message and synced past it (that sync takes whatever else is new),
+    /// so a sync from the returned token deletes the message from the device's inbox. The
+    /// server deletes it after reading the stream positions the sync answers up to, so once
+    /// [`TestServer::wait_until_long_polls_started`] sees the inboxes empty, a long-poll from
+    /// this token has read its positions: anything committed later must wake it.
+    pub async fn long_poll_token(&self, client: &Client, since: &str) -> String {
+        let txn = format!("probe{:016x}", rand::rng().random::<u64>());
+        client
+            .put(
+                &format!("/_matrix/client/v3/sendToDevice/m.myelin.probe/{txn}"),
+                serde_json::json!({ "messages": { &client.user_id: { &client.device_id: {} } } }),
+            )
+            .await
+            .ok();
+        let synced = client.sync(Some(since), 0, None).await;
+        assert!(
+            synced["to_device"]["events"]
+                .as_array()
+                .is_some_and(|events| events.iter().any(|e| e["type"] == "m.myelin.probe")),
+            "the probe message was not delivered: {synced}"
+        );
+        assert!(
+            self.to_device_inbox_len(&[client]).await > 0,
+            "the probe message left the inbox before it was acknowledged"
+        );
+        synced["next_batch"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until every client's long-poll from a [`TestServer::long_poll_token`] has read its
+    /// stream positions (its probe message is gone).
+    pub async fn wait_until_long_polls_started(&self, clients: &[&Client]) {
+        wait_until(
+            "the long-polls have read their stream positions",
+            Duration::from_secs(20),
+            || async { self.to_device_inbox_len(clients).await == 0 },
+        )
+        .await;
+    }
+
+    async fn to_device_inbox_len(&self, clients: &[&Client]) -> i64 {
+        let devices = clients
+            .iter()
+            .map(|c| format!("('{}', '{}')", c.user_id, c.device_id))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.count(&format!(
+            "SELECT count(*) AS n FROM to_device_inbox WHERE (user_id, device_id) IN ({devices})"
+        ))
+        .await
     }
 
     /// The database URL this server uses (for running CLI commands against it).
