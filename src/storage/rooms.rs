@@ -437,29 +437,26 @@ pub async fn set_membership(
     membership: &str,
     display_name: Option<&str>,
     event_id: &str,
-    stream_ordering: i64,
 ) -> QueryResult<()> {
-    diesel::insert_into(room_memberships::table)
-        .values((
-            room_memberships::room_id.eq(room_id),
-            room_memberships::user_id.eq(user_id),
-            room_memberships::membership.eq(membership),
-            room_memberships::display_name.eq(display_name),
-            room_memberships::event_id.eq(event_id),
-            room_memberships::stream_ordering.eq(stream_ordering),
-        ))
-        .on_conflict((room_memberships::room_id, room_memberships::user_id))
-        .do_update()
-        .set((
-            room_memberships::membership.eq(membership),
-            room_memberships::display_name.eq(display_name),
-            room_memberships::event_id.eq(event_id),
-            room_memberships::stream_ordering.eq(stream_ordering),
-            room_memberships::forgotten.eq(false),
-        ))
-        .execute(&mut conn)
-        .await
-        .map(drop)
+    // The position is the member event's, read from its row (written earlier in the same
+    // transaction), so this can go out in the pipeline before the position is known here.
+    crate::storage::cached_sql(
+        "INSERT INTO room_memberships \
+             (room_id, user_id, membership, display_name, event_id, stream_ordering) \
+         VALUES ($1, $2, $3, $4, $5, (SELECT stream_ordering FROM events WHERE event_id = $5)) \
+         ON CONFLICT (room_id, user_id) DO UPDATE SET \
+             membership = EXCLUDED.membership, display_name = EXCLUDED.display_name, \
+             event_id = EXCLUDED.event_id, stream_ordering = EXCLUDED.stream_ordering, \
+             forgotten = false",
+    )
+    .bind::<diesel::sql_types::Text, _>(room_id)
+    .bind::<diesel::sql_types::Text, _>(user_id)
+    .bind::<diesel::sql_types::Text, _>(membership)
+    .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(display_name)
+    .bind::<diesel::sql_types::Text, _>(event_id)
+    .execute(&mut conn)
+    .await
+    .map(drop)
 }
 
 /// A user's current membership in a room and the event that set it.

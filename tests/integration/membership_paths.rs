@@ -224,3 +224,51 @@ async fn concurrent_identical_creates_by_one_user_make_distinct_rooms() {
     }
     assert_eq!(rooms.len(), 100);
 }
+
+#[tokio::test]
+async fn an_upgrade_carries_bans_over_and_survives_an_upgrader_without_power_level_rights() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let mod_ = server.register("moderator").await;
+    let mallory = server.register("mallory").await;
+    let room = alice
+        .create_room(json!({
+            "preset": "public_chat",
+            "room_version": "11",
+            "power_level_content_override": {
+                "users": { alice.user_id.clone(): 100, mod_.user_id.clone(): 60 },
+                "events": { "m.room.tombstone": 60, "m.room.power_levels": 100 },
+            },
+        }))
+        .await;
+    mod_.join(&room).await.ok();
+    mallory.join(&room).await.ok();
+    alice
+        .room_action(
+            &room,
+            "ban",
+            json!({ "user_id": mallory.user_id, "reason": "spam" }),
+        )
+        .await
+        .ok();
+    // The moderator may tombstone but not change power levels.
+    let upgraded = mod_
+        .post(
+            &format!("/_matrix/client/v3/rooms/{}/upgrade", enc(&room)),
+            json!({ "new_version": "12" }),
+        )
+        .await
+        .ok();
+    let new = upgraded["replacement_room"].as_str().unwrap().to_owned();
+    mallory.join(&new).await.assert_error(403, "M_FORBIDDEN");
+    let ban = mod_
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.member/{}",
+            enc(&new),
+            enc(&mallory.user_id)
+        ))
+        .await
+        .ok();
+    assert_eq!(ban["membership"], "ban");
+    assert_eq!(ban["reason"], "spam");
+}

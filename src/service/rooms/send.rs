@@ -47,9 +47,11 @@ impl Rooms {
         if !content.is_object() {
             return Err(Error::bad_json("Event content must be a JSON object"));
         }
+        // The room lock before a connection: writers queued on a hot room hold no pooled
+        // connection while they wait.
+        let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
         let user = sender.user_id.as_str();
-        let _room_lock = self.locks.lock(room_id).await;
         let server_name = self.config.server_name.as_str();
         let member_target = state_key.filter(|_| kind == "m.room.member");
         let prefetch = common_auth_keys(user, member_target);

@@ -38,6 +38,9 @@ impl Rooms {
         additional_creators: Vec<OwnedUserId>,
     ) -> Result<OwnedRoomId> {
         let new_rules = version_rules(&new_version)?;
+        // The room lock before a connection (see `RoomLocks`), and before the reads the
+        // upgrade is built from, so no local writer changes them in between.
+        let _old_room_lock = self.locks.lock(old_room).await;
         let mut conn = self.db.conn().await?;
         self.ensure_room_exists(&conn, old_room).await?;
         if !self.is_joined(&conn, old_room, user_id).await? {
@@ -72,9 +75,22 @@ impl Rooms {
                 None => None,
             }
             .unwrap_or_default();
+        // Bans carry over, or every banned user could walk into the replacement room.
+        let mut bans = Vec::new();
+        for banned in store::get_room_members(&conn, old_room.as_str(), "ban").await? {
+            if let Some(event) =
+                store::get_current_state_event(&conn, old_room.as_str(), "m.room.member", &banned)
+                    .await?
+            {
+                let mut content = json!({ "membership": "ban" });
+                if let Some(reason) = event.pdu.pointer("/content/reason") {
+                    content["reason"] = reason.clone();
+                }
+                bans.push((banned, content));
+            }
+        }
         let profile = self.member_profile(&conn, user_id).await?;
         let server_name = self.config.server_name.as_str();
-        let _old_room_lock = self.locks.lock(old_room).await;
 
         conn.transaction::<_, Error, _>(async |conn| {
             // The replacement room.
@@ -118,6 +134,12 @@ impl Rooms {
                     .append(NewEvent { sender: user_id, kind, state_key: Some(&state_key), content, txn: None })
                     .await?;
             }
+            for (banned, content) in &bans {
+                let ban = NewEvent { sender: user_id, kind: "m.room.member", state_key: Some(banned), content: content.clone(), txn: None };
+                if !append_if_allowed(&mut writer, ban).await? {
+                    tracing::warn!(%banned, "upgrade: the upgrader cannot ban this user in the new room");
+                }
+            }
             let new_room = writer.room_id()?.to_owned();
             store::move_aliases(writer.conn(), old_room.as_str(), new_room.as_str()).await?;
             if store::get_room(writer.conn(), old_room.as_str()).await?.is_some_and(|r| r.is_public) {
@@ -142,11 +164,29 @@ impl Rooms {
                 }
             }
             if changed {
-                old.append(NewEvent { sender: user_id, kind: "m.room.power_levels", state_key: Some(""), content: old_levels, txn: None })
-                    .await?;
+                // An upgrader who may tombstone but not change power levels still upgrades;
+                // the old room just stays as open as it was (refused before anything is
+                // written, so the transaction goes on).
+                let quieten = NewEvent { sender: user_id, kind: "m.room.power_levels", state_key: Some(""), content: old_levels, txn: None };
+                if !append_if_allowed(&mut old, quieten).await? {
+                    tracing::info!(room_id = %old_room, "upgrade: the upgrader cannot restrict the old room's power levels");
+                }
             }
             Ok(new_room)
         })
         .await
+    }
+}
+
+/// Appends an event unless the auth rules refuse it (`false`). A refusal comes before the
+/// writer writes anything, so the transaction carries on.
+async fn append_if_allowed(writer: &mut RoomWriter<'_>, event: NewEvent<'_>) -> Result<bool> {
+    match writer.append(event).await {
+        Ok(_) => Ok(true),
+        Err(Error::Matrix {
+            errcode: "M_FORBIDDEN",
+            ..
+        }) => Ok(false),
+        Err(err) => Err(err),
     }
 }

@@ -556,8 +556,15 @@ impl<'c> RoomWriter<'c> {
             relation
         });
         let member_target = event.state_key.filter(|_| event.kind == "m.room.member");
-        // The stream position, then the event's rows (written at that position) and its
-        // notifications (delivered at commit), sent together.
+        // The stored PDU of a redacted event is pruned: no reader (federation format,
+        // stripped state, push, the directory) can serve what the redaction took away.
+        let pruned = redaction
+            .as_ref()
+            .map(|target| (target, super::pdu::prune(&target.pdu, &self.rules)));
+        // The stream position, then the event's rows (written at that position), the state
+        // and redaction it changes, and its notifications (delivered at commit), sent together:
+        // the counter's row lock, which every writer of every room waits on, spans this one
+        // round trip and the commit.
         let (stream_ordering, ..) = tokio::try_join!(
             streams::next_position(conn, streams::EVENTS),
             store::insert_event(conn, &new_event),
@@ -585,6 +592,29 @@ impl<'c> RoomWriter<'c> {
                     None => Ok(()),
                 }
             },
+            async {
+                match event.state_key {
+                    Some(state_key) => {
+                        self.apply_state(&room_id, &event, state_key, event_id.as_str(), group)
+                            .await
+                    }
+                    None => Ok(()),
+                }
+            },
+            async {
+                match &pruned {
+                    Some((target, pruned)) => {
+                        let redacts = target.event_id.as_str();
+                        tokio::try_join!(
+                            store::set_redacted(conn, redacts, event_id.as_str(), pruned),
+                            push_store::delete_for_event(conn, redacts),
+                            relations_store::delete_relation(conn, redacts),
+                        )
+                        .map(drop)
+                    }
+                    None => Ok(()),
+                }
+            },
             store::notify(
                 conn,
                 crate::service::notifier::ROOM_CHANNEL,
@@ -600,29 +630,9 @@ impl<'c> RoomWriter<'c> {
                 }
             },
         )?;
-        if let Some(state_key) = event.state_key {
-            self.apply_state(
-                &room_id,
-                &event,
-                state_key,
-                event_id.as_str(),
-                group,
-                stream_ordering,
-            )
-            .await?;
-        }
-        if let Some(target) = redaction {
-            // The stored PDU is pruned: no reader (federation format, stripped state, push,
-            // the directory) can serve what the redaction took away.
-            let pruned = super::pdu::prune(&target.pdu, &self.rules);
-            let redacts = target.event_id.as_str();
-            tokio::try_join!(
-                store::set_redacted(conn, redacts, event_id.as_str(), &pruned),
-                push_store::delete_for_event(conn, redacts),
-                relations_store::delete_relation(conn, redacts),
-            )?;
+        if let Some((target, pruned)) = pruned {
             if let Some(cached) = self.pdus.get_mut(&target.event_id) {
-                *cached = Pdu::from_json(redacts, &pruned)?;
+                *cached = Pdu::from_json(target.event_id.as_str(), &pruned)?;
             }
         }
         self.extremities = vec![event_id.clone()];
@@ -718,7 +728,8 @@ impl<'c> RoomWriter<'c> {
     }
 
     /// Moves the room's current state (and, for a membership event, the member's membership)
-    /// to include a new state event.
+    /// to include a new state event. The statements go out together, after the event's row in
+    /// the same pipeline (the membership takes its position from that row).
     async fn apply_state(
         &self,
         room_id: &RoomId,
@@ -726,35 +737,45 @@ impl<'c> RoomWriter<'c> {
         state_key: &str,
         event_id: &str,
         group: i64,
-        stream_ordering: i64,
-    ) -> Result<()> {
+    ) -> diesel::QueryResult<()> {
         let conn = self.conn;
         let room = room_id.as_str();
-        tokio::try_join!(
-            store::set_current_state(conn, room, event.kind, state_key, event_id),
-            store::set_current_state_group(conn, room, group),
-        )?;
-        if event.kind == "m.room.member" {
-            let membership = event
+        let membership = (event.kind == "m.room.member").then(|| {
+            event
                 .content
                 .get("membership")
                 .and_then(Value::as_str)
-                .unwrap_or("leave");
-            let display_name = event.content.get("displayname").and_then(Value::as_str);
-            store::set_membership(
-                conn,
-                room,
-                state_key,
-                membership,
-                display_name,
-                event_id,
-                stream_ordering,
-            )
-            .await?;
-            if membership != "join" {
-                push_store::delete_for_user_room(conn, state_key, room).await?;
-            }
-        }
-        Ok(())
+                .unwrap_or("leave")
+        });
+        let display_name = event.content.get("displayname").and_then(Value::as_str);
+        tokio::try_join!(
+            store::set_current_state(conn, room, event.kind, state_key, event_id),
+            store::set_current_state_group(conn, room, group),
+            async {
+                match membership {
+                    Some(membership) => {
+                        store::set_membership(
+                            conn,
+                            room,
+                            state_key,
+                            membership,
+                            display_name,
+                            event_id,
+                        )
+                        .await
+                    }
+                    None => Ok(()),
+                }
+            },
+            async {
+                match membership {
+                    Some(membership) if membership != "join" => {
+                        push_store::delete_for_user_room(conn, state_key, room).await
+                    }
+                    _ => Ok(()),
+                }
+            },
+        )
+        .map(drop)
     }
 }
