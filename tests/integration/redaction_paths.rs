@@ -158,3 +158,40 @@ async fn federation_format_serves_redacted_events_pruned() {
         assert!(pdu["signatures"].is_object(), "still a signed PDU: {pdu}");
     }
 }
+
+#[tokio::test]
+async fn a_redacted_room_name_is_gone_from_the_directory_and_invites() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "visibility": "public" }))
+        .await;
+    let name = alice
+        .put_state(&room, "m.room.name", "", json!({ "name": "Secret plans" }))
+        .await
+        .ok();
+    alice
+        .put(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/redact/{}/r1",
+                enc(&room),
+                enc(name["event_id"].as_str().unwrap())
+            ),
+            json!({}),
+        )
+        .await
+        .ok();
+    alice
+        .room_action(&room, "invite", json!({ "user_id": bob.user_id }))
+        .await
+        .ok();
+    let directory = alice.get("/_matrix/client/v3/publicRooms").await.ok();
+    assert!(!directory.to_string().contains("Secret"), "{directory}");
+    let invite = bob.sync(None, 0, None).await;
+    assert!(
+        invite["rooms"]["invite"][&room].is_object(),
+        "the invite arrives: {invite}"
+    );
+    assert!(!invite.to_string().contains("Secret"), "{invite}");
+}
