@@ -7,7 +7,7 @@ use reqwest::{header, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::support::{client::enc, Client, ServerOptions, TestServer};
+use crate::support::{client::enc, server_name, Client, ServerOptions, TestServer};
 
 /// Raw HTTP, for bodies that are not JSON.
 async fn send(
@@ -129,7 +129,7 @@ async fn uploads_come_back_identical_with_safe_headers_and_are_stored_once() {
     ] {
         let uploaded = upload(&alice, bytes.clone(), content_type, name).await;
         let uri = uploaded["content_uri"].as_str().unwrap();
-        assert!(uri.starts_with("mxc://localhost/"));
+        assert!(uri.starts_with(&format!("mxc://{}/", server_name())));
         let response = download(&bob, uri).await;
         assert_eq!(response.status(), StatusCode::OK);
         let headers = response.headers().clone();
@@ -205,7 +205,7 @@ async fn uploads_come_back_identical_with_safe_headers_and_are_stored_once() {
         download(&anonymous, &uri).await.status(),
         StatusCode::UNAUTHORIZED
     );
-    let missing = download(&bob, "mxc://localhost/nothing").await;
+    let missing = download(&bob, &format!("mxc://{}/nothing", server_name())).await;
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     let body: Value = missing.json().await.unwrap();
     assert_eq!(body["errcode"], "M_NOT_FOUND");

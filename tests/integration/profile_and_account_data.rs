@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::TestServer;
+use crate::support::{client::enc, room_id, server_name, user_id, TestServer};
 
 #[tokio::test]
 async fn display_name_and_avatar_are_set_and_read() {
@@ -10,7 +10,10 @@ async fn display_name_and_avatar_are_set_and_read() {
     let mia = server.register("mia").await;
     let anon = server.client();
     let profile = anon
-        .get("/_matrix/client/v3/profile/@mia:localhost")
+        .get(&format!(
+            "/_matrix/client/v3/profile/{}",
+            enc(&user_id("mia"))
+        ))
         .await
         .ok();
     assert_eq!(
@@ -18,58 +21,91 @@ async fn display_name_and_avatar_are_set_and_read() {
         "display name defaults to the localpart"
     );
     mia.put(
-        "/_matrix/client/v3/profile/@mia:localhost/displayname",
+        &format!(
+            "/_matrix/client/v3/profile/{}/displayname",
+            enc(&user_id("mia"))
+        ),
         json!({ "displayname": "Mia M." }),
     )
     .await
     .ok();
     mia.put(
-        "/_matrix/client/v3/profile/@mia:localhost/avatar_url",
-        json!({ "avatar_url": "mxc://localhost/abc" }),
+        &format!(
+            "/_matrix/client/v3/profile/{}/avatar_url",
+            enc(&user_id("mia"))
+        ),
+        json!({ "avatar_url": format!("mxc://{}/abc", server_name()) }),
     )
     .await
     .ok();
     let name = anon
-        .get("/_matrix/client/v3/profile/@mia:localhost/displayname")
+        .get(&format!(
+            "/_matrix/client/v3/profile/{}/displayname",
+            enc(&user_id("mia"))
+        ))
         .await
         .ok();
     assert_eq!(name, json!({ "displayname": "Mia M." }));
     let profile = anon
-        .get("/_matrix/client/v3/profile/@mia:localhost")
+        .get(&format!(
+            "/_matrix/client/v3/profile/{}",
+            enc(&user_id("mia"))
+        ))
         .await
         .ok();
-    assert_eq!(profile["avatar_url"], "mxc://localhost/abc");
-    anon.get("/_matrix/client/v3/profile/@ghost:localhost")
-        .await
-        .assert_error(404, "M_NOT_FOUND");
+    assert_eq!(
+        profile["avatar_url"],
+        format!("mxc://{}/abc", server_name())
+    );
+    anon.get(&format!(
+        "/_matrix/client/v3/profile/{}",
+        enc(&user_id("ghost"))
+    ))
+    .await
+    .assert_error(404, "M_NOT_FOUND");
     mia.request(
         reqwest::Method::DELETE,
-        "/_matrix/client/v3/profile/@mia:localhost/avatar_url",
+        &format!(
+            "/_matrix/client/v3/profile/{}/avatar_url",
+            enc(&user_id("mia"))
+        ),
         None,
     )
     .await
     .ok();
-    anon.get("/_matrix/client/v3/profile/@mia:localhost/avatar_url")
-        .await
-        .assert_error(404, "M_NOT_FOUND");
+    anon.get(&format!(
+        "/_matrix/client/v3/profile/{}/avatar_url",
+        enc(&user_id("mia"))
+    ))
+    .await
+    .assert_error(404, "M_NOT_FOUND");
 }
 
 #[tokio::test]
 async fn account_data_round_trips_globally_and_per_room() {
     let server = TestServer::start().await;
     let ned = server.register("ned").await;
-    let global = "/_matrix/client/v3/user/@ned:localhost/account_data/org.example.settings";
+    let global = &format!(
+        "/_matrix/client/v3/user/{}/account_data/org.example.settings",
+        enc(&user_id("ned"))
+    );
     ned.get(global).await.assert_error(404, "M_NOT_FOUND");
     ned.put(global, json!({ "theme": "dark" })).await.ok();
     ned.put(global, json!({ "theme": "light" })).await.ok();
     assert_eq!(ned.get(global).await.ok(), json!({ "theme": "light" }));
 
-    let room =
-        "/_matrix/client/v3/user/@ned:localhost/rooms/!room:localhost/account_data/m.tag.like";
+    let room = &format!(
+        "/_matrix/client/v3/user/{}/rooms/{}/account_data/m.tag.like",
+        enc(&user_id("ned")),
+        enc(&room_id("room"))
+    );
     ned.put(room, json!({ "x": 1 })).await.ok();
     assert_eq!(ned.get(room).await.ok(), json!({ "x": 1 }));
-    let fully_read =
-        "/_matrix/client/v3/user/@ned:localhost/rooms/!room:localhost/account_data/m.fully_read";
+    let fully_read = &format!(
+        "/_matrix/client/v3/user/{}/rooms/{}/account_data/m.fully_read",
+        enc(&user_id("ned")),
+        enc(&room_id("room"))
+    );
     ned.put(fully_read, json!({ "event_id": "$x" }))
         .await
         .assert_error(405, "M_BAD_JSON");
@@ -81,7 +117,10 @@ async fn filters_are_stored_validated_and_private() {
     let olga = server.register("olga").await;
     let filter = json!({ "room": { "timeline": { "limit": 10, "types": ["m.room.message"] } }, "event_fields": ["content.body"] });
     let created = olga
-        .post("/_matrix/client/v3/user/@olga:localhost/filter", filter)
+        .post(
+            &format!("/_matrix/client/v3/user/{}/filter", enc(&user_id("olga"))),
+            filter,
+        )
         .await
         .ok();
     let id = created["filter_id"]
@@ -89,7 +128,8 @@ async fn filters_are_stored_validated_and_private() {
         .expect("filter_id is a string");
     let stored = olga
         .get(&format!(
-            "/_matrix/client/v3/user/@olga:localhost/filter/{id}"
+            "/_matrix/client/v3/user/{}/filter/{id}",
+            enc(&user_id("olga"))
         ))
         .await
         .ok();
@@ -98,14 +138,20 @@ async fn filters_are_stored_validated_and_private() {
         stored["room"]["timeline"]["types"],
         json!(["m.room.message"])
     );
-    olga.get("/_matrix/client/v3/user/@olga:localhost/filter/999999")
-        .await
-        .assert_error(404, "M_NOT_FOUND");
-    olga.get("/_matrix/client/v3/user/@olga:localhost/filter/abc")
-        .await
-        .assert_error(404, "M_NOT_FOUND");
+    olga.get(&format!(
+        "/_matrix/client/v3/user/{}/filter/999999",
+        enc(&user_id("olga"))
+    ))
+    .await
+    .assert_error(404, "M_NOT_FOUND");
+    olga.get(&format!(
+        "/_matrix/client/v3/user/{}/filter/abc",
+        enc(&user_id("olga"))
+    ))
+    .await
+    .assert_error(404, "M_NOT_FOUND");
     olga.post(
-        "/_matrix/client/v3/user/@olga:localhost/filter",
+        &format!("/_matrix/client/v3/user/{}/filter", enc(&user_id("olga"))),
         json!({ "room": { "timeline": { "limit": 0 } } }),
     )
     .await

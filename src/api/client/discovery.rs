@@ -35,18 +35,24 @@ pub async fn well_known_client_route(services: Data<Services>) -> HttpResponse {
 
 /// `GET /.well-known/matrix/server`
 pub async fn well_known_server_route(services: Data<Services>) -> HttpResponse {
-    let base = &services.config.public_baseurl;
-    let host = base
-        .split("://")
-        .nth(1)
-        .unwrap_or_default()
-        .trim_end_matches('/');
-    let delegated = if host.contains(':') || host.ends_with(']') {
-        host.to_owned()
-    } else {
-        format!("{host}:443")
-    };
+    let delegated = delegated_server(&services.config.public_baseurl);
     HttpResponse::Ok().json(json!({ "m.server": delegated }))
+}
+
+/// The `host:port` federation is delegated to: the public base URL's host and port, 443 when
+/// it names none (an IPv6 literal keeps its brackets; a path is not part of it).
+fn delegated_server(public_baseurl: &str) -> String {
+    let authority = public_baseurl
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|uri| uri.authority().cloned());
+    match authority {
+        Some(authority) => {
+            let port = authority.port_u16().unwrap_or(443);
+            format!("{}:{port}", authority.host())
+        }
+        None => String::new(),
+    }
 }
 
 /// `GET /_matrix/client/versions`
@@ -73,4 +79,24 @@ pub async fn capabilities_route(
     caps.room_versions = RoomVersionsCapability::new(RoomVersionId::V12, available);
     caps.profile_fields = Some(ProfileFieldsCapability::new(true));
     Ok(capabilities::Response::new(caps).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::delegated_server;
+
+    #[test]
+    fn delegation_keeps_ports_and_ipv6_brackets() {
+        assert_eq!(delegated_server("https://example.org"), "example.org:443");
+        assert_eq!(
+            delegated_server("https://example.org/matrix/"),
+            "example.org:443"
+        );
+        assert_eq!(
+            delegated_server("http://example.org:8448/"),
+            "example.org:8448"
+        );
+        assert_eq!(delegated_server("https://[::1]/"), "[::1]:443");
+        assert_eq!(delegated_server("http://[::1]:8008"), "[::1]:8008");
+    }
 }

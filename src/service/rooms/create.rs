@@ -76,7 +76,7 @@ impl Rooms {
             self.ensure_local_user(&conn, invitee).await?;
         }
         let profile = self.member_profile(&conn, creator).await?;
-        let server_name = self.config.server_name.as_str();
+        let server_name = &*self.config.server_name;
         let privileged_creators = rules.authorization.explicitly_privilege_room_creators;
 
         conn.transaction::<_, Error, _>(async |conn| {

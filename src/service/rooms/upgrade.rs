@@ -73,7 +73,7 @@ impl Rooms {
             }
             .unwrap_or_default();
         let profile = self.member_profile(&conn, user_id).await?;
-        let server_name = self.config.server_name.as_str();
+        let server_name = &*self.config.server_name;
         let _old_room_lock = self.locks.lock(old_room).await;
 
         conn.transaction::<_, Error, _>(async |conn| {
