@@ -81,6 +81,85 @@ async fn display_name_and_avatar_are_set_and_read() {
     .assert_error(404, "M_NOT_FOUND");
 }
 
+/// The `m.tag` content in a sync's room `account_data`, if the sync carries it.
+fn synced_tags(sync: &serde_json::Value, room: &str) -> Option<serde_json::Value> {
+    sync["rooms"]["join"][room]["account_data"]["events"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "m.tag")
+        .map(|e| e["content"]["tags"].clone())
+}
+
+#[tokio::test]
+async fn room_tags_are_set_listed_removed_and_synced_for_their_owner_only() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let tags = format!(
+        "/_matrix/client/v3/user/{}/rooms/{}/tags",
+        enc(&alice.user_id),
+        enc(&room)
+    );
+    let tag = |name: &str| format!("{tags}/{}", enc(name));
+    assert_eq!(alice.get(&tags).await.ok(), json!({ "tags": {} }));
+    let since = alice.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    alice
+        .put(&tag("m.favourite"), json!({ "order": 0.25 }))
+        .await
+        .ok();
+    alice.put(&tag("u.work"), json!({})).await.ok();
+    let both = json!({ "m.favourite": { "order": 0.25 }, "u.work": {} });
+    assert_eq!(alice.get(&tags).await.ok(), json!({ "tags": both }));
+    let sync = alice.sync(Some(&since), 0, None).await;
+    assert_eq!(synced_tags(&sync, &room), Some(both.clone()));
+    let since = sync["next_batch"].as_str().unwrap().to_owned();
+    assert_eq!(
+        synced_tags(&alice.sync(None, 0, None).await, &room),
+        Some(both.clone())
+    );
+
+    // Bad input changes nothing.
+    let long = "u.".to_owned() + &"x".repeat(254);
+    for (name, body, errcode) in [
+        ("u.late", json!({ "order": 1.5 }), "M_INVALID_PARAM"),
+        ("u.late", json!({ "order": -0.1 }), "M_INVALID_PARAM"),
+        ("u.late", json!({ "order": true }), "M_BAD_JSON"),
+        // Old clients send the order as a string (accepted): its value is still checked.
+        ("u.late", json!({ "order": "2" }), "M_INVALID_PARAM"),
+        (long.as_str(), json!({}), "M_INVALID_PARAM"),
+    ] {
+        alice.put(&tag(name), body).await.assert_error(400, errcode);
+    }
+    let at_limit = "u.".to_owned() + &"y".repeat(253);
+    alice.put(&tag(&at_limit), json!({ "order": 1 })).await.ok();
+    alice.delete(&tag(&at_limit), json!({})).await.ok();
+
+    // Only the owner reads or writes their tags.
+    bob.get(&tags).await.assert_error(403, "M_FORBIDDEN");
+    bob.put(&tag("u.mine"), json!({}))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    bob.delete(&tag("u.work"), json!({}))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    let bobs_sync = bob.sync(None, 0, None).await;
+    assert_eq!(synced_tags(&bobs_sync, &room), None);
+
+    alice.delete(&tag("u.work"), json!({})).await.ok();
+    alice.delete(&tag("u.never"), json!({})).await.ok();
+    let one = json!({ "m.favourite": { "order": 0.25 } });
+    assert_eq!(alice.get(&tags).await.ok(), json!({ "tags": one }));
+    let sync = alice.sync(Some(&since), 0, None).await;
+    assert_eq!(synced_tags(&sync, &room), Some(one));
+}
+
 #[tokio::test]
 async fn account_data_round_trips_globally_and_per_room() {
     let server = TestServer::start().await;
