@@ -322,6 +322,7 @@ fn media_routes(t: &mut RouteTable) {
     }
     t.ruma::<r::media::create_mxc_uri::v1::Request, _, _>(media::create_route);
     t.ruma::<r::authenticated_media::get_media_config::v1::Request, _, _>(media::config_route);
+    t.ruma::<r::authenticated_media::get_media_preview::v1::Request, _, _>(media::preview_route);
     t.ruma::<r::authenticated_media::get_content::v1::Request, _, _>(media::download_route);
     t.ruma::<r::authenticated_media::get_content_as_filename::v1::Request, _, _>(
         media::download_named_route,

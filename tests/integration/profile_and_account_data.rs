@@ -250,12 +250,27 @@ async fn push_rules_capabilities_versions_and_well_known() {
     let caps = pat.get("/_matrix/client/v3/capabilities").await.ok();
     // `m.change_password` defaults to enabled when absent, as the spec says.
     assert_ne!(caps["capabilities"]["m.change_password"]["enabled"], false);
-    assert_eq!(caps["capabilities"]["m.room_versions"]["default"], "12");
+    assert_eq!(
+        caps["capabilities"]["m.room_versions"],
+        json!({ "default": "12", "available": { "10": "stable", "11": "stable", "12": "stable" } })
+    );
     let versions = server.client().get("/_matrix/client/versions").await.ok();
-    assert!(versions["versions"]
+    let versions: Vec<&str> = versions["versions"]
         .as_array()
         .unwrap()
-        .contains(&json!("v1.1")));
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let stable: Vec<String> = (1..=12).map(|minor| format!("v1.{minor}")).collect();
+    assert!(
+        stable.iter().all(|v| versions.contains(&v.as_str())),
+        "every version from v1.1 to v1.12 (authenticated media, preview_url, thumbnail \
+         Content-Disposition): {versions:?}"
+    );
+    assert!(
+        !versions.contains(&"v1.13"),
+        "v1.13 needs /rooms/{{roomId}}/report, which is not served: {versions:?}"
+    );
     let well_known = server.client().get("/.well-known/matrix/client").await.ok();
     assert!(well_known["m.homeserver"]["base_url"]
         .as_str()
