@@ -185,6 +185,9 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::config::set_global_account_data::v3::Request, _, _>(account_data::set_global_route);
     t.ruma::<r::config::get_room_account_data::v3::Request, _, _>(account_data::get_room_route);
     t.ruma::<r::config::set_room_account_data::v3::Request, _, _>(account_data::set_room_route);
+    t.ruma::<r::tag::get_tags::v3::Request, _, _>(tags::get_tags_route);
+    t.ruma::<r::tag::create_tag::v3::Request, _, _>(tags::create_tag_route);
+    t.ruma::<r::tag::delete_tag::v3::Request, _, _>(tags::delete_tag_route);
     t.ruma::<r::filter::create_filter::v3::Request, _, _>(filters::create_filter_route);
     t.ruma::<r::filter::get_filter::v3::Request, _, _>(filters::get_filter_route);
     t.ruma::<r::push::get_pushrules_all::v3::Request, _, _>(push_rules::get_pushrules_all_route);
@@ -319,6 +322,7 @@ fn media_routes(t: &mut RouteTable) {
     }
     t.ruma::<r::media::create_mxc_uri::v1::Request, _, _>(media::create_route);
     t.ruma::<r::authenticated_media::get_media_config::v1::Request, _, _>(media::config_route);
+    t.ruma::<r::authenticated_media::get_media_preview::v1::Request, _, _>(media::preview_route);
     t.ruma::<r::authenticated_media::get_content::v1::Request, _, _>(media::download_route);
     t.ruma::<r::authenticated_media::get_content_as_filename::v1::Request, _, _>(
         media::download_named_route,

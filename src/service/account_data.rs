@@ -1,16 +1,21 @@
 //! Account data (global and per room) and stored filters.
 
-use diesel_async::AsyncConnection;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use ruma::{api::client::filter::FilterDefinition, RoomId, UserId};
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
 use crate::{
     error::{Error, Result},
-    storage::{account_data as store, Db},
+    service::notifier::USER_CHANNEL,
+    storage::{account_data as store, rooms::notify, Db},
 };
 
 /// Account-data types that have their own API and may not be set through account data.
 const RESERVED_TYPES: &[&str] = &["m.fully_read", "m.push_rules"];
+/// The room account-data type that holds a room's tags (`{"tags": {tag: {"order": n}}}`).
+const TAGS_TYPE: &str = "m.tag";
+/// The longest tag name, in characters (Synapse's limit).
+const MAX_TAG_LENGTH: usize = 255;
 
 /// Account data and filters.
 pub struct AccountData {
@@ -60,13 +65,70 @@ impl AccountData {
         let mut conn = self.db.conn().await?;
         let room = room_id.map_or(store::GLOBAL, |r| r.as_str());
         conn.transaction::<_, Error, _>(async |conn| {
-            store::set_account_data(conn, user_id.as_str(), room, data_type, content).await?;
-            crate::storage::rooms::notify(
-                conn,
-                crate::service::notifier::USER_CHANNEL,
-                user_id.as_str(),
-            )
-            .await?;
+            write(conn, user_id, room, data_type, content).await
+        })
+        .await
+    }
+
+    /// A room's tags for the user (the `tags` of `m.tag`; empty when there are none).
+    pub async fn get_tags(&self, user_id: &UserId, room_id: &RoomId) -> Result<Map<String, Value>> {
+        let conn = self.db.conn().await?;
+        let content =
+            store::get_account_data(&conn, user_id.as_str(), room_id.as_str(), TAGS_TYPE).await?;
+        Ok(tags_of(content))
+    }
+
+    /// Adds or replaces a tag: at most 255 characters, `order` (when given) in `[0, 1]`.
+    pub async fn set_tag(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        tag: &str,
+        order: Option<f64>,
+    ) -> Result<()> {
+        if tag.is_empty() || tag.chars().count() > MAX_TAG_LENGTH {
+            return Err(Error::invalid_param(format!(
+                "A tag must have 1 to {MAX_TAG_LENGTH} characters"
+            )));
+        }
+        if order.is_some_and(|order| !(0.0..=1.0).contains(&order)) {
+            return Err(Error::invalid_param(
+                "A tag's order must be a number from 0 to 1",
+            ));
+        }
+        let info = match order {
+            Some(order) => json!({ "order": order }),
+            None => json!({}),
+        };
+        self.update_tags(user_id, room_id, |tags| {
+            tags.insert(tag.to_owned(), info);
+            true
+        })
+        .await
+    }
+
+    /// Removes a tag (removing one the room does not have is not an error).
+    pub async fn delete_tag(&self, user_id: &UserId, room_id: &RoomId, tag: &str) -> Result<()> {
+        self.update_tags(user_id, room_id, |tags| tags.remove(tag).is_some())
+            .await
+    }
+
+    /// Changes a room's tags in one transaction (a concurrent change waits, so none is lost);
+    /// `change` says whether it changed anything, and only a change is stored and synced.
+    async fn update_tags(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        change: impl FnOnce(&mut Map<String, Value>) -> bool + Send,
+    ) -> Result<()> {
+        let (user, room) = (user_id.as_str(), room_id.as_str());
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            store::lock_account_data_row(conn, user, room, TAGS_TYPE).await?;
+            let mut tags = tags_of(store::get_account_data(conn, user, room, TAGS_TYPE).await?);
+            if change(&mut tags) {
+                write(conn, user_id, room, TAGS_TYPE, &json!({ "tags": tags })).await?;
+            }
             Ok(())
         })
         .await
@@ -89,6 +151,30 @@ impl AccountData {
         store::get_filter(&conn, user_id.as_str(), id)
             .await?
             .ok_or_else(not_found)
+    }
+}
+
+/// Stores an account-data entry and wakes the user's syncs (inside the caller's transaction).
+async fn write(
+    conn: &AsyncPgConnection,
+    user_id: &UserId,
+    room: &str,
+    data_type: &str,
+    content: &Value,
+) -> Result<()> {
+    store::set_account_data(conn, user_id.as_str(), room, data_type, content).await?;
+    notify(conn, USER_CHANNEL, user_id.as_str()).await?;
+    Ok(())
+}
+
+/// The `tags` object of stored `m.tag` content (empty when absent or not an object).
+fn tags_of(content: Option<Value>) -> Map<String, Value> {
+    match content {
+        Some(Value::Object(mut content)) => match content.remove("tags") {
+            Some(Value::Object(tags)) => tags,
+            _ => Map::new(),
+        },
+        _ => Map::new(),
     }
 }
 

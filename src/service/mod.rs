@@ -89,7 +89,7 @@ impl Services {
             push_rules: push_rules::PushRules::new(db.clone()),
             pushers: pushers::Pushers::new(db.clone()),
             e2ee_keys: e2ee::keys::Keys::new(db.clone()),
-            to_device: e2ee::to_device::ToDevice::new(db.clone(), config.server_name.to_string()),
+            to_device: e2ee::to_device::ToDevice::new(db.clone(), config.server_name.clone()),
             backup: e2ee::backup::Backup::new(db.clone()),
             media: media::Media::new(db.clone(), config.clone()),
             presence,

@@ -172,7 +172,9 @@ pub async fn get_references(
 }
 
 /// One page of an event's children for `/relations`: event IDs and positions, newest first
-/// (`backwards`) or oldest first, strictly beyond `from` and not beyond `to`.
+/// (`backwards`) or oldest first, strictly beyond `from` and up to `to` inclusive (a page's
+/// `next_batch` is the position of its last event, so from one page's `next_batch` to the
+/// next one's is exactly that next page, in either direction).
 #[allow(clippy::too_many_arguments)]
 pub async fn page_children(
     mut conn: &AsyncPgConnection,
@@ -200,7 +202,7 @@ pub async fn page_children(
             query = query.filter(event_relations::stream_ordering.lt(from));
         }
         if let Some(to) = to {
-            query = query.filter(event_relations::stream_ordering.gt(to));
+            query = query.filter(event_relations::stream_ordering.ge(to));
         }
         query = query.order(event_relations::stream_ordering.desc());
     } else {

@@ -55,8 +55,10 @@ async def main(homeserver: str) -> None:
     )
     check(isinstance(created, RoomCreateResponse), f"alice creates a public room: {type(created).__name__}")
     room_id = created.room_id
+    # The alias is on the server's own name, which may carry a port; a localpart has no colon.
+    server_name = alice.user_id.split(":", 1)[1]
 
-    joined = await bob.join(f"#{alias}:localhost")
+    joined = await bob.join(f"#{alias}:{server_name}")
     check(isinstance(joined, JoinResponse) and joined.room_id == room_id, f"bob joins by alias: {joined}")
 
     hello = await alice.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "hello bob"})
@@ -80,7 +82,7 @@ async def main(homeserver: str) -> None:
     check(isinstance(rejoined, JoinResponse), "a kicked user may rejoin a public room")
     banned = await alice.room_ban(room_id, bob.user_id, reason="enough")
     check(isinstance(banned, RoomBanResponse), "alice bans bob")
-    refused = await bob.join(f"#{alias}:localhost")
+    refused = await bob.join(f"#{alias}:{server_name}")
     check(isinstance(refused, JoinError) and refused.status_code == "M_FORBIDDEN", "a banned user cannot rejoin")
 
     await alice.close()

@@ -36,10 +36,13 @@ async def main(homeserver: str) -> None:
     check(isinstance(registered, RegisterResponse), f"register {user}: {type(registered).__name__}")
     await client.close()
 
-    client = AsyncClient(homeserver, f"@{user}:localhost")
+    # The server name is whatever the server runs with (it may carry a port): take it from the
+    # registered ID, whose localpart cannot contain a colon.
+    server_name = registered.user_id.split(":", 1)[1]
+    client = AsyncClient(homeserver, f"@{user}:{server_name}")
     login = await client.login(password, device_name="nio-smoke")
     check(isinstance(login, LoginResponse), f"login: {type(login).__name__}")
-    check(login.user_id == f"@{user}:localhost", "login returns the full user id")
+    check(login.user_id == f"@{user}:{server_name}", "login returns the full user id")
 
     whoami = await client.whoami()
     check(isinstance(whoami, WhoamiResponse), f"whoami: {type(whoami).__name__}")

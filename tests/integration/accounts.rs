@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{ServerOptions, TestServer};
+use crate::support::{user_id, ServerOptions, TestServer};
 
 const REGISTER: &str = "/_matrix/client/v3/register";
 
@@ -30,14 +30,14 @@ async fn register_without_auth_gets_uia_challenge_then_completes_with_dummy() {
         )
         .await
         .ok();
-    assert_eq!(done["user_id"], "@alice:localhost");
+    assert_eq!(done["user_id"], user_id("alice"));
     assert!(
         done["access_token"].as_str().unwrap().len() >= 43,
         "token has at least 256 bits"
     );
     let alice = client.with_session(&done);
     let whoami = alice.get("/_matrix/client/v3/account/whoami").await.ok();
-    assert_eq!(whoami["user_id"], "@alice:localhost");
+    assert_eq!(whoami["user_id"], user_id("alice"));
     assert_eq!(whoami["device_id"], done["device_id"]);
 
     // The completed session cannot be replayed for a second account.
@@ -90,7 +90,7 @@ async fn inhibit_login_registers_without_a_session() {
         .post(REGISTER, json!({ "username": "quiet", "password": "pw", "inhibit_login": true, "auth": { "type": "m.login.dummy" } }))
         .await
         .ok();
-    assert_eq!(body["user_id"], "@quiet:localhost");
+    assert_eq!(body["user_id"], user_id("quiet"));
     assert!(body.get("access_token").is_none(), "{body}");
     server.client().login("quiet", "pw").await;
 }
@@ -114,13 +114,7 @@ async fn token_registration_uses_admin_created_tokens_and_counts_uses() {
     let server =
         TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "token")).await;
     // The admin is created with the CLI, as a self-hoster would.
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
-        .args(["user", "create", "root", "--password", "rootpw", "--admin"])
-        .env("DATABASE_URL", server.database_url())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let admin = server.client().login("root", "rootpw").await;
+    let admin = server.create_admin("root", "rootpw").await;
     let token = admin
         .post(
             "/_synapse/admin/v1/registration_tokens/new",
@@ -169,7 +163,7 @@ async fn token_registration_uses_admin_created_tokens_and_counts_uses() {
         .post(REGISTER, json!({ "username": "newbie", "password": "pw", "auth": { "type": "m.login.registration_token", "token": "letmein" } }))
         .await
         .ok();
-    assert_eq!(ok["user_id"], "@newbie:localhost");
+    assert_eq!(ok["user_id"], user_id("newbie"));
     // The single use is spent.
     assert_eq!(
         client.get(&format!("{validity}?token=letmein")).await.ok()["valid"],
@@ -193,10 +187,10 @@ async fn login_accepts_localpart_and_full_id_and_rejects_bad_passwords() {
     server.register("dave").await;
     let client = server.client();
     let by_localpart = client.login_response("dave", "password").await.ok();
-    assert_eq!(by_localpart["user_id"], "@dave:localhost");
+    assert_eq!(by_localpart["user_id"], user_id("dave"));
     assert!(by_localpart["well_known"]["m.homeserver"]["base_url"].is_string());
     let by_id = client
-        .login_response("@dave:localhost", "password")
+        .login_response(&user_id("dave"), "password")
         .await
         .ok();
     assert_ne!(
@@ -401,7 +395,7 @@ async fn jwt_login_creates_and_logs_in_the_user() {
         )
         .await
         .ok();
-    assert_eq!(login["user_id"], "@jwtuser:localhost");
+    assert_eq!(login["user_id"], user_id("jwtuser"));
     let forged = jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &claims,

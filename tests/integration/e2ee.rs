@@ -9,7 +9,7 @@ use ruma::{
 };
 use serde_json::{json, Value};
 
-use crate::support::{client::enc, Client, TestServer};
+use crate::support::{client::enc, room_id, user_id, Client, TestServer};
 
 /// An ed25519 key whose signatures name it `ed25519:{name}` (a device ID, or for cross-signing
 /// keys the public key itself).
@@ -100,10 +100,10 @@ async fn device_keys_are_checked_stored_and_queried() {
     .await
     .ok();
     assert_eq!(counts["one_time_key_counts"]["signed_curve25519"], 0);
-    let seen = query(&bob, &["@alice:localhost"]).await;
-    let keys = &seen["device_keys"]["@alice:localhost"][&alice.device_id];
+    let seen = query(&bob, &[&user_id("alice")]).await;
+    let keys = &seen["device_keys"][&user_id("alice")][&alice.device_id];
     assert_eq!(keys["keys"][signer.key_id()], signer.public.as_str());
-    assert!(keys["signatures"]["@alice:localhost"][signer.key_id()].is_string());
+    assert!(keys["signatures"][&user_id("alice")][signer.key_id()].is_string());
 
     let counts = upload(
         &alice,
@@ -136,7 +136,7 @@ async fn device_keys_are_checked_stored_and_queried() {
     upload(&alice, json!({ "device_keys": device_keys(&bob, &other) }))
         .await
         .assert_error(400, "M_INVALID_PARAM");
-    let unsigned_otk = json!({ "signed_curve25519:BAD": { "key": "x", "signatures": { "@alice:localhost": { signer.key_id(): "AAAA" } } } });
+    let unsigned_otk = json!({ "signed_curve25519:BAD": { "key": "x", "signatures": { user_id("alice"): { signer.key_id(): "AAAA" } } } });
     upload(&alice, json!({ "one_time_keys": unsigned_otk }))
         .await
         .assert_error(400, "M_INVALID_SIGNATURE");
@@ -171,7 +171,7 @@ async fn concurrent_claims_never_get_the_same_one_time_key() {
         json!(["signed_curve25519"])
     );
 
-    let claim = json!({ "one_time_keys": { "@alice:localhost": { alice.device_id.clone(): "signed_curve25519" } } });
+    let claim = json!({ "one_time_keys": { user_id("alice"): { alice.device_id.clone(): "signed_curve25519" } } });
     let claims = (0..30).map(|_| {
         let bob = bob.clone();
         let claim = claim.clone();
@@ -181,7 +181,7 @@ async fn concurrent_claims_never_get_the_same_one_time_key() {
     let mut fallbacks = 0;
     for claim in claims {
         let answer = claim.await.unwrap();
-        let keys = answer["one_time_keys"]["@alice:localhost"][&alice.device_id]
+        let keys = answer["one_time_keys"][&user_id("alice")][&alice.device_id]
             .as_object()
             .expect("a key for every claim")
             .clone();
@@ -210,7 +210,7 @@ async fn to_device_messages_are_redelivered_until_a_later_sync_acknowledges_them
     let start = since(&alice).await;
     let send = |txn: &str, device: &str| {
         let path = format!("/_matrix/client/v3/sendToDevice/m.test/{txn}");
-        let body = json!({ "messages": { "@alice:localhost": { device: { "n": txn } } } });
+        let body = json!({ "messages": { user_id("alice"): { device: { "n": txn } } } });
         let bob = bob.clone();
         async move { bob.put(&path, body).await.ok() }
     };
@@ -220,7 +220,7 @@ async fn to_device_messages_are_redelivered_until_a_later_sync_acknowledges_them
     let first = alice.sync(Some(&start), 0, None).await;
     let events = first["to_device"]["events"].as_array().unwrap();
     assert_eq!(events.len(), 1);
-    assert_eq!(events[0]["sender"], "@bob:localhost");
+    assert_eq!(events[0]["sender"], user_id("bob"));
     assert_eq!(events[0]["type"], "m.test");
     assert_eq!(events[0]["content"]["n"], "t1");
     // The response was lost: syncing from the old token again delivers the message again.
@@ -269,7 +269,7 @@ async fn device_list_changes_reach_those_who_share_a_room() {
     let bob_view = bob.sync(Some(&bob_since), 5_000, None).await;
     assert_eq!(
         bob_view["device_lists"]["changed"],
-        json!(["@alice:localhost"])
+        json!([user_id("alice")])
     );
     let eve_view = eve.sync(Some(&eve_since), 0, None).await;
     assert_eq!(eve_view["device_lists"]["changed"], json!([]));
@@ -281,7 +281,7 @@ async fn device_list_changes_reach_those_who_share_a_room() {
         ))
         .await
         .ok();
-    assert_eq!(changes["changed"], json!(["@alice:localhost"]));
+    assert_eq!(changes["changed"], json!([user_id("alice")]));
 
     // A new device that is deleted again is a change too; leaving the only shared room is a
     // `left`.
@@ -294,15 +294,12 @@ async fn device_list_changes_reach_those_who_share_a_room() {
     let bob_view = bob.sync(Some(&bob_since), 5_000, None).await;
     assert_eq!(
         bob_view["device_lists"]["changed"],
-        json!(["@alice:localhost"])
+        json!([user_id("alice")])
     );
     let bob_since = bob_view["next_batch"].as_str().unwrap().to_owned();
     alice.room_action(&room, "leave", json!({})).await.ok();
     let bob_view = bob.sync(Some(&bob_since), 5_000, None).await;
-    assert_eq!(
-        bob_view["device_lists"]["left"],
-        json!(["@alice:localhost"])
-    );
+    assert_eq!(bob_view["device_lists"]["left"], json!([user_id("alice")]));
 
     // Coming back is a change, though no device changed: found through the membership alone.
     let bob_since = bob_view["next_batch"].as_str().unwrap().to_owned();
@@ -310,7 +307,7 @@ async fn device_list_changes_reach_those_who_share_a_room() {
     let bob_view = bob.sync(Some(&bob_since), 5_000, None).await;
     assert_eq!(
         bob_view["device_lists"]["changed"],
-        json!(["@alice:localhost"])
+        json!([user_id("alice")])
     );
     assert_eq!(bob_view["device_lists"]["left"], json!([]));
 }
@@ -343,17 +340,15 @@ async fn cross_signing_keys_and_signatures() {
         )
         .await
         .ok();
-    let own = query(&alice, &["@alice:localhost"]).await;
+    let own = query(&alice, &[&user_id("alice")]).await;
     assert_eq!(
-        own["master_keys"]["@alice:localhost"]["usage"],
+        own["master_keys"][&user_id("alice")]["usage"],
         json!(["master"])
     );
-    assert!(own["user_signing_keys"]["@alice:localhost"].is_object());
-    let theirs = query(&bob, &["@alice:localhost"]).await;
-    assert!(theirs["self_signing_keys"]["@alice:localhost"].is_object());
-    assert!(theirs["user_signing_keys"]
-        .get("@alice:localhost")
-        .is_none());
+    assert!(own["user_signing_keys"][&user_id("alice")].is_object());
+    let theirs = query(&bob, &[&user_id("alice")]).await;
+    assert!(theirs["self_signing_keys"][&user_id("alice")].is_object());
+    assert!(theirs["user_signing_keys"].get(user_id("alice")).is_none());
 
     // A self-signing key not signed by the master key is refused.
     let mut bad = body.clone();
@@ -368,28 +363,28 @@ async fn cross_signing_keys_and_signatures() {
     let answer = alice
         .post(
             "/_matrix/client/v3/keys/signatures/upload",
-            json!({ "@alice:localhost": { alice.device_id.clone(): signed_device } }),
+            json!({ user_id("alice"): { alice.device_id.clone(): signed_device } }),
         )
         .await
         .ok();
     assert_eq!(answer["failures"], json!({}));
-    let seen = query(&bob, &["@alice:localhost"]).await;
+    let seen = query(&bob, &[&user_id("alice")]).await;
     assert!(
-        seen["device_keys"]["@alice:localhost"][&alice.device_id]["signatures"]["@alice:localhost"]
+        seen["device_keys"][&user_id("alice")][&alice.device_id]["signatures"][&user_id("alice")]
             [self_signing.key_id()]
         .is_string()
     );
     let mut junk = device_keys(&alice, &device);
-    junk["signatures"]["@alice:localhost"][self_signing.key_id()] = json!("AAAA");
+    junk["signatures"][&user_id("alice")][self_signing.key_id()] = json!("AAAA");
     let answer = alice
         .post(
             "/_matrix/client/v3/keys/signatures/upload",
-            json!({ "@alice:localhost": { alice.device_id.clone(): junk } }),
+            json!({ user_id("alice"): { alice.device_id.clone(): junk } }),
         )
         .await
         .ok();
     assert_eq!(
-        answer["failures"]["@alice:localhost"][&alice.device_id]["errcode"],
+        answer["failures"][&user_id("alice")][&alice.device_id]["errcode"],
         "M_INVALID_SIGNATURE"
     );
 
@@ -410,9 +405,9 @@ async fn cross_signing_keys_and_signatures() {
         .post("/_matrix/client/v3/keys/device_signing/upload", authed)
         .await
         .ok();
-    let own = query(&alice, &["@alice:localhost"]).await;
+    let own = query(&alice, &[&user_id("alice")]).await;
     assert_eq!(
-        own["master_keys"]["@alice:localhost"]["keys"][new_master.key_id()],
+        own["master_keys"][&user_id("alice")]["keys"][new_master.key_id()],
         new_master.public.as_str()
     );
 }
@@ -438,7 +433,7 @@ async fn key_backup_keeps_the_better_copy_of_each_session() {
     let put = |index: i64, forwarded: i64, verified: bool, data: &str| {
         let path = format!(
             "/_matrix/client/v3/room_keys/keys/{}/{}?version={version}",
-            enc("!room:localhost"),
+            enc(&room_id("room")),
             "session1"
         );
         let body = json!({
@@ -453,7 +448,7 @@ async fn key_backup_keeps_the_better_copy_of_each_session() {
     let stored = || {
         let path = format!(
             "/_matrix/client/v3/room_keys/keys/{}/session1?version={version}",
-            enc("!room:localhost")
+            enc(&room_id("room"))
         );
         let alice = alice.clone();
         async move { alice.get(&path).await.ok()["session_data"]["ciphertext"].clone() }
@@ -487,7 +482,7 @@ async fn key_backup_keeps_the_better_copy_of_each_session() {
         .await
         .ok();
     assert_eq!(
-        all["rooms"]["!room:localhost"]["sessions"]["session1"]["is_verified"],
+        all["rooms"][&room_id("room")]["sessions"]["session1"]["is_verified"],
         true
     );
     let info = alice.get("/_matrix/client/v3/room_keys/version").await.ok();

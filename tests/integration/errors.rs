@@ -3,7 +3,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::support::{ServerOptions, TestServer};
+use crate::support::{client::enc, user_id, ServerOptions, TestServer};
 
 #[tokio::test]
 async fn unknown_paths_and_wrong_methods_are_unrecognized() {
@@ -53,7 +53,7 @@ async fn malformed_bodies_get_not_json_or_bad_json() {
     let alice = server.register("alice").await;
     alice
         .post(
-            "/_matrix/client/v3/user/@alice:localhost/filter",
+            &format!("/_matrix/client/v3/user/{}/filter", enc(&user_id("alice"))),
             json!({ "room": { "timeline": { "limit": "ten" } } }),
         )
         .await
@@ -61,14 +61,20 @@ async fn malformed_bodies_get_not_json_or_bad_json() {
     alice
         .raw(
             Method::PUT,
-            "/_matrix/client/v3/user/@alice:localhost/account_data/x.y",
+            &format!(
+                "/_matrix/client/v3/user/{}/account_data/x.y",
+                enc(&user_id("alice"))
+            ),
             b"[1,2".to_vec(),
         )
         .await
         .assert_error(400, "M_NOT_JSON");
     alice
         .put(
-            "/_matrix/client/v3/user/@alice:localhost/account_data/x.y",
+            &format!(
+                "/_matrix/client/v3/user/{}/account_data/x.y",
+                enc(&user_id("alice"))
+            ),
             json!([1, 2]),
         )
         .await
@@ -135,18 +141,27 @@ async fn acting_on_another_users_data_is_forbidden() {
     server.register("bob").await;
     alice
         .put(
-            "/_matrix/client/v3/user/@bob:localhost/account_data/x.y",
+            &format!(
+                "/_matrix/client/v3/user/{}/account_data/x.y",
+                enc(&user_id("bob"))
+            ),
             json!({}),
         )
         .await
         .assert_error(403, "M_FORBIDDEN");
     alice
-        .get("/_matrix/client/v3/user/@bob:localhost/filter/1")
+        .get(&format!(
+            "/_matrix/client/v3/user/{}/filter/1",
+            enc(&user_id("bob"))
+        ))
         .await
         .assert_error(403, "M_FORBIDDEN");
     alice
         .put(
-            "/_matrix/client/v3/profile/@bob:localhost/displayname",
+            &format!(
+                "/_matrix/client/v3/profile/{}/displayname",
+                enc(&user_id("bob"))
+            ),
             json!({ "displayname": "pwned" }),
         )
         .await

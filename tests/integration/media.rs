@@ -7,7 +7,7 @@ use reqwest::{header, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::support::{client::enc, Client, ServerOptions, TestServer};
+use crate::support::{client::enc, server_name, Client, ServerOptions, TestServer};
 
 /// Raw HTTP, for bodies that are not JSON.
 async fn send(
@@ -129,7 +129,7 @@ async fn uploads_come_back_identical_with_safe_headers_and_are_stored_once() {
     ] {
         let uploaded = upload(&alice, bytes.clone(), content_type, name).await;
         let uri = uploaded["content_uri"].as_str().unwrap();
-        assert!(uri.starts_with("mxc://localhost/"));
+        assert!(uri.starts_with(&format!("mxc://{}/", server_name())));
         let response = download(&bob, uri).await;
         assert_eq!(response.status(), StatusCode::OK);
         let headers = response.headers().clone();
@@ -205,7 +205,7 @@ async fn uploads_come_back_identical_with_safe_headers_and_are_stored_once() {
         download(&anonymous, &uri).await.status(),
         StatusCode::UNAUTHORIZED
     );
-    let missing = download(&bob, "mxc://localhost/nothing").await;
+    let missing = download(&bob, &format!("mxc://{}/nothing", server_name())).await;
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     let body: Value = missing.json().await.unwrap();
     assert_eq!(body["errcode"], "M_NOT_FOUND");
@@ -283,6 +283,11 @@ async fn thumbnails_have_the_requested_size_class_and_bad_images_fail_cleanly() 
         let response = thumb(&uri, query).await;
         assert_eq!(response.status(), StatusCode::OK, "{query}");
         assert_eq!(response.headers()[header::CONTENT_TYPE], "image/jpeg");
+        // Required since v1.12: inline, with a file name.
+        assert_eq!(
+            response.headers()[header::CONTENT_DISPOSITION],
+            "inline; filename=\"thumbnail.jpeg\""
+        );
         let bytes = response.bytes().await.unwrap();
         let image = image::load_from_memory(&bytes).unwrap();
         assert_eq!((image.width(), image.height()), size, "{query}");
@@ -436,4 +441,33 @@ async fn the_size_limit_and_the_legacy_freeze_are_configurable() {
     .await;
     assert_eq!(legacy.status(), StatusCode::OK);
     assert_eq!(legacy.bytes().await.unwrap().as_ref(), b"old style");
+}
+
+/// `preview_url` (v1.11): the server fetches nothing, so a preview is the empty OpenGraph
+/// object; it still needs a token and an http(s) URL.
+#[tokio::test]
+async fn url_previews_are_empty_and_need_a_token_and_a_web_url() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let path = |url: &str| format!("/_matrix/client/v1/media/preview_url?url={}", enc(url));
+    let preview = alice.get(&path("https://matrix.org/blog?x=1")).await.ok();
+    assert_eq!(preview, json!({}));
+    let at_time = format!("{}&ts=1510610716656", path("http://example.org"));
+    assert_eq!(alice.get(&at_time).await.ok(), json!({}));
+    for bad in [
+        "not a url",
+        "file:///etc/passwd",
+        "ftp://example.org/x",
+        "/relative",
+    ] {
+        alice
+            .get(&path(bad))
+            .await
+            .assert_error(400, "M_INVALID_PARAM");
+    }
+    server
+        .client()
+        .get(&path("https://matrix.org"))
+        .await
+        .assert_error(401, "M_MISSING_TOKEN");
 }

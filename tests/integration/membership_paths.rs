@@ -4,17 +4,7 @@
 
 use serde_json::json;
 
-use crate::support::{client::enc, Client, TestServer};
-
-async fn admin(server: &TestServer) -> Client {
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
-        .args(["user", "create", "admin", "--password", "pw", "--admin"])
-        .env("DATABASE_URL", server.database_url())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    server.client().login("admin", "pw").await
-}
+use crate::support::{client::enc, TestServer};
 
 #[tokio::test]
 async fn a_restricted_room_cannot_be_joined_by_writing_ones_own_member_event() {
@@ -114,7 +104,7 @@ async fn invites_through_state_and_initial_state_are_checked() {
 #[tokio::test]
 async fn a_shadow_banned_user_cannot_reach_others_through_any_write() {
     let server = TestServer::start().await;
-    let admin = admin(&server).await;
+    let admin = server.create_admin("admin", "pw").await;
     let alice = server.register("alice").await;
     let troll = server.register("troll").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;

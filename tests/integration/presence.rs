@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{client::enc, Client, ServerOptions, TestServer};
+use crate::support::{client::enc, user_id, Client, ServerOptions, TestServer};
 
 fn presence_of<'a>(sync: &'a Value, user: &str) -> Option<&'a Value> {
     sync["presence"]["events"]
@@ -67,14 +67,14 @@ async fn presence_reaches_those_who_share_a_room_and_no_one_else() {
     )
     .await
     .ok();
-    let (content, _) = wait_presence(&bob, &bob_since, "@alice:localhost", "online").await;
+    let (content, _) = wait_presence(&bob, &bob_since, &user_id("alice"), "online").await;
     assert_eq!(content["status_msg"], "at lunch");
     assert_eq!(content["currently_active"], true);
     assert!(content["last_active_ago"].as_u64().unwrap() < 10_000);
 
     let path = format!(
         "/_matrix/client/v3/presence/{}/status",
-        enc("@alice:localhost")
+        enc(&user_id("alice"))
     );
     let seen = bob.get(&path).await.ok();
     assert_eq!(seen["presence"], "online");
@@ -87,12 +87,12 @@ async fn presence_reaches_those_who_share_a_room_and_no_one_else() {
         ))
         .await
         .ok();
-    assert!(presence_of(&eve_view, "@alice:localhost").is_none());
+    assert!(presence_of(&eve_view, &user_id("alice")).is_none());
 
     // Only your own presence can be set, and only to a known state.
     let other = format!(
         "/_matrix/client/v3/presence/{}/status",
-        enc("@bob:localhost")
+        enc(&user_id("bob"))
     );
     alice
         .put(&other, json!({ "presence": "online" }))
@@ -114,19 +114,20 @@ async fn syncing_keeps_a_user_online_and_silence_takes_them_offline() {
 
     // A sync without set_presence means online.
     bob.sync(None, 0, None).await;
-    let (_, since) = wait_presence(&alice, &since, "@bob:localhost", "online").await;
+    let (_, since) = wait_presence(&alice, &since, &user_id("bob"), "online").await;
 
     // Pretend Bob's last sign of life was a minute ago: the sweeper takes him offline.
     let mut db = server.db().await;
     diesel_async::RunQueryDsl::execute(
-        diesel::sql_query(
-            "UPDATE presence SET last_seen_ts = last_seen_ts - 60000 WHERE user_id = '@bob:localhost'",
-        ),
+        diesel::sql_query(format!(
+            "UPDATE presence SET last_seen_ts = last_seen_ts - 60000 WHERE user_id = '{}'",
+            user_id("bob")
+        )),
         &mut db,
     )
     .await
     .unwrap();
-    let (content, _) = wait_presence(&alice, &since, "@bob:localhost", "offline").await;
+    let (content, _) = wait_presence(&alice, &since, &user_id("bob"), "offline").await;
     assert!(content.get("currently_active").is_none());
 }
 
@@ -143,7 +144,7 @@ async fn presence_can_be_switched_off() {
         .ok();
     let path = format!(
         "/_matrix/client/v3/presence/{}/status",
-        enc("@alice:localhost")
+        enc(&user_id("alice"))
     );
     assert_eq!(bob.get(&path).await.ok(), json!({ "presence": "offline" }));
     let sync = bob.sync(None, 0, None).await;

@@ -14,7 +14,7 @@ use tokio::{
     net::TcpListener,
 };
 
-use crate::support::{wait_until, Client, TestServer};
+use crate::support::{user_id, wait_until, Client, TestServer};
 
 /// How a test gateway behaves.
 #[derive(Clone, Copy)]
@@ -189,7 +189,7 @@ async fn notifying_events_are_pushed_with_counts_after_the_gateway_recovers() {
     assert_eq!(received[1]["notification"]["event_id"], second.as_str());
     assert_eq!(notification["room_id"], room.as_str());
     assert_eq!(notification["type"], "m.room.message");
-    assert_eq!(notification["sender"], "@alice:localhost");
+    assert_eq!(notification["sender"], user_id("alice"));
     assert_eq!(notification["content"]["body"], "hello bob");
     assert_eq!(notification["counts"]["unread"], 1, "one room with unread");
     let device = &notification["devices"][0];

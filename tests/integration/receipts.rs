@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{client::enc, Client, TestServer};
+use crate::support::{client::enc, user_id, Client, TestServer};
 
 fn receipts(sync: &Value, room: &str) -> Vec<Value> {
     sync["rooms"]["join"][room]["ephemeral"]["events"]
@@ -63,7 +63,7 @@ async fn public_receipts_reach_members_and_private_ones_only_their_owner() {
     );
     let bob_view = bob.sync(Some(&bob_since), 0, None).await;
     let own = receipts(&bob_view, &room);
-    assert!(own[0]["content"][&first]["m.read.private"]["@bob:localhost"]["ts"].is_u64());
+    assert!(own[0]["content"][&first]["m.read.private"][&user_id("bob")]["ts"].is_u64());
 
     receipt(&bob, &room, "m.read", &second).await.ok();
     let alice_next = alice
@@ -71,7 +71,7 @@ async fn public_receipts_reach_members_and_private_ones_only_their_owner() {
         .await;
     let public = receipts(&alice_next, &room);
     assert!(
-        public[0]["content"][&second]["m.read"]["@bob:localhost"].is_object(),
+        public[0]["content"][&second]["m.read"][&user_id("bob")].is_object(),
         "{public:?}"
     );
     assert!(
@@ -121,7 +121,8 @@ async fn read_markers_set_fully_read_and_receipts() {
     assert_eq!(receipts(&sync, &room).len(), 1);
     let marker = alice
         .get(&format!(
-            "/_matrix/client/v3/user/@alice:localhost/rooms/{}/account_data/m.fully_read",
+            "/_matrix/client/v3/user/{}/rooms/{}/account_data/m.fully_read",
+            enc(&user_id("alice")),
             enc(&room)
         ))
         .await

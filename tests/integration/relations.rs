@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{client::enc, Client, TestServer};
+use crate::support::{client::enc, user_id, Client, TestServer};
 
 async fn send(client: &Client, room: &str, kind: &str, txn: &str, content: Value) -> String {
     let path = format!(
@@ -191,7 +191,7 @@ async fn a_second_identical_reaction_is_refused_and_redacted_reactions_go() {
         .await
         .ok();
     assert_eq!(listed["chunk"].as_array().unwrap().len(), 1);
-    assert_eq!(listed["chunk"][0]["sender"], "@alice:localhost");
+    assert_eq!(listed["chunk"][0]["sender"], user_id("alice"));
     // With the reaction redacted, the same reaction may be sent again.
     send(&bob, &room, "m.reaction", "r3", reaction).await;
 }
@@ -329,4 +329,74 @@ async fn relations_page_and_stay_inside_the_room_and_its_readers() {
     eve.put(&path, across)
         .await
         .assert_error(400, "M_INVALID_PARAM");
+}
+
+/// `to` is inclusive: from one page's `next_batch` to the next page's is exactly that page,
+/// paging backwards (the default) and forwards.
+#[tokio::test]
+async fn relations_from_one_next_batch_to_the_next_return_exactly_that_page() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = room_with(&server).await;
+    let target = send(
+        &alice,
+        &room,
+        "m.room.message",
+        "t",
+        json!({ "msgtype": "m.text", "body": "see this" }),
+    )
+    .await;
+    for i in 0..9 {
+        let reference = json!({ "msgtype": "m.text", "body": format!("ref {i}"), "m.relates_to": { "rel_type": "m.reference", "event_id": target } });
+        send(&bob, &room, "m.room.message", &format!("ref{i}"), reference).await;
+    }
+    let base = format!(
+        "/_matrix/client/v1/rooms/{}/relations/{}?limit=3",
+        enc(&room),
+        enc(&target)
+    );
+    let bodies = |page: &Value| -> Vec<String> {
+        page["chunk"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["content"]["body"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for (dir, page2_bodies) in [
+        ("b", ["ref 5", "ref 4", "ref 3"]),
+        ("f", ["ref 3", "ref 4", "ref 5"]),
+    ] {
+        let page1 = alice.get(&format!("{base}&dir={dir}")).await.ok();
+        let after1 = page1["next_batch"].as_str().unwrap();
+        let page2 = alice
+            .get(&format!("{base}&dir={dir}&from={}", enc(after1)))
+            .await
+            .ok();
+        assert_eq!(bodies(&page2), page2_bodies, "dir={dir}");
+        let after2 = page2["next_batch"].as_str().unwrap();
+        let range = alice
+            .get(&format!(
+                "{base}&dir={dir}&from={}&to={}",
+                enc(after1),
+                enc(after2)
+            ))
+            .await
+            .ok();
+        assert_eq!(
+            bodies(&range),
+            page2_bodies,
+            "dir={dir}: from..to is page 2"
+        );
+        // A wider limit stops at `to` all the same.
+        let wide = alice
+            .get(&format!(
+                "{}&dir={dir}&from={}&to={}",
+                base.replace("limit=3", "limit=9"),
+                enc(after1),
+                enc(after2)
+            ))
+            .await
+            .ok();
+        assert_eq!(bodies(&wide), page2_bodies, "dir={dir}, limit 9");
+    }
 }

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{client::enc, TestServer};
+use crate::support::{alias, client::enc, server_name, user_id, TestServer};
 
 #[tokio::test]
 async fn public_room_with_alias_join_by_alias_exchange_messages_and_moderate() {
@@ -13,7 +13,7 @@ async fn public_room_with_alias_join_by_alias_exchange_messages_and_moderate() {
         .create_room(json!({ "preset": "public_chat", "room_alias_name": "lobby", "name": "Lobby", "topic": "Chat" }))
         .await;
     assert_eq!(
-        bob.join("#lobby:localhost").await.ok()["room_id"],
+        bob.join(&alias("lobby")).await.ok()["room_id"],
         room.as_str()
     );
     let hello = bob.send_text(&room, "t1", "hello").await.ok();
@@ -22,7 +22,7 @@ async fn public_room_with_alias_join_by_alias_exchange_messages_and_moderate() {
         .await
         .ok();
     assert_eq!(event["content"]["body"], "hello");
-    assert_eq!(event["sender"], "@bob:localhost");
+    assert_eq!(event["sender"], user_id("bob"));
     assert_eq!(event["room_id"], room.as_str());
     assert!(event["unsigned"]["age"].is_u64());
 
@@ -50,14 +50,14 @@ async fn public_room_with_alias_join_by_alias_exchange_messages_and_moderate() {
         .await
         .ok();
     assert_eq!(full["content"]["topic"], "New topic");
-    assert_eq!(full["sender"], "@alice:localhost");
+    assert_eq!(full["sender"], user_id("alice"));
 
     let denied = bob
         .put_state(
             &room,
             "m.room.power_levels",
             "",
-            json!({ "users": { "@bob:localhost": 100 } }),
+            json!({ "users": { user_id("bob"): 100 } }),
         )
         .await;
     denied.assert_error(403, "M_FORBIDDEN");
@@ -66,7 +66,7 @@ async fn public_room_with_alias_join_by_alias_exchange_messages_and_moderate() {
         .room_action(
             &room,
             "kick",
-            json!({ "user_id": "@bob:localhost", "reason": "out" }),
+            json!({ "user_id": user_id("bob"), "reason": "out" }),
         )
         .await
         .ok();
@@ -75,14 +75,14 @@ async fn public_room_with_alias_join_by_alias_exchange_messages_and_moderate() {
         .assert_error(403, "M_FORBIDDEN");
     bob.join(&room).await.ok();
     alice
-        .room_action(&room, "ban", json!({ "user_id": "@bob:localhost" }))
+        .room_action(&room, "ban", json!({ "user_id": user_id("bob") }))
         .await
         .ok();
-    bob.join("#lobby:localhost")
+    bob.join(&alias("lobby"))
         .await
         .assert_error(403, "M_FORBIDDEN");
     alice
-        .room_action(&room, "unban", json!({ "user_id": "@bob:localhost" }))
+        .room_action(&room, "unban", json!({ "user_id": user_id("bob") }))
         .await
         .ok();
     bob.join(&room).await.ok();
@@ -112,7 +112,7 @@ async fn every_supported_room_version_creates_and_accepts_messages() {
                 "room v12 id"
             );
         } else {
-            assert!(room.ends_with(":localhost"));
+            assert!(room.ends_with(&format!(":{}", server_name())));
             assert_eq!(
                 create["content"]["creator"].as_str().is_some(),
                 version == "10"
@@ -173,7 +173,7 @@ async fn stored_events_are_signed_hashed_and_chained() {
         "prev_events are the forward extremities"
     );
     assert!(pdu["hashes"]["sha256"].is_string());
-    let signature = &pdu["signatures"]["localhost"];
+    let signature = &pdu["signatures"][server_name()];
     assert!(
         signature
             .as_object()
@@ -211,7 +211,7 @@ async fn a_failed_request_leaves_nothing_behind() {
         .post(
             "/_matrix/client/v3/createRoom",
             json!({ "initial_state": [{ "type": "m.room.power_levels", "state_key": "", "content": { "users_default": 0, "state_default": 100, "users": {} } },
-                                      { "type": "m.room.member", "state_key": "@alice:localhost", "content": { "membership": "ban" } }] }),
+                                      { "type": "m.room.member", "state_key": user_id("alice"), "content": { "membership": "ban" } }] }),
         )
         .await;
     assert_eq!(refused.status.as_u16() / 100, 4, "{}", refused.body);
@@ -225,7 +225,7 @@ async fn members_state_and_joined_rooms_follow_membership() {
     let bob = server.register("bob").await;
     let carol = server.register("carol").await;
     let room = alice
-        .create_room(json!({ "invite": ["@bob:localhost"], "is_direct": true }))
+        .create_room(json!({ "invite": [user_id("bob")], "is_direct": true }))
         .await;
     let members = alice
         .get(&format!("/_matrix/client/v3/rooms/{}/members", enc(&room)))
@@ -235,7 +235,7 @@ async fn members_state_and_joined_rooms_follow_membership() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| m["state_key"] == "@bob:localhost")
+        .find(|m| m["state_key"] == user_id("bob"))
         .unwrap()
         .clone();
     assert_eq!(invite["content"]["membership"], "invite");
@@ -371,35 +371,35 @@ async fn aliases_canonical_alias_and_directory() {
         .await;
     let alias_path = |alias: &str| format!("/_matrix/client/v3/directory/room/{}", enc(alias));
     alice
-        .put(&alias_path("#garden:localhost"), json!({ "room_id": room }))
+        .put(&alias_path(&alias("garden")), json!({ "room_id": room }))
         .await
         .ok();
     alice
-        .put(&alias_path("#garden:localhost"), json!({ "room_id": room }))
+        .put(&alias_path(&alias("garden")), json!({ "room_id": room }))
         .await
         .assert_error(409, "M_UNKNOWN");
-    bob.put(&alias_path("#bobs:localhost"), json!({ "room_id": room }))
+    bob.put(&alias_path(&alias("bobs")), json!({ "room_id": room }))
         .await
         .assert_error(403, "M_FORBIDDEN");
     let resolved = server
         .client()
-        .get(&alias_path("#garden:localhost"))
+        .get(&alias_path(&alias("garden")))
         .await
         .ok();
     assert_eq!(resolved["room_id"], room.as_str());
-    assert_eq!(resolved["servers"], json!(["localhost"]));
+    assert_eq!(resolved["servers"], json!([server_name()]));
     let aliases = alice
         .get(&format!("/_matrix/client/v3/rooms/{}/aliases", enc(&room)))
         .await
         .ok();
-    assert_eq!(aliases["aliases"], json!(["#garden:localhost"]));
+    assert_eq!(aliases["aliases"], json!([alias("garden")]));
 
     alice
         .put_state(
             &room,
             "m.room.canonical_alias",
             "",
-            json!({ "alias": "#nope:localhost" }),
+            json!({ "alias": alias("nope") }),
         )
         .await
         .assert_error(400, "M_BAD_ALIAS");
@@ -408,7 +408,7 @@ async fn aliases_canonical_alias_and_directory() {
             &room,
             "m.room.canonical_alias",
             "",
-            json!({ "alias": "#garden:localhost" }),
+            json!({ "alias": alias("garden") }),
         )
         .await
         .ok();
@@ -419,7 +419,7 @@ async fn aliases_canonical_alias_and_directory() {
         .await
         .ok();
     assert_eq!(public["chunk"][0]["room_id"], room.as_str());
-    assert_eq!(public["chunk"][0]["canonical_alias"], "#garden:localhost");
+    assert_eq!(public["chunk"][0]["canonical_alias"], alias("garden"));
     let found = bob
         .post(
             "/_matrix/client/v3/publicRooms",
@@ -457,16 +457,16 @@ async fn aliases_canonical_alias_and_directory() {
         json!([])
     );
 
-    bob.delete(&alias_path("#garden:localhost"), json!({}))
+    bob.delete(&alias_path(&alias("garden")), json!({}))
         .await
         .assert_error(403, "M_FORBIDDEN");
     alice
-        .delete(&alias_path("#garden:localhost"), json!({}))
+        .delete(&alias_path(&alias("garden")), json!({}))
         .await
         .ok();
     server
         .client()
-        .get(&alias_path("#garden:localhost"))
+        .get(&alias_path(&alias("garden")))
         .await
         .assert_error(404, "M_NOT_FOUND");
 }
@@ -478,7 +478,7 @@ async fn user_directory_finds_users_sharing_a_room() {
     let bob = server.register("bob").await;
     server.register("hermit").await;
     let room = alice
-        .create_room(json!({ "invite": ["@bob:localhost"] }))
+        .create_room(json!({ "invite": [user_id("bob")] }))
         .await;
     bob.join(&room).await.ok();
     let search = |term: &str| json!({ "search_term": term, "limit": 10 });
@@ -486,7 +486,7 @@ async fn user_directory_finds_users_sharing_a_room() {
         .post("/_matrix/client/v3/user_directory/search", search("bob"))
         .await
         .ok();
-    assert_eq!(found["results"][0]["user_id"], "@bob:localhost");
+    assert_eq!(found["results"][0]["user_id"], user_id("bob"));
     let hidden = alice
         .post("/_matrix/client/v3/user_directory/search", search("hermit"))
         .await
@@ -505,7 +505,10 @@ async fn profile_changes_reach_the_rooms() {
     let room = alice.create_room(json!({})).await;
     alice
         .put(
-            "/_matrix/client/v3/profile/@alice:localhost/displayname",
+            &format!(
+                "/_matrix/client/v3/profile/{}/displayname",
+                enc(&user_id("alice"))
+            ),
             json!({ "displayname": "Alice A." }),
         )
         .await
@@ -518,7 +521,7 @@ async fn profile_changes_reach_the_rooms() {
         .await
         .ok();
     assert_eq!(
-        joined["joined"]["@alice:localhost"]["display_name"],
+        joined["joined"][&user_id("alice")]["display_name"],
         "Alice A."
     );
 }
@@ -526,20 +529,17 @@ async fn profile_changes_reach_the_rooms() {
 #[tokio::test]
 async fn shadow_banned_users_get_success_but_nobody_sees_their_events() {
     let server = TestServer::start().await;
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
-        .args(["user", "create", "admin", "--password", "pw", "--admin"])
-        .env("DATABASE_URL", server.database_url())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let admin = server.client().login("admin", "pw").await;
+    let admin = server.create_admin("admin", "pw").await;
     let alice = server.register("alice").await;
     let troll = server.register("troll").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     troll.join(&room).await.ok();
     admin
         .post(
-            "/_synapse/admin/v1/users/@troll:localhost/shadow_ban",
+            &format!(
+                "/_synapse/admin/v1/users/{}/shadow_ban",
+                enc(&user_id("troll"))
+            ),
             json!({}),
         )
         .await
@@ -561,7 +561,10 @@ async fn shadow_banned_users_get_success_but_nobody_sees_their_events() {
     );
     alice
         .post(
-            "/_synapse/admin/v1/users/@troll:localhost/shadow_ban",
+            &format!(
+                "/_synapse/admin/v1/users/{}/shadow_ban",
+                enc(&user_id("troll"))
+            ),
             json!({}),
         )
         .await
@@ -662,7 +665,10 @@ async fn upgrading_a_room_tombstones_it_and_carries_state_over() {
     assert_eq!(name["name"], "Old name");
     let alias = server
         .client()
-        .get("/_matrix/client/v3/directory/room/%23up:localhost")
+        .get(&format!(
+            "/_matrix/client/v3/directory/room/{}",
+            enc(&alias("up"))
+        ))
         .await
         .ok();
     assert_eq!(
@@ -698,9 +704,9 @@ async fn knocking_asks_to_join_and_an_invite_lets_in() {
         ))
         .await
         .ok();
-    assert_eq!(knocks["chunk"][0]["state_key"], "@bob:localhost");
+    assert_eq!(knocks["chunk"][0]["state_key"], user_id("bob"));
     alice
-        .room_action(&room, "invite", json!({ "user_id": "@bob:localhost" }))
+        .room_action(&room, "invite", json!({ "user_id": user_id("bob") }))
         .await
         .ok();
     bob.join(&room).await.ok();
@@ -724,14 +730,11 @@ async fn restricted_rooms_admit_members_of_the_allowed_room() {
         .get(&format!(
             "/_matrix/client/v3/rooms/{}/state/m.room.member/{}",
             enc(&room),
-            enc("@bob:localhost")
+            enc(&user_id("bob"))
         ))
         .await
         .ok();
-    assert_eq!(
-        member["join_authorised_via_users_server"],
-        "@alice:localhost"
-    );
+    assert_eq!(member["join_authorised_via_users_server"], user_id("alice"));
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{client::enc, Client, TestServer};
+use crate::support::{client::enc, user_id, Client, TestServer};
 
 async fn search(client: &Client, criteria: Value) -> Value {
     client
@@ -75,13 +75,13 @@ async fn search_finds_words_in_visible_messages_only() {
 
     let by_bob = search(
         &bob,
-        json!({ "search_term": "dog", "filter": { "senders": ["@bob:localhost"] } }),
+        json!({ "search_term": "dog", "filter": { "senders": [user_id("bob")] } }),
     )
     .await;
     assert_eq!(bodies(&by_bob), ["a lazy dog"]);
     let not_alice = search(
         &bob,
-        json!({ "search_term": "fox", "filter": { "not_senders": ["@alice:localhost"] } }),
+        json!({ "search_term": "fox", "filter": { "not_senders": [user_id("alice")] } }),
     )
     .await;
     assert!(bodies(&not_alice).is_empty());
@@ -102,7 +102,7 @@ async fn search_finds_words_in_visible_messages_only() {
     assert_eq!(bodies(&first), ["Foxes? one fox again"]);
     let context = &first["results"][0]["context"];
     assert_eq!(context["events_before"].as_array().unwrap().len(), 1);
-    assert!(context["profile_info"]["@alice:localhost"].is_object());
+    assert!(context["profile_info"][&user_id("alice")].is_object());
     assert!(first["state"][&room]
         .as_array()
         .unwrap()

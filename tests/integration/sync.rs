@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::support::{
     client::{enc, timeline},
-    TestServer,
+    server_name, user_id, TestServer,
 };
 
 fn bodies(events: &[&Value]) -> Vec<String> {
@@ -267,7 +267,7 @@ async fn invites_leaves_and_account_data_appear_in_their_sections() {
         .unwrap()
         .to_owned();
     let room = alice
-        .create_room(json!({ "name": "Invite only", "invite": ["@bob:localhost"] }))
+        .create_room(json!({ "name": "Invite only", "invite": [user_id("bob")] }))
         .await;
     let invited = bob.sync(Some(&since), 0, None).await;
     let stripped = invited["rooms"]["invite"][&room]["invite_state"]["events"]
@@ -278,7 +278,7 @@ async fn invites_leaves_and_account_data_appear_in_their_sections() {
         .any(|e| e["type"] == "m.room.name" && e["content"]["name"] == "Invite only"));
     assert!(stripped
         .iter()
-        .any(|e| e["type"] == "m.room.member" && e["state_key"] == "@bob:localhost"));
+        .any(|e| e["type"] == "m.room.member" && e["state_key"] == user_id("bob")));
 
     bob.join(&room).await.ok();
     let since = bob
@@ -288,7 +288,7 @@ async fn invites_leaves_and_account_data_appear_in_their_sections() {
         .unwrap()
         .to_owned();
     alice
-        .room_action(&room, "kick", json!({ "user_id": "@bob:localhost" }))
+        .room_action(&room, "kick", json!({ "user_id": user_id("bob") }))
         .await
         .ok();
     alice.send_text(&room, "after", "after the kick").await.ok();
@@ -308,7 +308,10 @@ async fn invites_leaves_and_account_data_appear_in_their_sections() {
     );
 
     bob.put(
-        "/_matrix/client/v3/user/@bob:localhost/account_data/org.example.x",
+        &format!(
+            "/_matrix/client/v3/user/{}/account_data/org.example.x",
+            enc(&user_id("bob"))
+        ),
         json!({ "v": 1 }),
     )
     .await
@@ -440,8 +443,11 @@ async fn ignored_users_disappear_from_sync_and_messages_on_the_next_sync() {
         .unwrap()
         .to_owned();
     bob.put(
-        "/_matrix/client/v3/user/@bob:localhost/account_data/m.ignored_user_list",
-        json!({ "ignored_users": { "@troll:localhost": {} } }),
+        &format!(
+            "/_matrix/client/v3/user/{}/account_data/m.ignored_user_list",
+            enc(&user_id("bob"))
+        ),
+        json!({ "ignored_users": { user_id("troll"): {} } }),
     )
     .await
     .ok();
@@ -462,7 +468,7 @@ async fn ignored_users_disappear_from_sync_and_messages_on_the_next_sync() {
     // Invites from an ignored user are hidden too.
     let next = delta["next_batch"].as_str().unwrap().to_owned();
     let private = troll
-        .create_room(json!({ "invite": ["@bob:localhost"] }))
+        .create_room(json!({ "invite": [user_id("bob")] }))
         .await;
     let invites = bob.sync(Some(&next), 0, None).await;
     assert!(invites["rooms"]["invite"].get(&private).is_none());
@@ -566,7 +572,7 @@ async fn sync_filters_select_types_senders_urls_and_fields() {
     alice
         .put(
             &image,
-            json!({ "msgtype": "m.image", "body": "pic", "url": "mxc://localhost/x" }),
+            json!({ "msgtype": "m.image", "body": "pic", "url": format!("mxc://{}/x", server_name()) }),
         )
         .await
         .ok();
@@ -578,8 +584,7 @@ async fn sync_filters_select_types_senders_urls_and_fields() {
     };
     let with_url = run(json!({ "room": { "timeline": { "contains_url": true } } })).await;
     assert_eq!(bodies(&timeline(&with_url, &room)), vec!["pic"]);
-    let not_bob =
-        run(json!({ "room": { "timeline": { "not_senders": ["@bob:localhost"] } } })).await;
+    let not_bob = run(json!({ "room": { "timeline": { "not_senders": [user_id("bob")] } } })).await;
     assert_eq!(bodies(&timeline(&not_bob, &room)), vec!["plain", "pic"]);
     let only_members = run(json!({ "room": { "timeline": { "types": ["m.room.mem*"] } } })).await;
     assert!(

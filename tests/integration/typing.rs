@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{client::enc, Client, TestServer};
+use crate::support::{client::enc, user_id, Client, TestServer};
 
 async fn set_typing(client: &Client, room: &str, typing: bool, timeout: u64) -> u16 {
     let path = format!(
@@ -65,7 +65,7 @@ async fn typing_reaches_members_and_ends_by_itself() {
     assert_eq!(set_typing(&alice, &room, true, 1_000).await, 200);
     let started = Instant::now();
     let (users, since) = next_typing(&bob, &room, &since).await;
-    assert_eq!(users, ["@alice:localhost"]);
+    assert_eq!(users, [user_id("alice")]);
     // A renewal within the timeout is not news.
     assert_eq!(set_typing(&alice, &room, true, 1_000).await, 200);
 
@@ -80,7 +80,7 @@ async fn typing_reaches_members_and_ends_by_itself() {
     // Stopping explicitly is delivered too, and the whole affair left nothing in the database.
     set_typing(&alice, &room, true, 30_000).await;
     let (users, since) = next_typing(&bob, &room, &since).await;
-    assert_eq!(users, ["@alice:localhost"]);
+    assert_eq!(users, [user_id("alice")]);
     set_typing(&alice, &room, false, 0).await;
     let (users, _) = next_typing(&bob, &room, &since).await;
     assert!(users.is_empty());
@@ -106,7 +106,7 @@ async fn typing_is_refused_outside_the_room_and_for_someone_else() {
     let path = format!(
         "/_matrix/client/v3/rooms/{}/typing/{}",
         enc(&room),
-        enc("@alice:localhost")
+        enc(&user_id("alice"))
     );
     eve.put(&path, json!({ "typing": true, "timeout": 1000 }))
         .await
@@ -139,5 +139,5 @@ async fn typing_set_through_one_process_reaches_a_sync_on_another() {
         .to_owned();
     set_typing(&alice, &room, true, 10_000).await;
     let (users, _) = next_typing(&bob, &room, &since).await;
-    assert_eq!(users, ["@alice:localhost"]);
+    assert_eq!(users, [user_id("alice")]);
 }

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{client::enc, Client, TestServer};
+use crate::support::{client::enc, room_id, server_name, user_id, Client, TestServer};
 
 async fn send(client: &Client, room: &str, txn: &str, content: Value) -> String {
     let path = format!(
@@ -143,7 +143,10 @@ async fn mentions_highlight_and_notices_and_edits_are_not_unread() {
     let server = TestServer::start().await;
     let (alice, bob, room) = two_person_room(&server).await;
     bob.put(
-        "/_matrix/client/v3/profile/@bob:localhost/displayname",
+        &format!(
+            "/_matrix/client/v3/profile/{}/displayname",
+            enc(&user_id("bob"))
+        ),
         json!({ "displayname": "Bobby" }),
     )
     .await
@@ -177,7 +180,7 @@ async fn mentions_highlight_and_notices_and_edits_are_not_unread() {
     let intentional = json!({
         "msgtype": "m.text",
         "body": "ping",
-        "m.mentions": { "user_ids": ["@bob:localhost"] },
+        "m.mentions": { "user_ids": [user_id("bob")] },
     });
     send(&alice, &room, "2", intentional).await;
     assert_eq!(counts(&bob, &room).await, (1, 1, 1), "intentional mention");
@@ -262,7 +265,10 @@ async fn recomputed_counts_match_the_maintained_ones() {
     let server = TestServer::start().await;
     let (alice, bob, room) = two_person_room(&server).await;
     bob.put(
-        "/_matrix/client/v3/profile/@bob:localhost/displayname",
+        &format!(
+            "/_matrix/client/v3/profile/{}/displayname",
+            enc(&user_id("bob"))
+        ),
         json!({ "displayname": "Bobby" }),
     )
     .await
@@ -271,7 +277,7 @@ async fn recomputed_counts_match_the_maintained_ones() {
     let mention = json!({
         "msgtype": "m.text",
         "body": "Bobby?",
-        "m.mentions": { "user_ids": ["@bob:localhost"] },
+        "m.mentions": { "user_ids": [user_id("bob")] },
     });
     send(&alice, &room, "2", mention).await;
     let redacted = text(&alice, &room, "3", "oops").await;
@@ -300,9 +306,9 @@ async fn recomputed_counts_match_the_maintained_ones() {
     let check = |fix: bool| {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"));
         command
-            .args(["check-unread", "@bob:localhost"])
+            .args(["check-unread", &user_id("bob")])
             .env("DATABASE_URL", server.database_url())
-            .env("MYELIN_SERVER_NAME", "localhost")
+            .env("MYELIN_SERVER_NAME", server_name())
             .env("RUST_LOG", "warn");
         if fix {
             command.arg("--fix");
@@ -322,7 +328,10 @@ async fn recomputed_counts_match_the_maintained_ones() {
     assert!(stored > 0);
     let mut db = server.db().await;
     diesel_async::RunQueryDsl::execute(
-        diesel::sql_query("DELETE FROM event_push_actions WHERE user_id = '@bob:localhost'"),
+        diesel::sql_query(format!(
+            "DELETE FROM event_push_actions WHERE user_id = '{}'",
+            user_id("bob")
+        )),
         &mut db,
     )
     .await
@@ -354,7 +363,7 @@ async fn notifications_list_newest_first_with_read_flags_and_pages() {
     let mention = json!({
         "msgtype": "m.text",
         "body": "two",
-        "m.mentions": { "user_ids": ["@bob:localhost"] },
+        "m.mentions": { "user_ids": [user_id("bob")] },
     });
     let second = send(&alice, &room, "2", mention).await;
     let third = text(&alice, &room, "3", "three").await;
@@ -501,9 +510,12 @@ async fn push_rules_are_ordered_edited_and_synced() {
     bob.delete(master, json!({}))
         .await
         .assert_error(400, "M_INVALID_PARAM");
-    bob.get("/_matrix/client/v3/pushrules/global/room/!nope:localhost")
-        .await
-        .assert_error(404, "M_NOT_FOUND");
+    bob.get(&format!(
+        "/_matrix/client/v3/pushrules/global/room/{}",
+        enc(&room_id("nope"))
+    ))
+    .await
+    .assert_error(404, "M_NOT_FOUND");
 
     let next = bob.sync(Some(&since), 0, None).await;
     let synced = next["account_data"]["events"]

@@ -3,29 +3,20 @@
 use std::collections::BTreeMap;
 
 use actix_web::{web::Data, HttpResponse};
-use ruma::{
-    api::client::discovery::{
-        get_capabilities::v3::{
-            self as capabilities, Capabilities, ProfileFieldsCapability, RoomVersionStability,
-            RoomVersionsCapability,
-        },
-        get_supported_versions,
+use ruma::api::client::discovery::{
+    get_capabilities::v3::{
+        self as capabilities, Capabilities, ProfileFieldsCapability, RoomVersionStability,
+        RoomVersionsCapability,
     },
-    RoomVersionId,
+    get_supported_versions,
 };
 use serde_json::json;
 
 use crate::{
     api::ruma::{Ruma, RumaResponse},
     error::{Error, Result},
-    service::Services,
+    service::{rooms, Services},
 };
-
-/// Matrix versions whose Client-Server wire formats we follow for every endpoint we serve.
-const SUPPORTED_VERSIONS: &[&str] = &[
-    "r0.5.0", "r0.6.0", "r0.6.1", "v1.1", "v1.2", "v1.3", "v1.4", "v1.5", "v1.6", "v1.7", "v1.8",
-    "v1.9", "v1.10",
-];
 
 /// `GET /.well-known/matrix/client`
 pub async fn well_known_client_route(services: Data<Services>) -> HttpResponse {
@@ -46,7 +37,7 @@ pub async fn well_known_server_route() -> Result<HttpResponse> {
 pub async fn versions_route(
     _body: Ruma<get_supported_versions::Request>,
 ) -> Result<RumaResponse<get_supported_versions::Response>> {
-    let versions = SUPPORTED_VERSIONS.iter().map(|v| v.to_string()).collect();
+    let versions = rooms::SPEC_VERSIONS.iter().map(|v| v.to_string()).collect();
     let mut response = get_supported_versions::Response::new(versions);
     response.unstable_features = BTreeMap::new();
     Ok(response.into())
@@ -58,12 +49,12 @@ pub async fn capabilities_route(
     body: Ruma<capabilities::Request>,
 ) -> Result<RumaResponse<capabilities::Response>> {
     body.caller()?;
-    let available = [RoomVersionId::V10, RoomVersionId::V11, RoomVersionId::V12]
+    let available = rooms::SUPPORTED_VERSIONS
         .into_iter()
         .map(|v| (v, RoomVersionStability::Stable))
         .collect();
     let mut caps = Capabilities::new();
-    caps.room_versions = RoomVersionsCapability::new(RoomVersionId::V12, available);
+    caps.room_versions = RoomVersionsCapability::new(rooms::DEFAULT_VERSION, available);
     caps.profile_fields = Some(ProfileFieldsCapability::new(true));
     Ok(capabilities::Response::new(caps).into())
 }

@@ -11,6 +11,7 @@ use ruma::api::client::{
     },
     to_device::send_event_to_device::v3 as send_to_device,
 };
+use ruma::OwnedUserId;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -59,24 +60,20 @@ pub async fn query_keys_route(
     body: Ruma<get_keys::Request>,
 ) -> Result<HttpResponse> {
     let caller = body.caller()?;
-    let wanted: BTreeMap<String, Vec<String>> = body
+    let wanted: BTreeMap<OwnedUserId, Vec<String>> = body
         .body
         .device_keys
         .iter()
         .map(|(user, devices)| {
             (
-                user.to_string(),
+                user.clone(),
                 devices.iter().map(|d| d.to_string()).collect(),
             )
         })
         .collect();
     let answer = services
         .e2ee_keys
-        .query(
-            &caller.user_id,
-            &wanted,
-            services.config.server_name.as_str(),
-        )
+        .query(&caller.user_id, &wanted, &services.config.server_name)
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }

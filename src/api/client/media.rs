@@ -16,6 +16,7 @@ use ruma::api::client::{
     authenticated_media::{
         get_content::v1 as download, get_content_as_filename::v1 as download_named,
         get_content_thumbnail::v1 as thumbnail, get_media_config::v1 as media_config,
+        get_media_preview::v1 as preview,
     },
     media::{
         create_mxc_uri::v1 as create_mxc, get_content::v3 as legacy_download,
@@ -236,6 +237,16 @@ pub async fn config_route(
     Ok(config(&services))
 }
 
+/// `GET /_matrix/client/v1/media/preview_url`
+pub async fn preview_route(
+    services: Data<Services>,
+    body: Ruma<preview::Request>,
+) -> Result<HttpResponse> {
+    body.caller()?;
+    let preview = services.media.preview(&body.body.url)?;
+    Ok(HttpResponse::Ok().json(preview))
+}
+
 /// `GET /_matrix/media/v3/config` (legacy)
 pub async fn legacy_config_route(
     services: Data<Services>,
@@ -281,7 +292,12 @@ async fn thumbnail_file(
             legacy,
         )
         .await?;
-    serve(req, file, None).await
+    // Thumbnails are images, served inline; the name only gives a saved copy an extension.
+    let name = format!(
+        "thumbnail.{}",
+        file.content_type.strip_prefix("image/").unwrap_or("png")
+    );
+    serve(req, file, Some(&name)).await
 }
 
 /// `GET /_matrix/client/v1/media/download/{serverName}/{mediaId}`

@@ -22,6 +22,7 @@ pub mod rooms;
 pub mod search;
 pub mod session;
 pub mod sync;
+pub mod tags;
 pub mod typing;
 
 use ruma::UserId;

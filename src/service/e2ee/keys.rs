@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use diesel_async::AsyncConnection;
-use ruma::UserId;
+use ruma::{OwnedUserId, ServerName, UserId};
 use serde_json::{json, Map, Value};
 
 use super::{cross_signing_public_key, device_list_changed, has_valid_signature, public_key};
@@ -176,14 +176,15 @@ impl Keys {
     pub async fn query(
         &self,
         requester: &UserId,
-        wanted: &BTreeMap<String, Vec<String>>,
-        server_name: &str,
+        wanted: &BTreeMap<OwnedUserId, Vec<String>>,
+        server_name: &ServerName,
     ) -> Result<Value> {
-        let users: Vec<String> = wanted
-            .keys()
-            .filter(|u| u.rsplit_once(':').is_some_and(|(_, s)| s == server_name))
-            .cloned()
+        let wanted: HashMap<&str, &Vec<String>> = wanted
+            .iter()
+            .filter(|(user, _)| user.server_name() == server_name)
+            .map(|(user, devices)| (user.as_str(), devices))
             .collect();
+        let users: Vec<String> = wanted.keys().map(|u| (*u).to_owned()).collect();
         let conn = self.db.conn().await?;
         let signatures = store::get_signatures(&conn, &users).await?;
         let mut extra: HashMap<(&str, &str), Vec<&SignatureRow>> = HashMap::new();
@@ -204,7 +205,7 @@ impl Keys {
         let mut device_keys: Map<String, Value> =
             users.iter().map(|u| (u.clone(), json!({}))).collect();
         for (user, device, mut keys, display_name) in store::get_device_keys(&conn, &users).await? {
-            let devices = &wanted[&user];
+            let devices = wanted[user.as_str()];
             if !devices.is_empty() && !devices.contains(&device) {
                 continue;
             }

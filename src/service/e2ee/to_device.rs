@@ -1,7 +1,7 @@
 //! `sendToDevice` and the per-device inboxes `/sync` delivers from.
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use ruma::UserId;
+use ruma::{OwnedServerName, UserId};
 use serde_json::{json, Value};
 
 use crate::{
@@ -16,12 +16,12 @@ pub const SYNC_LIMIT: i64 = 100;
 /// The to-device service.
 pub struct ToDevice {
     db: Db,
-    server_name: String,
+    server_name: OwnedServerName,
 }
 
 impl ToDevice {
     /// Creates the service.
-    pub fn new(db: Db, server_name: String) -> Self {
+    pub fn new(db: Db, server_name: OwnedServerName) -> Self {
         ToDevice { db, server_name }
     }
 
@@ -37,14 +37,15 @@ impl ToDevice {
         messages: &serde_json::Map<String, Value>,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        let server_suffix = format!(":{}", self.server_name);
         conn.transaction::<_, Error, _>(async |conn| {
             if !store::record_txn(conn, sender.as_str(), sender_device, txn_id, now_ms()).await? {
                 return Ok(());
             }
             let mut deliveries = Vec::new();
             for (user, per_device) in messages {
-                if !user.ends_with(&server_suffix) {
+                let is_local = UserId::parse(user.as_str())
+                    .is_ok_and(|user| user.server_name() == self.server_name);
+                if !is_local {
                     continue;
                 }
                 let Some(per_device) = per_device.as_object() else {

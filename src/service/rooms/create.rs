@@ -117,7 +117,7 @@ impl Rooms {
         alias: &Option<OwnedRoomAliasId>,
         profile: &Map<String, Value>,
     ) -> Result<OwnedRoomId> {
-        let server_name = self.config.server_name.as_str();
+        let server_name = &*self.config.server_name;
         let privileged_creators = rules.authorization.explicitly_privilege_room_creators;
         conn.transaction::<_, Error, _>(async |conn| {
             let room_id = (!rules.authorization.room_create_event_id_as_room_id).then(|| self.random_room_id());

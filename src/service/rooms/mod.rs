@@ -26,6 +26,14 @@ use ruma::{RoomId, RoomVersionId};
 use super::keys::ServerKeys;
 use crate::{config::Config, storage::Db};
 
+/// Matrix (Client-Server) versions `/versions` advertises: every endpoint a version adds that
+/// clients rely on is served (README lists what later versions add that is missing). With the
+/// room versions below because both say what the server speaks.
+pub const SPEC_VERSIONS: &[&str] = &[
+    "r0.5.0", "r0.6.0", "r0.6.1", "v1.1", "v1.2", "v1.3", "v1.4", "v1.5", "v1.6", "v1.7", "v1.8",
+    "v1.9", "v1.10", "v1.11", "v1.12",
+];
+
 /// Room versions this server creates and joins.
 pub const SUPPORTED_VERSIONS: [RoomVersionId; 3] =
     [RoomVersionId::V10, RoomVersionId::V11, RoomVersionId::V12];

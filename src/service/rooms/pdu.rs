@@ -5,8 +5,8 @@ use ruma::{
     events::TimelineEventType,
     room_version_rules::RoomVersionRules,
     signatures::{hash_and_sign_event, reference_hash, Ed25519KeyPair},
-    EventId, MilliSecondsSinceUnixEpoch, OwnedEventId, OwnedRoomId, OwnedUserId, RoomId, UInt,
-    UserId,
+    EventId, MilliSecondsSinceUnixEpoch, OwnedEventId, OwnedRoomId, OwnedUserId, RoomId,
+    ServerName, UInt, UserId,
 };
 use serde::Deserialize;
 use serde_json::{value::RawValue as RawJsonValue, Map, Value};
@@ -172,7 +172,7 @@ pub fn to_canonical(value: &Value) -> Result<CanonicalJsonValue> {
 pub fn build_pdu(
     template: &PduTemplate<'_>,
     rules: &RoomVersionRules,
-    server_name: &str,
+    server_name: &ServerName,
     key_pair: &Ed25519KeyPair,
 ) -> Result<(OwnedEventId, Value)> {
     let ids = |list: &[OwnedEventId]| {
@@ -225,7 +225,13 @@ pub fn build_pdu(
             CanonicalJsonValue::String(redacts.to_string()),
         );
     }
-    hash_and_sign_event(server_name, key_pair, &mut object, &rules.redaction).map_err(pdu_error)?;
+    hash_and_sign_event(
+        server_name.as_str(),
+        key_pair,
+        &mut object,
+        &rules.redaction,
+    )
+    .map_err(pdu_error)?;
     let hash = reference_hash(&object, rules).map_err(pdu_error)?;
     let event_id = EventId::parse(format!("${hash}")).map_err(Error::internal)?;
     let json = serde_json::to_value(&object).map_err(Error::internal)?;

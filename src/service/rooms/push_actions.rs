@@ -17,7 +17,7 @@ use ruma::{
     push::{Action, FlattenedJson, PushConditionPowerLevelsCtx, PushConditionRoomCtx, Ruleset},
     room_version_rules::RoomVersionRules,
     serde::Raw,
-    OwnedUserId, RoomId, UInt, UserId,
+    OwnedUserId, RoomId, ServerName, UInt, UserId,
 };
 use serde_json::Value;
 
@@ -224,13 +224,6 @@ impl<'a> EventToEvaluate<'a> {
     }
 }
 
-/// Whether a user belongs to this server.
-fn is_local(user_id: &str, server_name: &str) -> bool {
-    user_id
-        .split_once(':')
-        .is_some_and(|(_, server)| server == server_name)
-}
-
 /// The local members a new event is evaluated for, with their push rules and what the
 /// rules need to know about the room, read as the room is before the event (before the
 /// event's own state changes are applied). Nothing here depends on the event's stream
@@ -245,7 +238,7 @@ impl Audience {
     /// Reads the audience of an event `sender` is about to send into `room_id`.
     pub async fn load(
         conn: &AsyncPgConnection,
-        server_name: &str,
+        server_name: &ServerName,
         rules: &RoomVersionRules,
         room_id: &RoomId,
         sender: &str,
@@ -258,8 +251,9 @@ impl Audience {
         )?;
         let mut local: Vec<(OwnedUserId, Option<String>)> = members
             .iter()
-            .filter(|(user, _)| user != sender && is_local(user, server_name))
+            .filter(|(user, _)| user != sender)
             .filter_map(|(user, name)| Some((UserId::parse(user.as_str()).ok()?, name.clone())))
+            .filter(|(user, _)| user.server_name() == server_name)
             .collect();
         let state: HashMap<String, Value> = state.into_iter().collect();
         let room = RoomContext::new(
@@ -343,7 +337,7 @@ impl CheckReport {
 /// difference: the stored row reflects the rules of its time.)
 pub async fn check_user_room(
     conn: &AsyncPgConnection,
-    server_name: &str,
+    server_name: &ServerName,
     user_id: &UserId,
     room_id: &RoomId,
     fix: bool,
@@ -374,7 +368,7 @@ pub async fn check_user_room(
 /// stretch of membership began, evaluated against the state before it.
 async fn recompute(
     conn: &AsyncPgConnection,
-    server_name: &str,
+    server_name: &ServerName,
     user_id: &UserId,
     room_id: &RoomId,
 ) -> Result<Vec<PushActionRow>> {
@@ -384,7 +378,7 @@ async fn recompute(
     let joined = rooms_store::get_membership(conn, room_id.as_str(), user_id.as_str())
         .await?
         .is_some_and(|(membership, _)| membership == "join");
-    if !joined || !is_local(user_id.as_str(), server_name) {
+    if !joined || user_id.server_name() != server_name {
         return Ok(Vec::new());
     }
     let rules = rules_for(&room.room_version)?;
@@ -491,7 +485,7 @@ impl super::Rooms {
                 .filter_map(|r| ruma::OwnedRoomId::try_from(r).ok())
                 .collect(),
         };
-        let server_name = self.config.server_name.as_str();
+        let server_name = &*self.config.server_name;
         let mut reports = Vec::new();
         for room in rooms {
             let report = conn

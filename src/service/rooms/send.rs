@@ -52,7 +52,7 @@ impl Rooms {
         let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
         let user = sender.user_id.as_str();
-        let server_name = self.config.server_name.as_str();
+        let server_name = &*self.config.server_name;
         let member_target = state_key.filter(|_| kind == "m.room.member");
         let prefetch = common_auth_keys(user, member_target);
         let result = conn

@@ -90,7 +90,7 @@ impl Rooms {
             }
         }
         let profile = self.member_profile(&conn, user_id).await?;
-        let server_name = self.config.server_name.as_str();
+        let server_name = &*self.config.server_name;
 
         conn.transaction::<_, Error, _>(async |conn| {
             // The replacement room.

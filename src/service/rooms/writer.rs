@@ -15,7 +15,7 @@ use ruma::{
     state_res::{
         auth_types_for_event, check_state_dependent_auth_rules, check_state_independent_auth_rules,
     },
-    EventId, OwnedEventId, OwnedRoomId, RoomId, RoomVersionId, UserId,
+    EventId, OwnedEventId, OwnedRoomId, RoomId, RoomVersionId, ServerName, UserId,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -100,7 +100,7 @@ pub struct RoomWriter<'c> {
     /// and cost one round trip between them.
     conn: &'c AsyncPgConnection,
     keys: &'c ServerKeys,
-    server_name: &'c str,
+    server_name: &'c ServerName,
     room_id: Option<OwnedRoomId>,
     version: RoomVersionId,
     rules: RoomVersionRules,
@@ -165,7 +165,7 @@ impl<'c> RoomWriter<'c> {
     pub async fn open(
         conn: &'c AsyncPgConnection,
         keys: &'c ServerKeys,
-        server_name: &'c str,
+        server_name: &'c ServerName,
         room_id: &RoomId,
         prefetch: &[(&str, &str)],
     ) -> Result<Self> {
@@ -178,7 +178,7 @@ impl<'c> RoomWriter<'c> {
     pub async fn open_with<T>(
         conn: &'c AsyncPgConnection,
         keys: &'c ServerKeys,
-        server_name: &'c str,
+        server_name: &'c ServerName,
         room_id: &RoomId,
         prefetch: &[(&str, &str)],
         alongside: impl Future<Output = Result<T>>,
@@ -271,7 +271,7 @@ impl<'c> RoomWriter<'c> {
     pub fn create(
         conn: &'c AsyncPgConnection,
         keys: &'c ServerKeys,
-        server_name: &'c str,
+        server_name: &'c ServerName,
         room_id: Option<OwnedRoomId>,
         version: RoomVersionId,
     ) -> Result<Self> {

@@ -13,6 +13,33 @@ use rand::Rng;
 
 pub use client::Client;
 
+/// The server name test servers run with: `MYELIN_TEST_SERVER_NAME`, or `localhost:8448` so
+/// that every test sees IDs whose server name carries a port.
+pub fn server_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::env::var("MYELIN_TEST_SERVER_NAME")
+            .ok()
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "localhost:8448".into())
+    })
+}
+
+/// `@{localpart}:{server_name()}`.
+pub fn user_id(localpart: &str) -> String {
+    format!("@{localpart}:{}", server_name())
+}
+
+/// `#{alias}:{server_name()}`.
+pub fn alias(alias: &str) -> String {
+    format!("#{alias}:{}", server_name())
+}
+
+/// `!{local}:{server_name()}` (a room ID of this server's form; the room need not exist).
+pub fn room_id(local: &str) -> String {
+    format!("!{local}:{}", server_name())
+}
+
 /// Where test databases are created: the admin URL and the migrated template's name.
 struct Cluster {
     admin_url: String,
@@ -327,7 +354,7 @@ impl Default for ServerOptions {
             env: vec![
                 ("MYELIN_REGISTRATION".into(), "open".into()),
                 ("MYELIN_RATE_LIMITS".into(), "off".into()),
-                ("MYELIN_SERVER_NAME".into(), "localhost".into()),
+                ("MYELIN_SERVER_NAME".into(), server_name().into()),
             ],
         }
     }
@@ -462,6 +489,39 @@ impl TestServer {
     /// The database URL this server uses (for running CLI commands against it).
     pub fn database_url(&self) -> &str {
         &self._db.url
+    }
+
+    /// The server name this server runs with (`MYELIN_SERVER_NAME`).
+    pub fn server_name(&self) -> &str {
+        self.options
+            .env
+            .iter()
+            .find_map(|(key, value)| (key == "MYELIN_SERVER_NAME").then_some(value.as_str()))
+            .expect("the options always set a server name")
+    }
+
+    /// `@{localpart}:{server name}` on this server.
+    pub fn user_id(&self, localpart: &str) -> String {
+        format!("@{localpart}:{}", self.server_name())
+    }
+
+    /// Creates a server admin with the CLI, as a self-hoster would, and logs them in.
+    pub async fn create_admin(&self, localpart: &str, password: &str) -> Client {
+        let status = Command::new(env!("CARGO_BIN_EXE_myelin"))
+            .args([
+                "user",
+                "create",
+                localpart,
+                "--password",
+                password,
+                "--admin",
+            ])
+            .env("DATABASE_URL", self.database_url())
+            .env("MYELIN_SERVER_NAME", self.server_name())
+            .status()
+            .expect("myelin user create");
+        assert!(status.success());
+        self.client().login(localpart, password).await
     }
 
     /// A client without a token.
