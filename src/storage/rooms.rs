@@ -134,14 +134,38 @@ pub async fn set_room_public(
         > 0)
 }
 
-/// Rooms published in the directory, oldest first.
-pub async fn get_public_room_ids(mut conn: &AsyncPgConnection) -> QueryResult<Vec<String>> {
-    rooms::table
-        .filter(rooms::is_public.eq(true))
-        .order(rooms::created_ts)
-        .select(rooms::room_id)
-        .load(&mut conn)
-        .await
+/// A room published in the directory: its joined-member count and the content of the state
+/// events a directory entry shows, by type.
+#[derive(QueryableByName)]
+pub struct PublicRoomRow {
+    /// Room ID.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub room_id: String,
+    /// Joined members.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub joined: i64,
+    /// `{event type: content}` of its name, topic, alias, avatar, join rules, history
+    /// visibility, guest access and create events.
+    #[diesel(sql_type = diesel::sql_types::Jsonb)]
+    pub state: Value,
+}
+
+/// Every room published in the directory, oldest first, in one query.
+pub async fn get_public_rooms(mut conn: &AsyncPgConnection) -> QueryResult<Vec<PublicRoomRow>> {
+    crate::storage::cached_sql(
+        "SELECT r.room_id,
+                (SELECT count(*) FROM room_memberships m
+                  WHERE m.room_id = r.room_id AND m.membership = 'join') AS joined,
+                (SELECT COALESCE(jsonb_object_agg(cs.event_type, e.pdu->'content'), '{}')
+                   FROM room_current_state cs JOIN events e ON e.event_id = cs.event_id
+                  WHERE cs.room_id = r.room_id AND cs.state_key = ''
+                    AND cs.event_type IN ('m.room.name', 'm.room.topic', 'm.room.canonical_alias',
+                        'm.room.avatar', 'm.room.join_rules', 'm.room.history_visibility',
+                        'm.room.guest_access', 'm.room.create')) AS state
+         FROM rooms r WHERE r.is_public ORDER BY r.created_ts",
+    )
+    .load(&mut conn)
+    .await
 }
 
 /// Stores an event at the position the transaction just took ([`super::streams::next_position`],

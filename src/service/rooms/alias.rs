@@ -7,7 +7,7 @@ use super::Rooms;
 use crate::{
     error::{Error, Result},
     service::sessions::Caller,
-    storage::{is_unique_violation, now_ms, rooms as store, state as state_store},
+    storage::{is_unique_violation, now_ms, rooms as store},
 };
 
 impl Rooms {
@@ -135,31 +135,11 @@ impl Rooms {
         };
         let conn = self.db.conn().await?;
         let mut rooms = Vec::new();
-        for room_id in store::get_public_room_ids(&conn).await? {
-            let Some(room) = store::get_room(&conn, &room_id).await? else {
-                continue;
-            };
-            let state = state_store::get_state_ids(&conn, room.current_state_group).await?;
-            let ids: Vec<String> = state
-                .iter()
-                .filter(|((t, _), _)| t != "m.room.member")
-                .map(|(_, id)| id.clone())
-                .collect();
-            let content = |kind: &str, rows: &[store::EventRow]| {
-                rows.iter()
-                    .find(|r| r.event_type == kind)
-                    .and_then(|r| r.pdu.get("content").cloned())
-                    .unwrap_or_default()
-            };
-            let rows = store::get_events(&conn, &ids).await?;
-            let joined = store::get_room_members(&conn, &room_id, "join")
-                .await?
-                .len();
-            let name = content("m.room.name", &rows).get("name").cloned();
-            let topic = content("m.room.topic", &rows).get("topic").cloned();
-            let alias = content("m.room.canonical_alias", &rows)
-                .get("alias")
-                .cloned();
+        for room in store::get_public_rooms(&conn).await? {
+            let content = |kind: &str, field: &str| room.state.get(kind)?.get(field).cloned();
+            let name = content("m.room.name", "name");
+            let topic = content("m.room.topic", "topic");
+            let alias = content("m.room.canonical_alias", "alias");
             if let Some(term) = search.map(str::to_lowercase).filter(|t| !t.is_empty()) {
                 let haystack = [&name, &topic, &alias]
                     .iter()
@@ -172,21 +152,21 @@ impl Rooms {
                 }
             }
             let mut entry = json!({
-                "room_id": room_id,
-                "num_joined_members": joined,
-                "world_readable": content("m.room.history_visibility", &rows).get("history_visibility") == Some(&json!("world_readable")),
-                "guest_can_join": content("m.room.guest_access", &rows).get("guest_access") == Some(&json!("can_join")),
-                "join_rule": content("m.room.join_rules", &rows).get("join_rule").cloned().unwrap_or(json!("public")),
+                "room_id": room.room_id,
+                "num_joined_members": room.joined,
+                "world_readable": content("m.room.history_visibility", "history_visibility") == Some(json!("world_readable")),
+                "guest_can_join": content("m.room.guest_access", "guest_access") == Some(json!("can_join")),
+                "join_rule": content("m.room.join_rules", "join_rule").unwrap_or(json!("public")),
             });
             for (key, value) in [("name", name), ("topic", topic), ("canonical_alias", alias)] {
                 if let Some(value) = value {
                     entry[key] = value;
                 }
             }
-            if let Some(avatar) = content("m.room.avatar", &rows).get("url").cloned() {
+            if let Some(avatar) = content("m.room.avatar", "url") {
                 entry["avatar_url"] = avatar;
             }
-            if let Some(kind) = content("m.room.create", &rows).get("type").cloned() {
+            if let Some(kind) = content("m.room.create", "type") {
                 entry["room_type"] = kind;
             }
             rooms.push(entry);
