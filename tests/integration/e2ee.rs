@@ -715,3 +715,30 @@ async fn cross_signing_signatures_follow_the_rules_and_user_signing_ones_stay_pr
         .is_string()
     );
 }
+
+/// `*` and an explicit device of the same user in one `sendToDevice`: the named device gets
+/// its own message, the others the `*` one, each exactly once.
+#[tokio::test]
+async fn to_device_for_all_devices_and_one_named_device_delivers_one_message_each() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let alice_phone = alice.login("alice", "password").await;
+    let bob = server.register("bob").await;
+    let (laptop_since, phone_since) = (since(&alice).await, since(&alice_phone).await);
+    let body = json!({ "messages": { alice.user_id.clone(): {
+        "*": { "to": "all" },
+        alice.device_id.clone(): { "to": "laptop" },
+    } } });
+    bob.put("/_matrix/client/v3/sendToDevice/m.test/mixed", body)
+        .await
+        .ok();
+    for (device, since, expected) in [
+        (&alice, laptop_since, "laptop"),
+        (&alice_phone, phone_since, "all"),
+    ] {
+        let view = device.sync(Some(&since), 0, None).await;
+        let events = view["to_device"]["events"].as_array().unwrap();
+        let contents: Vec<&Value> = events.iter().map(|e| &e["content"]["to"]).collect();
+        assert_eq!(contents, [expected], "{}", device.device_id);
+    }
+}
