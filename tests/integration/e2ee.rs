@@ -742,3 +742,57 @@ async fn to_device_for_all_devices_and_one_named_device_delivers_one_message_eac
         assert_eq!(contents, [expected], "{}", device.device_id);
     }
 }
+
+/// Membership changes in a room reach `device_lists` and `/keys/changes` only for those joined
+/// at the time: a banned user or one who rejected an invite learns nobody's comings and goings
+/// there (review finding Q).
+#[tokio::test]
+async fn device_list_left_ignores_rooms_the_user_was_not_joined_to_at_the_change() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let carol = server.register("carol").await;
+    let dave = server.register("dave").await;
+    let room = alice
+        .create_room(json!({ "preset": "private_chat", "invite": [bob.user_id, dave.user_id] }))
+        .await;
+    bob.join(&room).await.ok();
+    alice
+        .room_action(&room, "ban", json!({ "user_id": bob.user_id }))
+        .await
+        .ok();
+    dave.room_action(&room, "leave", json!({})).await.ok();
+    let (bob_from, dave_from) = (since(&bob).await, since(&dave).await);
+
+    alice
+        .room_action(&room, "invite", json!({ "user_id": carol.user_id }))
+        .await
+        .ok();
+    carol.join(&room).await.ok();
+    carol.room_action(&room, "leave", json!({})).await.ok();
+
+    for (user, from) in [(&bob, bob_from), (&dave, dave_from)] {
+        let view = user.sync(Some(&from), 0, None).await;
+        assert_eq!(
+            view["device_lists"]["changed"],
+            json!([]),
+            "{}",
+            user.user_id
+        );
+        assert_eq!(view["device_lists"]["left"], json!([]), "{}", user.user_id);
+        let changes = user
+            .get(&format!(
+                "/_matrix/client/v3/keys/changes?from={}&to={}",
+                enc(&from),
+                enc(view["next_batch"].as_str().unwrap())
+            ))
+            .await
+            .ok();
+        assert_eq!(
+            changes,
+            json!({ "changed": [], "left": [] }),
+            "{}",
+            user.user_id
+        );
+    }
+}
