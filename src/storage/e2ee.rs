@@ -372,8 +372,10 @@ pub async fn get_device_list_changes_for(
     Ok(rows.into_iter().map(|r| r.user_id).collect())
 }
 
-/// Users whose membership changed in `(after, up_to]` (event stream) in rooms `user_id` is or
-/// was in, together with whether they now share a joined room with `user_id`.
+/// Users whose membership changed in `(after, up_to]` (event stream) in rooms `user_id` was
+/// joined to when it changed (a user who left, was banned or rejected an invite learns nothing
+/// of the room's later members), together with whether they now share a joined room with
+/// `user_id`.
 pub async fn get_membership_changes_for(
     mut conn: &AsyncPgConnection,
     user_id: &str,
@@ -393,6 +395,10 @@ pub async fn get_membership_changes_for(
              WHERE e.event_type = 'm.room.member' AND e.stream_ordering > $2
                AND e.stream_ordering <= $3
                AND e.room_id IN (SELECT room_id FROM room_memberships WHERE user_id = $1)
+               AND (SELECT mine.pdu->'content'->>'membership' FROM events mine
+                    WHERE mine.room_id = e.room_id AND mine.event_type = 'm.room.member'
+                      AND mine.state_key = $1 AND mine.stream_ordering <= e.stream_ordering
+                    ORDER BY mine.stream_ordering DESC LIMIT 1) = 'join'
              UNION
              -- Everyone in a room whose membership *I* changed.
              SELECT DISTINCT m.user_id FROM events e

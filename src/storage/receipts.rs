@@ -1,6 +1,6 @@
 //! Read receipts.
 
-use diesel::prelude::*;
+use diesel::{prelude::*, upsert::excluded};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::schema::receipts;
@@ -63,7 +63,7 @@ pub async fn set_receipt(
         return Ok(false);
     }
     let position = super::streams::next_position(conn, super::streams::RECEIPTS).await?;
-    diesel::insert_into(receipts::table)
+    let upsert = diesel::insert_into(receipts::table)
         .values((
             receipts::room_id.eq(receipt.room_id),
             receipts::user_id.eq(receipt.user_id),
@@ -86,10 +86,16 @@ pub async fn set_receipt(
             receipts::event_stream.eq(receipt.event_stream),
             receipts::ts.eq(receipt.ts),
             receipts::stream_ordering.eq(position),
-        ))
-        .execute(&mut conn)
-        .await?;
-    Ok(true)
+        ));
+    // Two first receipts race past the lock above (there is no row to lock yet): the later
+    // commit must not move the receipt back.
+    let stored = diesel::query_dsl::methods::FilterDsl::filter(
+        upsert,
+        receipts::event_stream.lt(excluded(receipts::event_stream)),
+    )
+    .execute(&mut conn)
+    .await?;
+    Ok(stored > 0)
 }
 
 /// Receipts in the given rooms that changed in `(after, up_to]`.

@@ -70,22 +70,3 @@ pub async fn search(
     .load(&mut conn)
     .await
 }
-
-/// How many events match in all.
-pub async fn count(mut conn: &AsyncPgConnection, query: &SearchQuery<'_>) -> QueryResult<i64> {
-    #[derive(QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = BigInt)]
-        n: i64,
-    }
-    let count: Count = diesel::sql_query(format!("SELECT COUNT(*) AS n {MATCHES}"))
-        .bind::<Text, _>(query.term)
-        .bind::<Array<Text>, _>(query.rooms)
-        .bind::<Nullable<Array<Text>>, _>(query.senders)
-        .bind::<Array<Text>, _>(query.not_senders)
-        .bind::<Nullable<Array<Text>>, _>(query.types)
-        .bind::<Array<Text>, _>(query.not_types)
-        .get_result(&mut conn)
-        .await?;
-    Ok(count.n)
-}

@@ -529,3 +529,270 @@ async fn key_backup_keeps_the_better_copy_of_each_session() {
         .await
         .assert_error(404, "M_NOT_FOUND");
 }
+
+/// A user's device key and cross-signing keys, uploaded.
+struct CrossSigning {
+    device: Signer,
+    master: Signer,
+    self_signing: Signer,
+    user_signing: Signer,
+}
+
+async fn set_up_cross_signing(client: &Client) -> CrossSigning {
+    let keys = CrossSigning {
+        device: Signer::new(Some(&client.device_id)),
+        master: Signer::new(None),
+        self_signing: Signer::new(None),
+        user_signing: Signer::new(None),
+    };
+    upload(
+        client,
+        json!({ "device_keys": device_keys(client, &keys.device) }),
+    )
+    .await
+    .ok();
+    let key = |signer: &Signer, usage: &str| json!({ "user_id": client.user_id, "usage": [usage], "keys": { signer.key_id(): signer.public } });
+    let body = json!({
+        "master_key": key(&keys.master, "master"),
+        "self_signing_key": keys.master.sign(&client.user_id, key(&keys.self_signing, "self_signing")),
+        "user_signing_key": keys.master.sign(&client.user_id, key(&keys.user_signing, "user_signing")),
+    });
+    client
+        .post("/_matrix/client/v3/keys/device_signing/upload", body)
+        .await
+        .ok();
+    keys
+}
+
+/// `/keys/signatures/upload` takes only what the spec's cross-signing allows; signatures a
+/// user-signing key made are shown to their maker only; refused signatures change no one's
+/// device list.
+#[tokio::test]
+async fn cross_signing_signatures_follow_the_rules_and_user_signing_ones_stay_private() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let carol = server.register("carol").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    carol.join(&room).await.ok();
+    let a = set_up_cross_signing(&alice).await;
+    let b = set_up_cross_signing(&bob).await;
+    let seen = query(&alice, &[&alice.user_id, &bob.user_id]).await;
+    let master_of = |user: &str| seen["master_keys"][user].clone();
+    let self_signing_of = |user: &str| seen["self_signing_keys"][user].clone();
+    let sign_up = |signer: &Client, target: &Client, key_id: &str, object: Value| {
+        let body = json!({ target.user_id.clone(): { key_id: object } });
+        let signer = signer.clone();
+        let target = target.user_id.clone();
+        let key_id = key_id.to_owned();
+        async move {
+            let answer = signer
+                .post("/_matrix/client/v3/keys/signatures/upload", body)
+                .await
+                .ok();
+            answer["failures"][&target][&key_id]["errcode"].clone()
+        }
+    };
+    let carol_since = since(&carol).await;
+
+    // Refused: each valid signature by a key that may not sign that key.
+    let refused = [
+        // Another user's device, by the user-signing key or a device.
+        (
+            &bob,
+            &alice,
+            alice.device_id.clone(),
+            b.user_signing
+                .sign(&bob.user_id, device_keys(&alice, &a.device)),
+        ),
+        (
+            &bob,
+            &alice,
+            alice.device_id.clone(),
+            b.device.sign(&bob.user_id, device_keys(&alice, &a.device)),
+        ),
+        // Another user's master key by anything but the user-signing key.
+        (
+            &bob,
+            &alice,
+            a.master.public.clone(),
+            b.self_signing.sign(&bob.user_id, master_of(&alice.user_id)),
+        ),
+        (
+            &bob,
+            &alice,
+            a.master.public.clone(),
+            b.device.sign(&bob.user_id, master_of(&alice.user_id)),
+        ),
+        // Another user's self-signing key, even by the user-signing key.
+        (
+            &bob,
+            &alice,
+            a.self_signing.public.clone(),
+            b.user_signing
+                .sign(&bob.user_id, self_signing_of(&alice.user_id)),
+        ),
+        // One's own device by anything but the self-signing key.
+        (
+            &alice,
+            &alice,
+            alice.device_id.clone(),
+            a.master
+                .sign(&alice.user_id, device_keys(&alice, &a.device)),
+        ),
+        (
+            &alice,
+            &alice,
+            alice.device_id.clone(),
+            a.user_signing
+                .sign(&alice.user_id, device_keys(&alice, &a.device)),
+        ),
+        // One's own master key by the user-signing key.
+        (
+            &alice,
+            &alice,
+            a.master.public.clone(),
+            a.user_signing
+                .sign(&alice.user_id, master_of(&alice.user_id)),
+        ),
+    ];
+    for (i, (signer, target, key_id, object)) in refused.into_iter().enumerate() {
+        assert_eq!(
+            sign_up(signer, target, &key_id, object).await,
+            "M_FORBIDDEN",
+            "refused signature {i}"
+        );
+    }
+    let view = carol.sync(Some(&carol_since), 0, None).await;
+    assert_eq!(
+        view["device_lists"]["changed"],
+        json!([]),
+        "refused signatures mark no device list changed"
+    );
+    let seen_by_carol = query(&carol, &[&alice.user_id, &bob.user_id]).await;
+    let alice_device = &seen_by_carol["device_keys"][&alice.user_id][&alice.device_id];
+    assert!(alice_device["signatures"].get(&bob.user_id).is_none());
+
+    // Accepted: Alice's user-signing key on Bob's master key, her device on her master key,
+    // her self-signing key on her device.
+    let accepted = [
+        (
+            &bob,
+            b.master.public.clone(),
+            a.user_signing.sign(&alice.user_id, master_of(&bob.user_id)),
+        ),
+        (
+            &alice,
+            a.master.public.clone(),
+            a.device.sign(&alice.user_id, master_of(&alice.user_id)),
+        ),
+        (
+            &alice,
+            alice.device_id.clone(),
+            a.self_signing
+                .sign(&alice.user_id, device_keys(&alice, &a.device)),
+        ),
+    ];
+    for (target, key_id, object) in accepted {
+        assert_eq!(sign_up(&alice, target, &key_id, object).await, Value::Null);
+    }
+    let usk_signature = |view: &Value| {
+        view["master_keys"][&bob.user_id]["signatures"][&alice.user_id][a.user_signing.key_id()]
+            .clone()
+    };
+    assert!(usk_signature(&query(&alice, &[&bob.user_id]).await).is_string());
+    assert!(usk_signature(&query(&bob, &[&bob.user_id]).await).is_null());
+    assert!(usk_signature(&query(&carol, &[&bob.user_id]).await).is_null());
+    let own = query(&carol, &[&alice.user_id]).await;
+    assert!(
+        own["master_keys"][&alice.user_id]["signatures"][&alice.user_id][a.device.key_id()]
+            .is_string()
+    );
+    assert!(
+        own["device_keys"][&alice.user_id][&alice.device_id]["signatures"][&alice.user_id]
+            [a.self_signing.key_id()]
+        .is_string()
+    );
+}
+
+/// `*` and an explicit device of the same user in one `sendToDevice`: the named device gets
+/// its own message, the others the `*` one, each exactly once.
+#[tokio::test]
+async fn to_device_for_all_devices_and_one_named_device_delivers_one_message_each() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let alice_phone = alice.login("alice", "password").await;
+    let bob = server.register("bob").await;
+    let (laptop_since, phone_since) = (since(&alice).await, since(&alice_phone).await);
+    let body = json!({ "messages": { alice.user_id.clone(): {
+        "*": { "to": "all" },
+        alice.device_id.clone(): { "to": "laptop" },
+    } } });
+    bob.put("/_matrix/client/v3/sendToDevice/m.test/mixed", body)
+        .await
+        .ok();
+    for (device, since, expected) in [
+        (&alice, laptop_since, "laptop"),
+        (&alice_phone, phone_since, "all"),
+    ] {
+        let view = device.sync(Some(&since), 0, None).await;
+        let events = view["to_device"]["events"].as_array().unwrap();
+        let contents: Vec<&Value> = events.iter().map(|e| &e["content"]["to"]).collect();
+        assert_eq!(contents, [expected], "{}", device.device_id);
+    }
+}
+
+/// Membership changes in a room reach `device_lists` and `/keys/changes` only for those joined
+/// at the time: a banned user or one who rejected an invite learns nobody's comings and goings
+/// there (review finding Q).
+#[tokio::test]
+async fn device_list_left_ignores_rooms_the_user_was_not_joined_to_at_the_change() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let carol = server.register("carol").await;
+    let dave = server.register("dave").await;
+    let room = alice
+        .create_room(json!({ "preset": "private_chat", "invite": [bob.user_id, dave.user_id] }))
+        .await;
+    bob.join(&room).await.ok();
+    alice
+        .room_action(&room, "ban", json!({ "user_id": bob.user_id }))
+        .await
+        .ok();
+    dave.room_action(&room, "leave", json!({})).await.ok();
+    let (bob_from, dave_from) = (since(&bob).await, since(&dave).await);
+
+    alice
+        .room_action(&room, "invite", json!({ "user_id": carol.user_id }))
+        .await
+        .ok();
+    carol.join(&room).await.ok();
+    carol.room_action(&room, "leave", json!({})).await.ok();
+
+    for (user, from) in [(&bob, bob_from), (&dave, dave_from)] {
+        let view = user.sync(Some(&from), 0, None).await;
+        assert_eq!(
+            view["device_lists"]["changed"],
+            json!([]),
+            "{}",
+            user.user_id
+        );
+        assert_eq!(view["device_lists"]["left"], json!([]), "{}", user.user_id);
+        let changes = user
+            .get(&format!(
+                "/_matrix/client/v3/keys/changes?from={}&to={}",
+                enc(&from),
+                enc(view["next_batch"].as_str().unwrap())
+            ))
+            .await
+            .ok();
+        assert_eq!(
+            changes,
+            json!({ "changed": [], "left": [] }),
+            "{}",
+            user.user_id
+        );
+    }
+}

@@ -149,3 +149,51 @@ async fn bad_receipts_get_matrix_errors() {
     let bad_type = receipt(&alice, &room, "m.bogus", &event).await;
     assert_eq!(bad_type.status, 400, "{}", bad_type.body);
 }
+
+/// Two first receipts racing (no row to lock yet) never leave the receipt on the older event.
+#[tokio::test]
+async fn racing_first_receipts_never_leave_the_older_event() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let mut rooms = Vec::new();
+    for i in 0..16 {
+        let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+        bob.join(&room).await.ok();
+        let mut events = Vec::new();
+        for n in 0..2 {
+            let sent = alice.send_text(&room, &format!("{i}-{n}"), "x").await.ok();
+            events.push(sent["event_id"].as_str().unwrap().to_owned());
+        }
+        rooms.push((room, events));
+    }
+    let kinds = ["m.read", "m.read.private"];
+    let races = rooms.iter().flat_map(|(room, events)| {
+        kinds.map(|kind| {
+            let bob = &bob;
+            async move {
+                // The newer one first, so the older one usually commits second.
+                let (newer, older) = tokio::join!(
+                    receipt(bob, room, kind, &events[1]),
+                    receipt(bob, room, kind, &events[0]),
+                );
+                newer.ok();
+                older.ok();
+            }
+        })
+    });
+    futures_util::future::join_all(races).await;
+    let view = bob.sync(None, 0, None).await;
+    for (room, events) in &rooms {
+        let room_receipts = receipts(&view, room);
+        for kind in kinds {
+            let read: Vec<&String> = room_receipts
+                .iter()
+                .flat_map(|r| r["content"].as_object().unwrap().iter())
+                .filter(|(_, by)| by[kind].get(bob.user_id.as_str()).is_some())
+                .map(|(event, _)| event)
+                .collect();
+            assert_eq!(read, [&events[1]], "{kind} in {room}");
+        }
+    }
+}

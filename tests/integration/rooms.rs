@@ -471,6 +471,50 @@ async fn aliases_canonical_alias_and_directory() {
         .assert_error(404, "M_NOT_FOUND");
 }
 
+/// Power to change the canonical alias deletes aliases only while its holder is in the room
+/// (review finding R).
+#[tokio::test]
+async fn a_moderator_who_left_or_was_banned_cannot_delete_aliases() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({
+            "preset": "public_chat",
+            "power_level_content_override": { "users": { bob.user_id.clone(): 50 } },
+        }))
+        .await;
+    bob.join(&room).await.ok();
+    let alias_path = |alias: &str| format!("/_matrix/client/v3/directory/room/{}", enc(alias));
+    for name in ["first", "second", "third"] {
+        alice
+            .put(&alias_path(&alias(name)), json!({ "room_id": room }))
+            .await
+            .ok();
+    }
+    // While joined, the power is enough.
+    bob.delete(&alias_path(&alias("first")), json!({}))
+        .await
+        .ok();
+
+    bob.room_action(&room, "leave", json!({})).await.ok();
+    bob.delete(&alias_path(&alias("second")), json!({}))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    bob.join(&room).await.ok();
+    alice
+        .room_action(&room, "ban", json!({ "user_id": bob.user_id }))
+        .await
+        .ok();
+    bob.delete(&alias_path(&alias("third")), json!({}))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    for name in ["second", "third"] {
+        let resolved = server.client().get(&alias_path(&alias(name))).await.ok();
+        assert_eq!(resolved["room_id"], room.as_str(), "{name} is still there");
+    }
+}
+
 #[tokio::test]
 async fn user_directory_finds_users_sharing_a_room() {
     let server = TestServer::start().await;

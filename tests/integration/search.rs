@@ -166,3 +166,31 @@ async fn history_from_before_joining_a_joined_only_room_is_not_searchable() {
     let all = search(&alice, json!({ "search_term": "otter" })).await;
     assert_eq!(bodies(&all).len(), 2);
 }
+
+/// `count` counts only results the searcher may see: history from before they joined a
+/// `joined`-visibility room does not show up in it (review finding W).
+#[tokio::test]
+async fn search_count_tells_nothing_about_invisible_history() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({
+            "preset": "public_chat",
+            "initial_state": [{ "type": "m.room.history_visibility", "state_key": "", "content": { "history_visibility": "joined" } }],
+        }))
+        .await;
+    alice.send_text(&room, "1", "merger with acme").await.ok();
+    alice.send_text(&room, "2", "acme again").await.ok();
+    bob.join(&room).await.ok();
+    let before_joining = search(&bob, json!({ "search_term": "acme" })).await;
+    assert_eq!(bodies(&before_joining), Vec::<String>::new());
+    assert_eq!(before_joining["count"], 0);
+
+    alice.send_text(&room, "3", "acme is public now").await.ok();
+    let after = search(&bob, json!({ "search_term": "acme" })).await;
+    assert_eq!(bodies(&after), ["acme is public now"]);
+    assert_eq!(after["count"], 1);
+    let everything = search(&alice, json!({ "search_term": "acme" })).await;
+    assert_eq!(everything["count"], 3);
+}

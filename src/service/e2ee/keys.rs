@@ -194,8 +194,18 @@ impl Keys {
                 .or_default()
                 .push(row);
         }
+        // A signature across users is a user-signing key's signature of another user's master
+        // key: only its signer sees it (the spec keeps the user-signing key's work private).
         let with_signatures = |user: &str, key_id: &str, mut key: Value| {
-            for row in extra.get(&(user, key_id)).into_iter().flatten() {
+            let visible = |row: &&&SignatureRow| {
+                row.signer_user_id == row.target_user_id || row.signer_user_id == requester.as_str()
+            };
+            for row in extra
+                .get(&(user, key_id))
+                .into_iter()
+                .flatten()
+                .filter(visible)
+            {
                 key["signatures"][&row.signer_user_id][&row.signer_key_id] =
                     Value::from(row.signature.as_str());
             }
@@ -318,8 +328,9 @@ impl Keys {
     }
 
     /// `/keys/signatures/upload`: each signed object must match the stored key it signs and
-    /// carry a valid signature by one of the caller's keys (a device key, the self-signing key
-    /// or the user-signing key). Returns the per-key failures.
+    /// carry a valid new signature by a key that may sign it (see [`allowed_signers`]).
+    /// Returns the per-key failures; only users with an accepted signature have their device
+    /// list marked changed.
     pub async fn upload_signatures(
         &self,
         signer: &UserId,
@@ -330,22 +341,20 @@ impl Keys {
         users.push(signer.to_string());
         let devices = store::get_device_keys(&conn, &users).await?;
         let cross = store::get_cross_signing_keys(&conn, &users).await?;
-        // The caller's keys that may sign: key ID -> public key.
-        let mut signing_keys: HashMap<String, String> = HashMap::new();
+        // The caller's keys: key ID -> (public key, what it is).
+        let mut signing_keys: HashMap<String, (String, KeyKind)> = HashMap::new();
         for (user, device, keys, _) in &devices {
             if user == signer.as_str() {
                 let id = format!("ed25519:{device}");
                 if let Some(public) = public_key(keys, &id) {
-                    signing_keys.insert(id, public.to_owned());
+                    signing_keys.insert(id, (public.to_owned(), KeyKind::Device));
                 }
             }
         }
         for (user, kind, key) in &cross {
-            if user == signer.as_str()
-                && (kind == SELF_SIGNING || kind == USER_SIGNING || kind == MASTER)
-            {
+            if user == signer.as_str() {
                 if let Some((id, public)) = cross_signing_public_key(key) {
-                    signing_keys.insert(id, public);
+                    signing_keys.insert(id, (public, KeyKind::cross_signing(kind)));
                 }
             }
         }
@@ -360,16 +369,17 @@ impl Keys {
         let mut failures: Map<String, Value> = Map::new();
         let mut accepted = Vec::new();
         for (target_user, objects) in signed {
+            let own = target_user == signer.as_str();
             for (key_id, object) in objects {
                 let stored = devices
                     .iter()
                     .find(|(u, d, _, _)| u == target_user && d == key_id)
-                    .map(|(_, _, keys, _)| keys)
+                    .map(|(_, _, keys, _)| (keys, KeyKind::Device))
                     .or_else(|| {
-                        cross.iter().find_map(|(u, _, key)| {
+                        cross.iter().find_map(|(u, kind, key)| {
                             (u == target_user
                                 && cross_signing_public_key(key).is_some_and(|(_, p)| &p == key_id))
-                            .then_some(key)
+                            .then(|| (key, KeyKind::cross_signing(kind)))
                         })
                     });
                 let mut fail = |errcode: &str, error: &str| {
@@ -378,10 +388,22 @@ impl Keys {
                         .or_insert_with(|| json!({}))[key_id] =
                         json!({ "errcode": errcode, "error": error });
                 };
-                let Some(stored) = stored else {
+                let Some((stored, target_kind)) = stored else {
                     fail("M_NOT_FOUND", "No such key");
                     continue;
                 };
+                let allowed = allowed_signers(own, target_kind);
+                if allowed.is_empty() {
+                    fail(
+                        "M_FORBIDDEN",
+                        if own {
+                            "Your cross-signing keys are signed by uploading them"
+                        } else {
+                            "Of another user's keys you may only sign their master key"
+                        },
+                    );
+                    continue;
+                }
                 if strip(stored) != strip(object) {
                     fail(
                         "M_INVALID_SIGNATURE",
@@ -397,12 +419,16 @@ impl Keys {
                     .and_then(Value::as_object)
                     .cloned()
                     .unwrap_or_default();
-                let mut any = false;
+                let (mut any, mut refused) = (false, false);
                 for (signer_key_id, signature) in &signatures {
-                    let Some(public) = signing_keys.get(signer_key_id) else {
+                    let Some((public, signer_kind)) = signing_keys.get(signer_key_id) else {
                         continue;
                     };
                     if stored["signatures"][signer.as_str()][signer_key_id] == *signature {
+                        continue;
+                    }
+                    if !allowed.contains(signer_kind) {
+                        refused = true;
                         continue;
                     }
                     if !has_valid_signature(object, signer.as_str(), signer_key_id, public) {
@@ -417,7 +443,20 @@ impl Keys {
                         signature: signature.as_str().unwrap_or_default().to_owned(),
                     });
                 }
-                if !any {
+                if !any && refused {
+                    fail(
+                        "M_FORBIDDEN",
+                        match (own, target_kind) {
+                            (true, KeyKind::Device) => {
+                                "Only your self-signing key signs your devices"
+                            }
+                            (true, _) => "Only your devices or master key sign your master key",
+                            (false, _) => {
+                                "Only your user-signing key signs other users' master keys"
+                            }
+                        },
+                    );
+                } else if !any {
                     fail(
                         "M_INVALID_SIGNATURE",
                         "No valid new signature by one of your keys",
@@ -452,6 +491,40 @@ impl Keys {
     ) -> Result<(Vec<String>, Vec<String>)> {
         let conn = self.db.conn().await?;
         device_list_delta(&conn, user_id.as_str(), device_lists, events).await
+    }
+}
+
+/// What a key is, as a signer or as the key signed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyKind {
+    Device,
+    Master,
+    SelfSigning,
+    UserSigning,
+}
+
+impl KeyKind {
+    /// The kind of a stored cross-signing key (`master`, `self_signing`, `user_signing`).
+    fn cross_signing(kind: &str) -> Self {
+        match kind {
+            MASTER => KeyKind::Master,
+            SELF_SIGNING => KeyKind::SelfSigning,
+            _ => KeyKind::UserSigning,
+        }
+    }
+}
+
+/// Which of the signer's keys may sign a key through `/keys/signatures/upload`, as the spec's
+/// cross-signing rules say: the self-signing key signs the user's own devices, devices (and
+/// the master key itself) sign the user's own master key, and the user-signing key signs
+/// other users' master keys. Nothing signs the other cross-signing keys this way (the master
+/// key signs them on upload) or other users' devices.
+fn allowed_signers(own: bool, target: KeyKind) -> &'static [KeyKind] {
+    match (own, target) {
+        (true, KeyKind::Device) => &[KeyKind::SelfSigning],
+        (true, KeyKind::Master) => &[KeyKind::Device, KeyKind::Master],
+        (false, KeyKind::Master) => &[KeyKind::UserSigning],
+        _ => &[],
     }
 }
 

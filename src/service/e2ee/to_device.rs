@@ -1,5 +1,7 @@
 //! `sendToDevice` and the per-device inboxes `/sync` delivers from.
 
+use std::collections::BTreeMap;
+
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use ruma::{OwnedServerName, UserId};
 use serde_json::{json, Value};
@@ -26,7 +28,8 @@ impl ToDevice {
     }
 
     /// `PUT /sendToDevice/{eventType}/{txnId}`: `messages` is user -> device (or `*`) ->
-    /// content. Idempotent per sending device and `txnId`. Messages for remote users are
+    /// content; a device named as well as covered by `*` gets only its own message.
+    /// Idempotent per sending device and `txnId`. Messages for remote users are
     /// dropped (no federation yet); unknown local devices are skipped.
     pub async fn send(
         &self,
@@ -52,15 +55,19 @@ impl ToDevice {
                     return Err(Error::bad_json("messages must map users to devices"));
                 };
                 let known = devices::get_device_ids(conn, user).await?;
+                // One message per device: one addressed to the device itself wins over `*`.
+                let mut for_user: BTreeMap<&String, &Value> = BTreeMap::new();
                 for (device, content) in per_device {
-                    let targets: Vec<&String> = if device == "*" {
-                        known.iter().collect()
-                    } else {
-                        known.iter().filter(|d| *d == device).collect()
-                    };
-                    for target in targets {
-                        deliveries.push((user.clone(), target.clone(), content.clone()));
+                    if device == "*" {
+                        for target in &known {
+                            for_user.entry(target).or_insert(content);
+                        }
+                    } else if let Some(target) = known.iter().find(|d| *d == device) {
+                        for_user.insert(target, content);
                     }
+                }
+                for (target, content) in for_user {
+                    deliveries.push((user.clone(), target.clone(), content.clone()));
                 }
             }
             store::deliver(conn, sender.as_str(), event_type, &deliveries).await?;

@@ -60,7 +60,9 @@ impl Rooms {
         RoomId::parse(room_id).map_err(Error::internal)
     }
 
-    /// Deletes an alias: its creator, a server admin, or a room member allowed to change the canonical alias.
+    /// Deletes an alias: its creator, a server admin, or a current member of the room allowed
+    /// to change the canonical alias (as Synapse: power left behind after a ban or a leave
+    /// does not count).
     pub async fn delete_alias(&self, caller: &Caller, alias: &RoomAliasId) -> Result<()> {
         let conn = self.db.conn().await?;
         let (room_id, creator) = store::get_alias(&conn, alias.as_str())
@@ -69,9 +71,10 @@ impl Rooms {
         let room_id = RoomId::parse(room_id).map_err(Error::internal)?;
         let allowed = caller.is_admin
             || creator == caller.user_id.as_str()
-            || self
-                .can_send_state(&conn, &room_id, &caller.user_id, "m.room.canonical_alias")
-                .await?;
+            || (self.is_joined(&conn, &room_id, &caller.user_id).await?
+                && self
+                    .can_send_state(&conn, &room_id, &caller.user_id, "m.room.canonical_alias")
+                    .await?);
         if !allowed {
             return Err(Error::forbidden("You may not delete this alias"));
         }

@@ -22,6 +22,10 @@ use crate::{
 const DEFAULT_LIMIT: i64 = 10;
 /// Most results per page.
 const MAX_LIMIT: i64 = 50;
+/// `count` is the number of visible matches among the newest this many (the spec calls the
+/// count approximate; counting only what the user may see keeps it from telling them what
+/// the history they cannot see contains).
+const MAX_COUNTED: i64 = 1000;
 
 /// A parsed `room_events` search.
 struct Criteria {
@@ -156,12 +160,21 @@ impl Rooms {
             by_rank: criteria.by_rank,
         };
         let hits = store::search(&conn, &query, offset, limit).await?;
-        let count = store::count(&conn, &query).await?;
         let ids: Vec<String> = hits.iter().map(|h| h.event_id.clone()).collect();
         let ranks: HashMap<&str, f32> =
             hits.iter().map(|h| (h.event_id.as_str(), h.rank)).collect();
         let mut visibility = Visibility::new(user_id);
         let visible = visibility.filter_ids(&conn, &ids).await?;
+        let newest = SearchQuery {
+            by_rank: false,
+            ..query
+        };
+        let matching: Vec<String> = store::search(&conn, &newest, 0, MAX_COUNTED)
+            .await?
+            .into_iter()
+            .map(|hit| hit.event_id)
+            .collect();
+        let count = visibility.filter_ids(&conn, &matching).await?.len();
         let mut rules_by_room = HashMap::new();
 
         let context_filter = EventFilter::default();
