@@ -76,6 +76,49 @@ async fn account_data_round_trips_globally_and_per_room() {
 }
 
 #[tokio::test]
+async fn extreme_floats_in_stored_json_read_back_exactly() {
+    let server = TestServer::start().await;
+    let mia = server.register("mia").await;
+    // PostgreSQL's jsonb prints these as long decimals; reading them back must give the same
+    // number, not an out-of-range error (a 500 on every later read) or a neighbour.
+    let numbers = json!([
+        f64::MAX,
+        -f64::MAX,
+        f64::MIN_POSITIVE,
+        5e-324,
+        -1.862_057_149_810_556e-309,
+        0.1
+    ]);
+    mia.put(
+        "/_matrix/client/v3/user/@mia:localhost/account_data/x.floats",
+        json!({ "n": numbers }),
+    )
+    .await
+    .ok();
+    let stored = mia
+        .get("/_matrix/client/v3/user/@mia:localhost/account_data/x.floats")
+        .await
+        .ok();
+    assert_eq!(stored["n"], numbers);
+    let version = mia
+        .post(
+            "/_matrix/client/v3/room_keys/version",
+            json!({ "algorithm": "m.megolm_backup.v1.curve25519-aes-sha2",
+                    "auth_data": { "public_key": "k", "n": numbers } }),
+        )
+        .await
+        .ok();
+    let backup = mia
+        .get(&format!(
+            "/_matrix/client/v3/room_keys/version/{}",
+            version["version"].as_str().unwrap()
+        ))
+        .await
+        .ok();
+    assert_eq!(backup["auth_data"]["n"], numbers);
+}
+
+#[tokio::test]
 async fn filters_are_stored_validated_and_private() {
     let server = TestServer::start().await;
     let olga = server.register("olga").await;
