@@ -76,6 +76,38 @@ async fn account_data_round_trips_globally_and_per_room() {
 }
 
 #[tokio::test]
+async fn the_whole_profile_is_limited_to_64_kib() {
+    let server = TestServer::start().await;
+    let mia = server.register("mia").await;
+    let field = |name: &str| format!("/_matrix/client/v3/profile/@mia:localhost/{name}");
+    let big = "x".repeat(20 * 1024);
+    for name in ["org.example.a", "org.example.b", "org.example.c"] {
+        mia.put(&field(name), json!({ name: big })).await.ok();
+    }
+    mia.put(&field("org.example.d"), json!({ "org.example.d": big }))
+        .await
+        .assert_error(400, "M_PROFILE_TOO_LARGE");
+    mia.put(
+        &field("org.example.e"),
+        json!({ "org.example.e": "x".repeat(70 * 1024) }),
+    )
+    .await
+    .assert_error(400, "M_PROFILE_TOO_LARGE");
+    let profile = mia
+        .get("/_matrix/client/v3/profile/@mia:localhost")
+        .await
+        .ok();
+    assert!(profile.get("org.example.d").is_none(), "nothing written");
+    // Replacing a field counts its new size, not both.
+    mia.put(
+        &field("org.example.a"),
+        json!({ "org.example.a": "x".repeat(21 * 1024) }),
+    )
+    .await
+    .ok();
+}
+
+#[tokio::test]
 async fn extreme_floats_in_stored_json_read_back_exactly() {
     let server = TestServer::start().await;
     let mia = server.register("mia").await;
