@@ -23,6 +23,7 @@ pub async fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::R
             .app_data(data.clone())
             .configure(api::configure)
             .default_service(web::to(api::unknown_path))
+            .wrap(from_fn(api::middleware::refuse_nul))
             .wrap(from_fn(api::middleware::cors))
             .wrap(from_fn(api::middleware::trace))
     })

@@ -1,4 +1,5 @@
-//! Request middleware: CORS on every response and one tracing span per request.
+//! Request middleware: CORS on every response, one tracing span per request, and no U+0000 in
+//! a path or query string.
 
 use std::time::Instant;
 
@@ -10,12 +11,12 @@ use actix_web::{
         Method, StatusCode,
     },
     middleware::Next,
-    HttpMessage, HttpResponse,
+    HttpMessage, HttpResponse, ResponseError,
 };
 use tracing::Instrument;
 
 use super::ruma::RouteTemplate;
-use crate::service::sessions::Caller;
+use crate::{error::Error, service::sessions::Caller};
 
 const CORS_HEADERS: [(&str, &str); 3] = [
     ("access-control-allow-origin", "*"),
@@ -51,6 +52,22 @@ pub async fn cors(
     let mut response = next.call(req).await?.map_into_boxed_body();
     add_cors(response.headers_mut());
     Ok(response)
+}
+
+/// Refuses, for every route, a path or query string that decodes to U+0000 with 400
+/// `M_INVALID_PARAM`: no Matrix identifier, event type, transaction ID or token contains it, and
+/// PostgreSQL `text` cannot store it.
+pub async fn refuse_nul(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let decodes_to_nul = |s: &str| percent_encoding::percent_decode_str(s).any(|b| b == 0);
+    let uri = req.uri();
+    if decodes_to_nul(uri.path()) || uri.query().is_some_and(decodes_to_nul) {
+        let error = Error::invalid_param("The path and query must not contain U+0000 (NUL)");
+        return Ok(req.into_response(error.error_response()));
+    }
+    Ok(next.call(req).await?.map_into_boxed_body())
 }
 
 /// Runs the request in a span and logs method, route template, status, latency and user.

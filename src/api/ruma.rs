@@ -105,6 +105,44 @@ pub async fn read_body(req: &HttpRequest, payload: &mut Payload, limit: usize) -
     Ok(body)
 }
 
+/// Reads a JSON request body (see [`read_body`]) and refuses one with U+0000 in any string.
+async fn read_json_body(req: &HttpRequest, payload: &mut Payload) -> Result<Vec<u8>> {
+    let services = services(req)?;
+    let body = read_body(req, payload, services.config.max_request_size).await?;
+    refuse_nul_strings(&body)?;
+    Ok(body)
+}
+
+/// Refuses a JSON body with U+0000 in a string, key or value, with 400 `M_BAD_JSON`: PostgreSQL
+/// `jsonb` and `text` cannot store it. Only a body whose bytes contain the escape `\u0000` is
+/// parsed to confirm (in `"\\u0000"` the escape is a backslash, followed by plain text). A
+/// body that does not parse is left to the parse that follows, which names the error.
+fn refuse_nul_strings(body: &[u8]) -> Result<()> {
+    const ESCAPE: &[u8] = b"\\u0000";
+    if !body.windows(ESCAPE.len()).any(|w| w == ESCAPE) {
+        return Ok(());
+    }
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(value) if contains_nul(&value) => Err(Error::bad_json(
+            "Strings in the request body must not contain U+0000 (NUL)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Whether any string in a JSON value, object keys included, contains U+0000.
+fn contains_nul(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(contains_nul),
+        Value::Object(map) => map
+            .iter()
+            .any(|(key, value)| key.contains('\0') || contains_nul(value)),
+        _ => false,
+    }
+}
+
 /// The access token of a request: `Authorization: Bearer` or the deprecated query parameter.
 fn access_token(req: &HttpRequest) -> Result<Option<String>> {
     if let Some(header) = req.headers().get("authorization") {
@@ -216,7 +254,7 @@ where
         let mut payload = payload.take();
         Box::pin(async move {
             let services = services(&req)?;
-            let body = read_body(&req, &mut payload, services.config.max_request_size).await?;
+            let body = read_json_body(&req, &mut payload).await?;
             let scheme = TypeId::of::<T::Authentication>();
             let caller = if scheme == TypeId::of::<AccessToken>() {
                 authenticate(&req, &services, true).await?
@@ -276,8 +314,7 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
         let req = req.clone();
         let mut payload = payload.take();
         Box::pin(async move {
-            let services = services(&req)?;
-            let body = read_body(&req, &mut payload, services.config.max_request_size).await?;
+            let body = read_json_body(&req, &mut payload).await?;
             let body = if body.is_empty() {
                 b"{}".to_vec()
             } else {
@@ -308,5 +345,26 @@ impl FromRequest for Authenticated {
                 .ok_or_else(Error::missing_token)?;
             Ok(Authenticated(caller))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuse_nul_strings;
+
+    #[test]
+    fn nul_in_any_string_is_refused() {
+        assert!(refuse_nul_strings(br#"{"body":"a\u0000b"}"#).is_err());
+        assert!(refuse_nul_strings(br#"{"a\u0000":1}"#).is_err());
+        assert!(refuse_nul_strings(br#"[[{"x":["\u0000"]}]]"#).is_err());
+    }
+
+    #[test]
+    fn escaped_backslash_and_other_escapes_pass() {
+        assert!(refuse_nul_strings(br#"{"body":"a\\u0000b"}"#).is_ok());
+        assert!(refuse_nul_strings(br#"{"body":"\u0001 \ud83d\ude00"}"#).is_ok());
+        assert!(refuse_nul_strings(b"").is_ok());
+        // Not JSON: the parse that follows reports it.
+        assert!(refuse_nul_strings(br#"{"body":"\u0000"#).is_ok());
     }
 }

@@ -19,6 +19,9 @@ use crate::{
     storage::{devices, is_unique_violation, now_ms, users, Db},
 };
 
+/// Largest a whole profile may be, serialized as one JSON object (spec: 64 KiB).
+pub const MAX_PROFILE_BYTES: usize = 64 * 1024;
+
 /// What a new login (or registration with login) hands back to the client.
 #[derive(Debug, Clone)]
 pub struct LoginSession {
@@ -404,12 +407,29 @@ impl Users {
         field: &str,
         value: Option<&Value>,
     ) -> Result<()> {
-        let conn = self.db.conn().await?;
-        match value {
-            Some(value) => users::set_profile_field(&conn, user_id.as_str(), field, value).await?,
-            None => users::delete_profile_fields(&conn, user_id.as_str(), Some(field)).await?,
-        }
-        Ok(())
+        let mut conn = self.db.conn().await?;
+        let Some(value) = value else {
+            users::delete_profile_fields(&conn, user_id.as_str(), Some(field)).await?;
+            return Ok(());
+        };
+        conn.transaction::<_, Error, _>(async |conn| {
+            users::lock_user(conn, user_id.as_str()).await?;
+            let mut profile: serde_json::Map<String, Value> =
+                users::get_profile(conn, user_id.as_str())
+                    .await?
+                    .into_iter()
+                    .collect();
+            profile.insert(field.to_owned(), value.clone());
+            if serde_json::to_vec(&profile).map_or(usize::MAX, |v| v.len()) > MAX_PROFILE_BYTES {
+                return Err(Error::matrix(
+                    actix_web::http::StatusCode::BAD_REQUEST,
+                    "M_PROFILE_TOO_LARGE",
+                    "The profile would be larger than 64 KiB",
+                ));
+            }
+            Ok(users::set_profile_field(conn, user_id.as_str(), field, value).await?)
+        })
+        .await
     }
 
     /// All devices of a user.

@@ -243,30 +243,58 @@ pub async fn get_room_events_between(
         .await
 }
 
-/// The event of a room closest to a timestamp, in the given direction.
-pub async fn get_event_near_ts(
+/// Events of a room ordered by distance from a timestamp in one direction: with
+/// `origin_server_ts >= ts` oldest first (`forward`), else `<= ts` newest first. Ties go by
+/// stream position; `after` is the `(origin_server_ts, stream_ordering)` of the last event of
+/// the previous page, to continue from.
+pub async fn get_events_near_ts(
     mut conn: &AsyncPgConnection,
     room_id: &str,
     ts: i64,
     forward: bool,
-) -> QueryResult<Option<(String, i64)>> {
+    after: Option<(i64, i64)>,
+    limit: i64,
+) -> QueryResult<Vec<EventRow>> {
     let query = events::table
         .filter(events::room_id.eq(room_id))
-        .select((events::event_id, events::origin_server_ts));
+        .select(EventRow::as_select())
+        .limit(limit)
+        .into_boxed();
     if forward {
+        let (from_ts, from_pos) = after.unwrap_or((ts, i64::MIN));
         query
             .filter(events::origin_server_ts.ge(ts))
-            .order(events::origin_server_ts.asc())
-            .first(&mut conn)
+            .filter(
+                events::origin_server_ts
+                    .gt(from_ts)
+                    .or(events::origin_server_ts
+                        .eq(from_ts)
+                        .and(events::stream_ordering.gt(from_pos))),
+            )
+            .order((
+                events::origin_server_ts.asc(),
+                events::stream_ordering.asc(),
+            ))
+            .load(&mut conn)
             .await
     } else {
+        let (from_ts, from_pos) = after.unwrap_or((ts, i64::MAX));
         query
             .filter(events::origin_server_ts.le(ts))
-            .order(events::origin_server_ts.desc())
-            .first(&mut conn)
+            .filter(
+                events::origin_server_ts
+                    .lt(from_ts)
+                    .or(events::origin_server_ts
+                        .eq(from_ts)
+                        .and(events::stream_ordering.lt(from_pos))),
+            )
+            .order((
+                events::origin_server_ts.desc(),
+                events::stream_ordering.desc(),
+            ))
+            .load(&mut conn)
             .await
     }
-    .optional()
 }
 
 /// Marks an event as redacted by `redaction_id` and replaces its PDU with the pruned form.

@@ -89,6 +89,18 @@ pub async fn deactivate_user(mut conn: &AsyncPgConnection, user_id: &str) -> Que
         .map(drop)
 }
 
+/// Locks a user's row until the end of the transaction (serialises profile writes).
+pub async fn lock_user(mut conn: &AsyncPgConnection, user_id: &str) -> QueryResult<()> {
+    users::table
+        .find(user_id)
+        .select(users::user_id)
+        .for_update()
+        .first::<String>(&mut conn)
+        .await
+        .optional()
+        .map(drop)
+}
+
 /// All profile fields of a user.
 pub async fn get_profile(
     mut conn: &AsyncPgConnection,

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{user_id, ServerOptions, TestServer};
+use crate::support::{client::enc, user_id, ServerOptions, TestServer};
 
 const REGISTER: &str = "/_matrix/client/v3/register";
 
@@ -364,6 +364,55 @@ async fn deactivated_accounts_cannot_log_in_and_their_tokens_die() {
         .get("/_matrix/client/v3/register/available?username=ivan")
         .await
         .assert_error(400, "M_USER_IN_USE");
+}
+
+#[tokio::test]
+async fn deactivation_leaves_every_joined_invited_and_knocked_room() {
+    let server = TestServer::start().await;
+    let owner = server.register("owner").await;
+    let ivan = server.register("ivan").await;
+    let joined = owner.create_room(json!({ "preset": "public_chat" })).await;
+    ivan.join(&joined).await.ok();
+    let invited = owner.create_room(json!({})).await;
+    owner
+        .room_action(&invited, "invite", json!({ "user_id": ivan.user_id }))
+        .await
+        .ok();
+    let knocked = owner
+        .create_room(json!({ "room_version": "10", "initial_state": [
+            { "type": "m.room.join_rules", "state_key": "", "content": { "join_rule": "knock" } }] }))
+        .await;
+    ivan.post(
+        &format!("/_matrix/client/v3/knock/{}", enc(&knocked)),
+        json!({}),
+    )
+    .await
+    .ok();
+    ivan.post(
+        "/_matrix/client/v3/account/deactivate",
+        json!({ "auth": ivan.password_auth("password", None) }),
+    )
+    .await
+    .ok();
+    for room in [&joined, &invited, &knocked] {
+        let member = owner
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/state/m.room.member/{}",
+                enc(room),
+                enc(&ivan.user_id)
+            ))
+            .await
+            .ok();
+        assert_eq!(member["membership"], "leave", "{room}");
+    }
+    let members = owner
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/joined_members",
+            enc(&joined)
+        ))
+        .await
+        .ok();
+    assert!(members["joined"].get(&ivan.user_id).is_none(), "{members}");
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::support::{client::enc, user_id, ServerOptions, TestServer};
+use crate::support::{client::enc, server_name, user_id, ServerOptions, TestServer};
 
 #[tokio::test]
 async fn unknown_paths_and_wrong_methods_are_unrecognized() {
@@ -170,4 +170,212 @@ async fn acting_on_another_users_data_is_forbidden() {
         .get("/_matrix/client/v3/profile/not-a-user-id")
         .await
         .assert_error(400, "M_INVALID_PARAM");
+}
+
+/// Rows a refused write must not have touched.
+const WRITTEN: &str = "SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM account_data) \
+    + (SELECT count(*) FROM profile_fields) + (SELECT count(*) FROM filters) \
+    + (SELECT count(*) FROM backup_versions) + (SELECT count(*) FROM to_device_inbox) \
+    + (SELECT count(*) FROM pushers) + (SELECT count(*) FROM rooms) AS n";
+
+#[tokio::test]
+async fn nul_in_a_json_string_is_bad_json_and_writes_nothing() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    let room = enc(&room);
+    let me = alice.user_id.clone();
+    let before = server.count(WRITTEN).await;
+    let nul = "a\u{0}b";
+    let cases = [
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/rooms/{room}/send/m.room.message/t1"),
+            json!({ "msgtype": "m.text", "body": nul }),
+        ),
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/rooms/{room}/state/m.room.topic/"),
+            json!({ "topic": "x", "extra": { nul: 1 } }),
+        ),
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/user/{me}/account_data/x.y"),
+            json!({ "a": [nul] }),
+        ),
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/user/{me}/rooms/{room}/account_data/x.y"),
+            json!({ nul: true }),
+        ),
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/profile/{me}/displayname"),
+            json!({ "displayname": nul }),
+        ),
+        (
+            Method::POST,
+            format!("/_matrix/client/v3/user/{me}/filter"),
+            json!({ "room": { "timeline": { "types": [nul] } } }),
+        ),
+        (
+            Method::POST,
+            "/_matrix/client/v3/room_keys/version".to_owned(),
+            json!({ "algorithm": "m.megolm_backup.v1.curve25519-aes-sha2", "auth_data": { "public_key": nul } }),
+        ),
+        (
+            Method::PUT,
+            "/_matrix/client/v3/sendToDevice/m.test/t1".to_owned(),
+            json!({ "messages": { me: { "*": { "x": nul } } } }),
+        ),
+        (
+            Method::POST,
+            "/_matrix/client/v3/pushers/set".to_owned(),
+            json!({ "kind": "http", "app_id": "a", "pushkey": "k", "app_display_name": "x", "device_display_name": "d",
+                 "lang": "en", "data": { "url": "https://push.example/_matrix/push/v1/notify", "x": nul } }),
+        ),
+        (
+            Method::POST,
+            "/_matrix/client/v3/createRoom".to_owned(),
+            json!({ "name": nul }),
+        ),
+        (
+            Method::POST,
+            "/_matrix/client/v3/search".to_owned(),
+            json!({ "search_categories": { "room_events": { "search_term": nul } } }),
+        ),
+    ];
+    for (method, path, body) in cases {
+        let response = alice.request(method, &path, Some(body)).await;
+        assert_eq!(
+            response.body["error"], "Strings in the request body must not contain U+0000 (NUL)",
+            "{path}"
+        );
+        response.assert_error(400, "M_BAD_JSON");
+    }
+    assert_eq!(server.count(WRITTEN).await, before, "nothing written");
+    // An escaped backslash followed by `u0000` is text, not a NUL.
+    let sent = alice
+        .raw(
+            Method::PUT,
+            &format!("/_matrix/client/v3/rooms/{room}/send/m.room.message/t2"),
+            br#"{"msgtype":"m.text","body":"a\\u0000b"}"#.to_vec(),
+        )
+        .await
+        .ok();
+    let event = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{room}/event/{}",
+            enc(sent["event_id"].as_str().unwrap())
+        ))
+        .await
+        .ok();
+    assert_eq!(event["content"]["body"], "a\\u0000b");
+}
+
+#[tokio::test]
+async fn nul_in_a_path_or_query_is_invalid_param() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = enc(&alice.create_room(json!({})).await);
+    let before = server.count(WRITTEN).await;
+    let message = json!({ "msgtype": "m.text", "body": "hi" });
+    for (method, path) in [
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/rooms/{room}/send/m.room.message/t%00"),
+        ),
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/rooms/{room}/send/m.x%00y/t1"),
+        ),
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/rooms/{room}/state/m.x/a%00"),
+        ),
+        (
+            Method::GET,
+            format!(
+                "/_matrix/client/v3/directory/room/%23a%00:{}",
+                server_name()
+            ),
+        ),
+        (
+            Method::GET,
+            format!("/_matrix/client/v3/rooms/{room}/messages?dir=b&from=%00"),
+        ),
+        (
+            Method::POST,
+            "/_matrix/media/v3/upload?filename=a%00b".to_owned(),
+        ),
+        (
+            Method::DELETE,
+            "/_synapse/admin/v1/registration_tokens/a%00".to_owned(),
+        ),
+    ] {
+        alice
+            .request(method, &path, Some(message.clone()))
+            .await
+            .assert_error(400, "M_INVALID_PARAM");
+    }
+    assert_eq!(server.count(WRITTEN).await, before, "nothing written");
+    // `%2500` is the text `%00`, which a transaction ID may hold.
+    alice
+        .put(
+            &format!("/_matrix/client/v3/rooms/{room}/send/m.room.message/t%2500"),
+            message,
+        )
+        .await
+        .ok();
+}
+
+#[tokio::test]
+async fn lone_surrogates_are_a_json_error() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = enc(&alice.create_room(json!({})).await);
+    let before = server.count(WRITTEN).await;
+    for (method, path, body) in [
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/rooms/{room}/send/m.room.message/t1"),
+            &br#"{"msgtype":"m.text","body":"a\ud800b"}"#[..],
+        ),
+        (
+            Method::PUT,
+            format!("/_matrix/client/v3/rooms/{room}/state/m.room.topic/"),
+            br#"{"topic":"\udc00"}"#,
+        ),
+        (
+            Method::PUT,
+            format!(
+                "/_matrix/client/v3/user/{}/account_data/x.y",
+                user_id("alice")
+            ),
+            br#"{"\ud83d":1}"#,
+        ),
+        (
+            Method::PUT,
+            format!(
+                "/_matrix/client/v3/profile/{}/displayname",
+                user_id("alice")
+            ),
+            br#"{"displayname":"\ud83d\u0041"}"#,
+        ),
+        (
+            Method::POST,
+            "/_matrix/client/v3/search".to_owned(),
+            br#"{"search_categories":{"room_events":{"search_term":"\udfff"}}}"#,
+        ),
+    ] {
+        let response = alice.raw(method, &path, body.to_vec()).await;
+        assert_eq!(response.status.as_u16(), 400, "{path}: {}", response.body);
+        assert!(
+            ["M_BAD_JSON", "M_NOT_JSON"]
+                .contains(&response.body["errcode"].as_str().unwrap_or_default()),
+            "{path}: {}",
+            response.body
+        );
+    }
+    assert_eq!(server.count(WRITTEN).await, before, "nothing written");
 }

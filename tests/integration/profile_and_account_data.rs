@@ -191,6 +191,87 @@ async fn account_data_round_trips_globally_and_per_room() {
 }
 
 #[tokio::test]
+async fn the_whole_profile_is_limited_to_64_kib() {
+    let server = TestServer::start().await;
+    let mia = server.register("mia").await;
+    let field = |name: &str| format!("/_matrix/client/v3/profile/{}/{name}", mia.user_id);
+    let big = "x".repeat(20 * 1024);
+    for name in ["org.example.a", "org.example.b", "org.example.c"] {
+        mia.put(&field(name), json!({ name: big })).await.ok();
+    }
+    mia.put(&field("org.example.d"), json!({ "org.example.d": big }))
+        .await
+        .assert_error(400, "M_PROFILE_TOO_LARGE");
+    mia.put(
+        &field("org.example.e"),
+        json!({ "org.example.e": "x".repeat(70 * 1024) }),
+    )
+    .await
+    .assert_error(400, "M_PROFILE_TOO_LARGE");
+    let profile = mia
+        .get(&format!("/_matrix/client/v3/profile/{}", mia.user_id))
+        .await
+        .ok();
+    assert!(profile.get("org.example.d").is_none(), "nothing written");
+    // Replacing a field counts its new size, not both.
+    mia.put(
+        &field("org.example.a"),
+        json!({ "org.example.a": "x".repeat(21 * 1024) }),
+    )
+    .await
+    .ok();
+}
+
+#[tokio::test]
+async fn extreme_floats_in_stored_json_read_back_exactly() {
+    let server = TestServer::start().await;
+    let mia = server.register("mia").await;
+    // PostgreSQL's jsonb prints these as long decimals; reading them back must give the same
+    // number, not an out-of-range error (a 500 on every later read) or a neighbour.
+    let numbers = json!([
+        f64::MAX,
+        -f64::MAX,
+        f64::MIN_POSITIVE,
+        5e-324,
+        -1.862_057_149_810_556e-309,
+        0.1
+    ]);
+    mia.put(
+        &format!(
+            "/_matrix/client/v3/user/{}/account_data/x.floats",
+            mia.user_id
+        ),
+        json!({ "n": numbers }),
+    )
+    .await
+    .ok();
+    let stored = mia
+        .get(&format!(
+            "/_matrix/client/v3/user/{}/account_data/x.floats",
+            mia.user_id
+        ))
+        .await
+        .ok();
+    assert_eq!(stored["n"], numbers);
+    let version = mia
+        .post(
+            "/_matrix/client/v3/room_keys/version",
+            json!({ "algorithm": "m.megolm_backup.v1.curve25519-aes-sha2",
+                    "auth_data": { "public_key": "k", "n": numbers } }),
+        )
+        .await
+        .ok();
+    let backup = mia
+        .get(&format!(
+            "/_matrix/client/v3/room_keys/version/{}",
+            version["version"].as_str().unwrap()
+        ))
+        .await
+        .ok();
+    assert_eq!(backup["auth_data"]["n"], numbers);
+}
+
+#[tokio::test]
 async fn filters_are_stored_validated_and_private() {
     let server = TestServer::start().await;
     let olga = server.register("olga").await;

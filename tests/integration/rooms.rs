@@ -662,6 +662,61 @@ async fn context_and_timestamp_to_event() {
 }
 
 #[tokio::test]
+async fn timestamp_to_event_skips_events_the_reader_may_not_see() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let eve = server.register("eve").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "initial_state": [{ "type": "m.room.history_visibility",
+            "state_key": "", "content": { "history_visibility": "joined" } }] }))
+        .await;
+    let hidden = alice.send_text(&room, "t0", "before bob").await.ok();
+    let hidden = alice
+        .get_event(&room, hidden["event_id"].as_str().unwrap())
+        .await
+        .ok();
+    let join = bob.join(&room).await.ok();
+    assert!(join["room_id"].is_string());
+    let seen = alice.send_text(&room, "t1", "while bob is in").await.ok();
+    bob.room_action(&room, "leave", json!({})).await.ok();
+    alice.send_text(&room, "t2", "after bob").await.ok();
+    let path = |ts: u128, dir: &str| {
+        format!(
+            "/_matrix/client/v1/rooms/{}/timestamp_to_event?ts={ts}&dir={dir}",
+            enc(&room)
+        )
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    // Backwards from now the nearest event is after bob left; the nearest he may see is his leave.
+    let found = bob.get(&path(now, "b")).await.ok();
+    let event = bob
+        .get_event(&room, found["event_id"].as_str().unwrap())
+        .await
+        .ok();
+    assert_eq!(event["type"], "m.room.member", "{event}");
+    assert_eq!(event["content"]["membership"], "leave");
+    // Forwards from a message sent before he joined (hidden), his join comes first.
+    let sent_at = hidden["origin_server_ts"].as_u64().unwrap();
+    let found = bob.get(&path(sent_at.into(), "f")).await.ok();
+    let event = bob
+        .get_event(&room, found["event_id"].as_str().unwrap())
+        .await
+        .ok();
+    assert_eq!(event["content"]["membership"], "join", "{event}");
+    assert_ne!(found["event_id"], seen["event_id"]);
+    // One answer for "nothing you may see", whether or not the room has events there.
+    let none = bob.get(&path(now + 60_000, "f")).await;
+    none.assert_error(404, "M_NOT_FOUND");
+    let outsider = eve.get(&path(now, "b")).await;
+    outsider.assert_error(404, "M_NOT_FOUND");
+    assert_eq!(none.body["error"], outsider.body["error"]);
+}
+
+#[tokio::test]
 async fn upgrading_a_room_tombstones_it_and_carries_state_over() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;

@@ -57,5 +57,6 @@ pub async fn deactivate_route(
         .users
         .deactivate(&caller.user_id, Some((&services.uia, &completed)))
         .await?;
+    services.rooms.leave_all_rooms(&caller.user_id).await?;
     Ok(deactivate::Response::new(ThirdPartyIdRemovalStatus::NoSupport).into())
 }

@@ -504,6 +504,27 @@ impl Rooms {
         Ok(())
     }
 
+    /// Leaves every room the user is joined to, invited to or knocking on, through the normal
+    /// membership path (a deactivated account leaves its rooms, as in Synapse). A room that
+    /// refuses the leave is logged and skipped, so one room cannot keep the user in the rest.
+    pub async fn leave_all_rooms(&self, user_id: &UserId) -> Result<()> {
+        let conn = self.db.conn().await?;
+        let memberships = store::get_user_memberships(&conn, user_id.as_str()).await?;
+        drop(conn);
+        for (room, membership, ..) in memberships {
+            if !matches!(membership.as_str(), "join" | "invite" | "knock") {
+                continue;
+            }
+            let Ok(room_id) = RoomId::parse(&room) else {
+                continue;
+            };
+            if let Err(err) = self.leave(user_id, &room_id, None).await {
+                tracing::warn!(%room_id, "could not leave a room: {err}");
+            }
+        }
+        Ok(())
+    }
+
     /// The user directory: `(hits, limited)`.
     pub async fn search_users(
         &self,

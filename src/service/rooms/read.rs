@@ -363,7 +363,9 @@ impl Rooms {
         })
     }
 
-    /// The visible event closest to a timestamp (`/timestamp_to_event`).
+    /// The visible event closest to a timestamp in one direction (`/timestamp_to_event`):
+    /// events the user may not see are skipped. At most [`TIMESTAMP_SCAN_LIMIT`] events are
+    /// looked at; "none found" is one 404 whether or not the room has invisible events there.
     pub async fn event_near_timestamp(
         &self,
         user_id: &UserId,
@@ -371,15 +373,31 @@ impl Rooms {
         ts: i64,
         forward: bool,
     ) -> Result<(String, i64)> {
+        const PAGE: i64 = 100;
         let conn = self.db.conn().await?;
-        let (event_id, origin_ts) = store::get_event_near_ts(&conn, room_id.as_str(), ts, forward)
-            .await?
-            .ok_or_else(|| Error::not_found("No event found near that time"))?;
-        self.visible_event(&conn, user_id, room_id, &event_id)
-            .await?;
-        Ok((event_id, origin_ts))
+        let mut visibility = Visibility::new(user_id);
+        let mut after = None;
+        for _ in 0..TIMESTAMP_SCAN_LIMIT / PAGE {
+            let rows = store::get_events_near_ts(&conn, room_id.as_str(), ts, forward, after, PAGE)
+                .await?;
+            for row in &rows {
+                if visibility.can_see(&conn, row).await? {
+                    let origin_ts = row.pdu["origin_server_ts"].as_i64().unwrap_or_default();
+                    return Ok((row.event_id.clone(), origin_ts));
+                }
+            }
+            let Some(last) = rows.last().filter(|_| rows.len() as i64 == PAGE) else {
+                break;
+            };
+            let last_ts = last.pdu["origin_server_ts"].as_i64().unwrap_or_default();
+            after = Some((last_ts, last.stream_ordering));
+        }
+        Err(Error::not_found("No event found near that time"))
     }
 }
+
+/// How many events `/timestamp_to_event` looks at for one the user may see.
+pub const TIMESTAMP_SCAN_LIMIT: i64 = 1000;
 
 /// The visible events just before (newest first) and just after (oldest first) an event of
 /// its room, that the filter lets through.
