@@ -250,24 +250,13 @@ impl Users {
             .jwt
             .as_ref()
             .ok_or_else(|| Error::unknown("JWT login is not enabled"))?;
-        let key = match jwt.algorithm {
-            jsonwebtoken::Algorithm::HS256
-            | jsonwebtoken::Algorithm::HS384
-            | jsonwebtoken::Algorithm::HS512 => {
-                jsonwebtoken::DecodingKey::from_secret(jwt.secret.as_bytes())
-            }
-            jsonwebtoken::Algorithm::ES256 | jsonwebtoken::Algorithm::ES384 => {
-                jsonwebtoken::DecodingKey::from_ec_pem(jwt.secret.as_bytes())
-            }
-            jsonwebtoken::Algorithm::EdDSA => {
-                jsonwebtoken::DecodingKey::from_ed_pem(jwt.secret.as_bytes())
-            }
-            _ => jsonwebtoken::DecodingKey::from_rsa_pem(jwt.secret.as_bytes()),
-        }
-        .map_err(|e| Error::internal(format!("JWT key: {e}")))?;
         let mut validation = jsonwebtoken::Validation::new(jwt.algorithm);
         validation.required_spec_claims.clear();
         validation.required_spec_claims.insert("sub".into());
+        if jwt.require_exp {
+            validation.required_spec_claims.insert("exp".into());
+        }
+        validation.validate_nbf = true;
         match &jwt.issuer {
             Some(iss) => validation.set_issuer(&[iss]),
             None => validation.iss = None,
@@ -280,7 +269,7 @@ impl Users {
         struct Claims {
             sub: String,
         }
-        let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation)
+        let claims = jsonwebtoken::decode::<Claims>(token, &jwt.key, &validation)
             .map_err(|e| Error::forbidden(format!("JWT validation failed: {e}")))?
             .claims;
         let user_id = self.resolve_identifier(&claims.sub)?;
