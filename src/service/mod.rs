@@ -37,7 +37,7 @@ pub struct Services {
     /// User-interactive authentication.
     pub uia: uia::Uia,
     /// Request rate limits.
-    pub rate_limit: rate_limit::RateLimiter,
+    pub rate_limit: Arc<rate_limit::RateLimiter>,
     /// Account data and filters.
     pub account_data: account_data::AccountData,
     /// Registration tokens (admin-managed).
@@ -81,14 +81,15 @@ impl Services {
         let push_sender =
             push_sender::PushSender::new(db.clone(), outbound.clone(), notifier.push_wake.clone());
         let presence = presence::Presence::new(db.clone(), config.presence_enabled);
+        let rate_limit = Arc::new(rate_limit::RateLimiter::new(&config));
         Ok(Arc::new(Services {
             sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
             notifier,
             rooms: rooms::Rooms::new(db.clone(), config.clone(), keys.clone()),
             keys,
             users: users::Users::new(db.clone(), config.clone(), sessions.clone()),
-            uia: uia::Uia::new(db.clone(), config.clone()),
-            rate_limit: rate_limit::RateLimiter::new(&config),
+            uia: uia::Uia::new(db.clone(), config.clone(), rate_limit.clone()),
+            rate_limit,
             account_data: account_data::AccountData::new(db.clone()),
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),

@@ -133,37 +133,47 @@ impl Users {
             None => None,
         };
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            if let Some((uia, completed)) = uia {
-                uia.finish(conn, completed).await?;
-            }
-            let new_user = users::NewUser {
-                user_id: user_id.as_str(),
-                localpart: user_id.localpart(),
-                password_hash: password_hash.as_deref(),
-                is_admin,
-                created_ts: now_ms(),
-            };
-            users::insert_user(conn, &new_user).await.map_err(|e| {
-                if is_unique_violation(&e) {
-                    Error::user_in_use()
-                } else {
-                    e.into()
+        let created = conn
+            .transaction::<_, Error, _>(async |conn| {
+                if let Some((uia, completed)) = uia {
+                    uia.finish(conn, completed).await?;
                 }
-            })?;
-            users::set_profile_field(
-                conn,
-                user_id.as_str(),
-                "displayname",
-                &Value::from(user_id.localpart()),
-            )
-            .await?;
-            match device {
-                Some(device) => Ok(Some(self.open_session(conn, user_id, device).await?)),
-                None => Ok(None),
+                let new_user = users::NewUser {
+                    user_id: user_id.as_str(),
+                    localpart: user_id.localpart(),
+                    password_hash: password_hash.as_deref(),
+                    is_admin,
+                    created_ts: now_ms(),
+                };
+                users::insert_user(conn, &new_user).await.map_err(|e| {
+                    if is_unique_violation(&e) {
+                        Error::user_in_use()
+                    } else {
+                        e.into()
+                    }
+                })?;
+                users::set_profile_field(
+                    conn,
+                    user_id.as_str(),
+                    "displayname",
+                    &Value::from(user_id.localpart()),
+                )
+                .await?;
+                match device {
+                    Some(device) => Ok(Some(self.open_session(conn, user_id, device).await?)),
+                    None => Ok(None),
+                }
+            })
+            .await;
+        if created.is_err() {
+            // Nothing was created, so a token use the UIA session reserved goes back.
+            if let Some((uia, completed)) = uia {
+                if let Err(err) = uia.release_token(completed).await {
+                    tracing::warn!("could not release a registration token use: {err}");
+                }
             }
-        })
-        .await
+        }
+        created
     }
 
     /// Creates (or reuses) a device and issues tokens for it inside a transaction.

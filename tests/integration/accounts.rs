@@ -366,7 +366,7 @@ async fn deactivated_accounts_cannot_log_in_and_their_tokens_die() {
 
 #[tokio::test]
 async fn jwt_login_creates_and_logs_in_the_user() {
-    let secret = "test-secret";
+    let secret = "test-secret-at-least-32-bytes-long";
     let server =
         TestServer::start_with(ServerOptions::default().env("MYELIN_JWT_SECRET", secret)).await;
     let flows = server.client().get("/_matrix/client/v3/login").await.ok();

@@ -1,0 +1,324 @@
+//! Hardening of accounts: client IPs, JWT validation, UIA for passwordless accounts, guessing
+//! limits, and registration-token bookkeeping.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use crate::support::{Client, ServerOptions, TestServer};
+
+const REGISTER: &str = "/_matrix/client/v3/register";
+const JWT_SECRET: &str = "a-jwt-secret-of-at-least-32-bytes!";
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn jwt(claims: Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+async fn jwt_login(server: &TestServer, claims: Value) -> crate::support::client::Response {
+    server
+        .client()
+        .post(
+            "/_matrix/client/v3/login",
+            json!({ "type": "org.matrix.login.jwt", "token": jwt(claims) }),
+        )
+        .await
+}
+
+async fn jwt_server() -> TestServer {
+    TestServer::start_with(ServerOptions::default().env("MYELIN_JWT_SECRET", JWT_SECRET)).await
+}
+
+fn with_limits() -> ServerOptions {
+    ServerOptions::default().env("MYELIN_RATE_LIMITS", "on")
+}
+
+/// Makes `root` an admin with the CLI and logs it in.
+async fn admin(server: &TestServer) -> Client {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
+        .args(["user", "create", "root", "--password", "rootpw", "--admin"])
+        .env("DATABASE_URL", server.database_url())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    server.client().login("root", "rootpw").await
+}
+
+#[tokio::test]
+async fn forged_forwarding_headers_do_not_reset_rate_limits() {
+    let server = TestServer::start_with(with_limits()).await;
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let client = server
+            .client()
+            .with_header("X-Forwarded-For", &format!("198.51.100.{i}"))
+            .with_header("Forwarded", &format!("for=\"spoof-{i}\""));
+        let response = client
+            .post(
+                REGISTER,
+                json!({ "username": format!("spoof{i}"), "password": "pw", "auth": { "type": "m.login.dummy" } }),
+            )
+            .await;
+        statuses.push(response.status.as_u16());
+    }
+    assert!(statuses.contains(&429), "never limited: {statuses:?}");
+}
+
+#[tokio::test]
+async fn forged_forwarding_headers_do_not_set_device_ips() {
+    let server = TestServer::start().await;
+    let user = server.client().register("dev", "pw").await;
+    let devices = user
+        .with_header("X-Forwarded-For", "1.2.3.4")
+        .get("/_matrix/client/v3/devices")
+        .await
+        .ok();
+    assert_eq!(
+        devices["devices"][0]["last_seen_ip"], "127.0.0.1",
+        "{devices}"
+    );
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_forwarded_client_is_used() {
+    let server = TestServer::start_with(
+        ServerOptions::default().env("MYELIN_TRUSTED_PROXIES", "127.0.0.1/32"),
+    )
+    .await;
+    let user = server.client().register("proxied", "pw").await;
+    let devices = user
+        .with_header("X-Forwarded-For", "6.6.6.6, 203.0.113.7")
+        .get("/_matrix/client/v3/devices")
+        .await
+        .ok();
+    assert_eq!(
+        devices["devices"][0]["last_seen_ip"], "203.0.113.7",
+        "{devices}"
+    );
+}
+
+#[tokio::test]
+async fn passwordless_accounts_cannot_pass_uia_with_a_token_alone() {
+    let server = jwt_server().await;
+    let login = jwt_login(&server, json!({ "sub": "sso", "exp": now_s() + 600 }))
+        .await
+        .ok();
+    let sso = server.client().with_session(&login);
+    for (path, body) in [
+        (
+            "/_matrix/client/v3/account/password",
+            json!({ "new_password": "attacker", "auth": { "type": "m.login.dummy" } }),
+        ),
+        (
+            "/_matrix/client/v3/account/password",
+            json!({ "new_password": "attacker" }),
+        ),
+        (
+            "/_matrix/client/v3/account/deactivate",
+            json!({ "auth": { "type": "m.login.dummy" } }),
+        ),
+    ] {
+        sso.post(path, body).await.assert_error(403, "M_FORBIDDEN");
+    }
+    server
+        .client()
+        .login_response("sso", "attacker")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    sso.get("/_matrix/client/v3/account/whoami").await.ok();
+    // Registration's dummy flow is unaffected.
+    server.client().register("plain", "pw").await;
+}
+
+#[tokio::test]
+async fn jwts_need_an_expiry_and_must_be_valid_already() {
+    let server = jwt_server().await;
+    jwt_login(&server, json!({ "sub": "noexp" }))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    jwt_login(
+        &server,
+        json!({ "sub": "later", "exp": now_s() + 600, "nbf": now_s() + 300 }),
+    )
+    .await
+    .assert_error(403, "M_FORBIDDEN");
+    jwt_login(&server, json!({ "sub": "expired", "exp": now_s() - 600 }))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    let ok = jwt_login(&server, json!({ "sub": "fine", "exp": now_s() + 600 }))
+        .await
+        .ok();
+    assert_eq!(ok["user_id"], "@fine:localhost");
+}
+
+#[tokio::test]
+async fn jwt_expiry_can_be_made_optional() {
+    let server = TestServer::start_with(
+        ServerOptions::default()
+            .env("MYELIN_JWT_SECRET", JWT_SECRET)
+            .env("MYELIN_JWT_REQUIRE_EXP", "off"),
+    )
+    .await;
+    jwt_login(&server, json!({ "sub": "noexp" })).await.ok();
+}
+
+#[test]
+fn weak_or_unreadable_jwt_keys_stop_the_server_at_start() {
+    for (secret, algorithm) in [("", "HS256"), ("short", "HS256"), ("not a pem", "RS256")] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
+            .env_clear()
+            .env("MYELIN_JWT_SECRET", secret)
+            .env("MYELIN_JWT_ALGORITHM", algorithm)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{secret:?} was accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("MYELIN_JWT_SECRET"), "{stderr}");
+    }
+}
+
+#[tokio::test]
+async fn guessing_the_password_through_uia_is_rate_limited() {
+    let server = TestServer::start_with(with_limits()).await;
+    let victim = server.register("victim").await;
+    let mut limited = None;
+    for i in 0..30 {
+        let response = victim
+            .post(
+                "/_matrix/client/v3/account/password",
+                json!({ "new_password": "x", "auth": victim.password_auth(&format!("guess{i}"), None) }),
+            )
+            .await;
+        if response.status == 429 {
+            limited = Some((i, response));
+            break;
+        }
+    }
+    let (attempt, response) = limited.expect("30 wrong passwords were never limited");
+    response.assert_error(429, "M_LIMIT_EXCEEDED");
+    assert!(response.body["retry_after_ms"].as_u64().unwrap() > 0);
+    assert!(attempt <= 5, "limited only after {attempt} guesses");
+}
+
+#[tokio::test]
+async fn only_wrong_passwords_spend_the_accounts_login_bucket() {
+    // Through a trusted proxy, each request can come from its own client address.
+    let server = TestServer::start_with(
+        with_limits()
+            .env("MYELIN_TRUSTED_PROXIES", "127.0.0.1/32")
+            .env("MYELIN_RATE_LIMIT_LOGIN_BURST", "3"),
+    )
+    .await;
+    server.client().register("owner", "password").await;
+    let from = |i: u8| {
+        server
+            .client()
+            .with_header("X-Forwarded-For", &format!("203.0.113.{i}"))
+    };
+    // More successful logins than the burst, each from another address: none is limited.
+    for i in 0..5 {
+        from(i).login("owner", "password").await;
+    }
+    // Wrong passwords do spend it, whatever address they come from.
+    for i in 10..13 {
+        from(i)
+            .login_response("owner", "wrong")
+            .await
+            .assert_error(403, "M_FORBIDDEN");
+    }
+    from(20)
+        .login_response("owner", "password")
+        .await
+        .assert_error(429, "M_LIMIT_EXCEEDED");
+}
+
+#[tokio::test]
+async fn a_failed_registration_gives_its_token_use_back() {
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "token")).await;
+    let admin = admin(&server).await;
+    admin
+        .post(
+            "/_synapse/admin/v1/registration_tokens/new",
+            json!({ "token": "two", "uses_allowed": 100 }),
+        )
+        .await
+        .ok();
+    // Pairs racing for one name: one account each, the loser's reservation released.
+    let mut created = 0;
+    for pair in 0..4 {
+        let attempt = || async {
+            server
+                .client()
+                .post(
+                    REGISTER,
+                    json!({ "username": format!("race{pair}"), "password": "pw", "auth": { "type": "m.login.registration_token", "token": "two" } }),
+                )
+                .await
+        };
+        let (a, b) = tokio::join!(attempt(), attempt());
+        for response in [a, b] {
+            if response.status == 200 {
+                created += 1;
+            } else {
+                response.assert_error(400, "M_USER_IN_USE");
+            }
+        }
+    }
+    assert_eq!(created, 4);
+    let listed = admin
+        .get("/_synapse/admin/v1/registration_tokens")
+        .await
+        .ok();
+    let token = &listed["registration_tokens"][0];
+    assert_eq!(token["pending"], 0, "{listed}");
+    assert_eq!(token["completed"], 4, "{listed}");
+}
+
+#[tokio::test]
+async fn an_expired_uia_session_gives_its_token_use_back() {
+    use diesel_async::RunQueryDsl;
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "token")).await;
+    let admin = admin(&server).await;
+    admin
+        .post(
+            "/_synapse/admin/v1/registration_tokens/new",
+            json!({ "token": "once", "uses_allowed": 1 }),
+        )
+        .await
+        .ok();
+    // A client that completed the token stage long ago and never finished registering.
+    let mut db = server.db().await;
+    for sql in [
+        "UPDATE registration_tokens SET pending = 1 WHERE token = 'once'",
+        "INSERT INTO uia_sessions (session_id, user_id, completed_stages, registration_token, created_ts) \
+         VALUES ('abandoned', NULL, '[\"m.login.registration_token\"]', 'once', 0)",
+    ] {
+        diesel::sql_query(sql).execute(&mut db).await.unwrap();
+    }
+    let client = server.client();
+    let ok = client
+        .post(REGISTER, json!({ "username": "late", "password": "pw", "auth": { "type": "m.login.registration_token", "token": "once" } }))
+        .await
+        .ok();
+    assert_eq!(ok["user_id"], "@late:localhost");
+    let listed = admin
+        .get("/_synapse/admin/v1/registration_tokens")
+        .await
+        .ok();
+    assert_eq!(listed["registration_tokens"][0]["pending"], 0, "{listed}");
+    assert_eq!(listed["registration_tokens"][0]["completed"], 1, "{listed}");
+}
