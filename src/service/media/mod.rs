@@ -134,6 +134,14 @@ impl Media {
     /// Creates the service.
     pub fn new(db: Db, config: Arc<Config>) -> Self {
         let root = config.data_dir.join("media");
+        // Uploads may be private attachments: other local users must not read them.
+        let private = std::fs::create_dir_all(&root).and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
+        });
+        if let Err(err) = private {
+            tracing::warn!("cannot make {} private (0700): {err}", root.display());
+        }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Media {
             db,
