@@ -44,17 +44,6 @@ fn with_limits() -> ServerOptions {
     ServerOptions::default().env("MYELIN_RATE_LIMITS", "on")
 }
 
-/// Makes `root` an admin with the CLI and logs it in.
-async fn admin(server: &TestServer) -> Client {
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
-        .args(["user", "create", "root", "--password", "rootpw", "--admin"])
-        .env("DATABASE_URL", server.database_url())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    server.client().login("root", "rootpw").await
-}
-
 #[tokio::test]
 async fn forged_forwarding_headers_do_not_reset_rate_limits() {
     let server = TestServer::start_with(with_limits()).await;
@@ -75,37 +64,29 @@ async fn forged_forwarding_headers_do_not_reset_rate_limits() {
     assert!(statuses.contains(&429), "never limited: {statuses:?}");
 }
 
-#[tokio::test]
-async fn forged_forwarding_headers_do_not_set_device_ips() {
-    let server = TestServer::start().await;
+/// The `last_seen_ip` a new device gets from a request with this `X-Forwarded-For`.
+async fn last_seen_ip(options: ServerOptions, forwarded: &str) -> Value {
+    let server = TestServer::start_with(options).await;
     let user = server.client().register("dev", "pw").await;
     let devices = user
-        .with_header("X-Forwarded-For", "1.2.3.4")
+        .with_header("X-Forwarded-For", forwarded)
         .get("/_matrix/client/v3/devices")
         .await
         .ok();
-    assert_eq!(
-        devices["devices"][0]["last_seen_ip"], "127.0.0.1",
-        "{devices}"
-    );
+    devices["devices"][0]["last_seen_ip"].clone()
+}
+
+#[tokio::test]
+async fn forged_forwarding_headers_do_not_set_device_ips() {
+    let ip = last_seen_ip(ServerOptions::default(), "1.2.3.4").await;
+    assert_eq!(ip, "127.0.0.1");
 }
 
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_client_is_used() {
-    let server = TestServer::start_with(
-        ServerOptions::default().env("MYELIN_TRUSTED_PROXIES", "127.0.0.1/32"),
-    )
-    .await;
-    let user = server.client().register("proxied", "pw").await;
-    let devices = user
-        .with_header("X-Forwarded-For", "6.6.6.6, 203.0.113.7")
-        .get("/_matrix/client/v3/devices")
-        .await
-        .ok();
-    assert_eq!(
-        devices["devices"][0]["last_seen_ip"], "203.0.113.7",
-        "{devices}"
-    );
+    let trusting = ServerOptions::default().env("MYELIN_TRUSTED_PROXIES", "127.0.0.1/32");
+    let ip = last_seen_ip(trusting, "6.6.6.6, 203.0.113.7").await;
+    assert_eq!(ip, "203.0.113.7");
 }
 
 #[tokio::test]
@@ -244,18 +225,34 @@ async fn only_wrong_passwords_spend_the_accounts_login_bucket() {
         .assert_error(429, "M_LIMIT_EXCEEDED");
 }
 
-#[tokio::test]
-async fn a_failed_registration_gives_its_token_use_back() {
+/// A server in token registration mode, its admin, and a token with `uses_allowed` uses.
+async fn token_server(token: &str, uses_allowed: u32) -> (TestServer, Client) {
     let server =
         TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "token")).await;
-    let admin = admin(&server).await;
+    let admin = server.create_admin("root", "rootpw").await;
     admin
         .post(
             "/_synapse/admin/v1/registration_tokens/new",
-            json!({ "token": "two", "uses_allowed": 100 }),
+            json!({ "token": token, "uses_allowed": uses_allowed }),
         )
         .await
         .ok();
+    (server, admin)
+}
+
+/// The admin API's view of the first registration token: (pending, completed).
+async fn token_uses(admin: &Client) -> (Value, Value) {
+    let listed = admin
+        .get("/_synapse/admin/v1/registration_tokens")
+        .await
+        .ok();
+    let token = &listed["registration_tokens"][0];
+    (token["pending"].clone(), token["completed"].clone())
+}
+
+#[tokio::test]
+async fn a_failed_registration_gives_its_token_use_back() {
+    let (server, admin) = token_server("two", 100).await;
     // Pairs racing for one name: one account each, the loser's reservation released.
     let mut created = 0;
     for pair in 0..4 {
@@ -278,28 +275,13 @@ async fn a_failed_registration_gives_its_token_use_back() {
         }
     }
     assert_eq!(created, 4);
-    let listed = admin
-        .get("/_synapse/admin/v1/registration_tokens")
-        .await
-        .ok();
-    let token = &listed["registration_tokens"][0];
-    assert_eq!(token["pending"], 0, "{listed}");
-    assert_eq!(token["completed"], 4, "{listed}");
+    assert_eq!(token_uses(&admin).await, (json!(0), json!(4)));
 }
 
 #[tokio::test]
 async fn an_expired_uia_session_gives_its_token_use_back() {
     use diesel_async::RunQueryDsl;
-    let server =
-        TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "token")).await;
-    let admin = admin(&server).await;
-    admin
-        .post(
-            "/_synapse/admin/v1/registration_tokens/new",
-            json!({ "token": "once", "uses_allowed": 1 }),
-        )
-        .await
-        .ok();
+    let (server, admin) = token_server("once", 1).await;
     // A client that completed the token stage long ago and never finished registering.
     let mut db = server.db().await;
     for sql in [
@@ -315,10 +297,5 @@ async fn an_expired_uia_session_gives_its_token_use_back() {
         .await
         .ok();
     assert_eq!(ok["user_id"], "@late:localhost");
-    let listed = admin
-        .get("/_synapse/admin/v1/registration_tokens")
-        .await
-        .ok();
-    assert_eq!(listed["registration_tokens"][0]["pending"], 0, "{listed}");
-    assert_eq!(listed["registration_tokens"][0]["completed"], 1, "{listed}");
+    assert_eq!(token_uses(&admin).await, (json!(0), json!(1)));
 }

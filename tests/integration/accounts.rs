@@ -113,14 +113,7 @@ async fn closed_registration_is_forbidden() {
 async fn token_registration_uses_admin_created_tokens_and_counts_uses() {
     let server =
         TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "token")).await;
-    // The admin is created with the CLI, as a self-hoster would.
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
-        .args(["user", "create", "root", "--password", "rootpw", "--admin"])
-        .env("DATABASE_URL", server.database_url())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let admin = server.client().login("root", "rootpw").await;
+    let admin = server.create_admin("root", "rootpw").await;
     let token = admin
         .post(
             "/_synapse/admin/v1/registration_tokens/new",

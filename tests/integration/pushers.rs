@@ -116,6 +116,15 @@ impl Gateway {
         }
     }
 
+    /// Waits until the gateway has been asked `n` times (or fails the test).
+    async fn wait_for_requests(&self, n: usize, within: Duration, what: &str) {
+        let deadline = Instant::now() + within;
+        while self.requests.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits until `n` notifications have arrived.
     async fn wait_for(&self, n: usize, within: Duration) -> Vec<Value> {
         let deadline = Instant::now() + within;
@@ -381,11 +390,9 @@ async fn a_redirecting_gateway_is_not_followed() {
     let (alice, _bob, room) = bob_with_pusher(&server, &redirecting.url).await;
     alice.send_text(&room, "1", "hello").await.ok();
     // The 302 counts as a failure: retried after 1 s, never followed.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while redirecting.requests.load(Ordering::SeqCst) < 2 {
-        assert!(Instant::now() < deadline, "the redirect was not retried");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    redirecting
+        .wait_for_requests(2, Duration::from_secs(10), "the redirect was not retried")
+        .await;
     assert_eq!(
         target.requests.load(Ordering::SeqCst),
         0,
@@ -400,14 +407,13 @@ async fn a_huge_gateway_answer_is_cut_off_and_counts_as_a_failure() {
     let (alice, bob, room) = bob_with_pusher(&server, &gateway.url).await;
     let before = server.peak_rss_kib();
     alice.send_text(&room, "1", "hello").await.ok();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while gateway.requests.load(Ordering::SeqCst) < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "an oversized answer was not retried"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    gateway
+        .wait_for_requests(
+            2,
+            Duration::from_secs(15),
+            "an oversized answer was not retried",
+        )
+        .await;
     let grown_mib = (server.peak_rss_kib() - before) / 1024;
     assert!(
         grown_mib < 64,

@@ -526,13 +526,7 @@ async fn profile_changes_reach_the_rooms() {
 #[tokio::test]
 async fn shadow_banned_users_get_success_but_nobody_sees_their_events() {
     let server = TestServer::start().await;
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
-        .args(["user", "create", "admin", "--password", "pw", "--admin"])
-        .env("DATABASE_URL", server.database_url())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let admin = server.client().login("admin", "pw").await;
+    let admin = server.create_admin("admin", "pw").await;
     let alice = server.register("alice").await;
     let troll = server.register("troll").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;

@@ -383,6 +383,24 @@ impl TestServer {
         Client::new(&self.base_url)
     }
 
+    /// Creates an admin with the CLI, as a self-hoster would, and returns it logged in.
+    pub async fn create_admin(&self, localpart: &str, password: &str) -> Client {
+        let status = Command::new(env!("CARGO_BIN_EXE_myelin"))
+            .args([
+                "user",
+                "create",
+                localpart,
+                "--password",
+                password,
+                "--admin",
+            ])
+            .env("DATABASE_URL", self.database_url())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        self.client().login(localpart, password).await
+    }
+
     /// Registers a user (password `password`) and returns a logged-in client.
     pub async fn register(&self, localpart: &str) -> Client {
         self.client().register(localpart, "password").await
