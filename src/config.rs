@@ -539,6 +539,26 @@ mod tests {
     }
 
     #[test]
+    fn address_lists_and_jwt_keys_are_checked_at_start() {
+        let err = Config::load_from(
+            None,
+            env(&[("MYELIN_TRUSTED_PROXIES", "10.0.0.0/8, proxy")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("MYELIN_TRUSTED_PROXIES"), "{err}");
+        let config =
+            Config::load_from(None, env(&[("MYELIN_OUTBOUND_ALLOW", "127.0.0.1/32 ::1")])).unwrap();
+        assert!(config.outbound.permits("127.0.0.1".parse().unwrap()));
+        let err = Config::load_from(None, env(&[("MYELIN_JWT_SECRET", "short")])).unwrap_err();
+        assert!(err.to_string().contains("at least 32 bytes"), "{err}");
+        let rsa = env(&[
+            ("MYELIN_JWT_SECRET", "-----BEGIN PUBLIC KEY-----"),
+            ("MYELIN_JWT_ALGORITHM", "RS256"),
+        ]);
+        assert!(Config::load_from(None, rsa).is_err());
+    }
+
+    #[test]
     fn environment_overrides_file() {
         let dir = std::env::temp_dir().join(format!("myelin-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

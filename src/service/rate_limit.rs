@@ -149,3 +149,28 @@ impl RateLimiter {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashMap, net::Ipv4Addr};
+
+    use super::*;
+
+    #[test]
+    fn a_flood_of_addresses_does_not_evict_account_buckets() {
+        let config = Config::load_from(None, HashMap::new()).unwrap();
+        let limiter = RateLimiter::new(&config);
+        let user = UserId::parse("@victim:localhost").unwrap();
+        for _ in 0..3 {
+            limiter.record_failure(Failure::Login, &user);
+        }
+        assert!(limiter.check_failures(Failure::Login, &user).is_err());
+        for n in 0..=MAX_BUCKETS as u32 {
+            let _ = limiter.check(Action::Login, IpAddr::V4(Ipv4Addr::from(n)));
+        }
+        assert!(
+            limiter.check_failures(Failure::Login, &user).is_err(),
+            "the account's failures were forgotten"
+        );
+    }
+}

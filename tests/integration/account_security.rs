@@ -156,18 +156,36 @@ async fn jwt_expiry_can_be_made_optional() {
 
 #[test]
 fn weak_or_unreadable_jwt_keys_stop_the_server_at_start() {
+    use std::{process::Stdio, time::Duration};
+    let data = std::env::temp_dir().join(format!("myelin-jwt-start-{}", std::process::id()));
     for (secret, algorithm) in [("", "HS256"), ("short", "HS256"), ("not a pem", "RS256")] {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_myelin"))
             .env_clear()
             .env("MYELIN_JWT_SECRET", secret)
             .env("MYELIN_JWT_ALGORITHM", algorithm)
-            .output()
+            // Should a bad key be accepted, the server must not start anywhere that matters.
+            .env("MYELIN_DATA_DIR", &data)
+            .env("DATABASE_URL", "host=/nonexistent dbname=none")
+            .env("MYELIN_LISTEN", "127.0.0.1:0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let output = child.wait_with_output().unwrap();
         assert_eq!(output.status.code(), Some(2), "{secret:?} was accepted");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(stderr.contains("MYELIN_JWT_SECRET"), "{stderr}");
     }
+    let _ = std::fs::remove_dir_all(&data);
 }
 
 #[tokio::test]
