@@ -42,8 +42,21 @@ pub enum OutboundError {
     #[error("response body larger than {0} bytes")]
     TooLarge(usize),
     /// Connecting, sending or receiving failed (including timeouts and refused names).
-    #[error("{0}")]
+    #[error("{}", with_causes(.0))]
     Http(#[from] reqwest::Error),
+}
+
+/// An error and its causes on one line: reqwest's own message leaves out why it failed (a
+/// refused address, a timeout, a reset).
+fn with_causes(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(err);
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
 }
 
 /// A response whose body was read in full (within the caller's limit).
