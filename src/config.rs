@@ -9,6 +9,8 @@ use std::{collections::HashMap, net::SocketAddr, path::PathBuf};
 use ruma::OwnedServerName;
 use serde::Deserialize;
 
+use crate::net::{parse_cidr_list, AddressPolicy, Cidr};
+
 /// Who may create accounts through `POST /register`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RegistrationMode {
@@ -23,14 +25,26 @@ pub enum RegistrationMode {
 /// JWT login (`org.matrix.login.jwt`) settings.
 #[derive(Debug, Clone)]
 pub struct JwtConfig {
-    /// Shared secret (HMAC) or PEM public key (RSA/EC) used to validate tokens.
-    pub secret: String,
+    /// The validation key, parsed once at start from the shared secret (HMAC) or PEM public
+    /// key (RSA/EC/EdDSA).
+    pub key: jsonwebtoken::DecodingKey,
     /// Signing algorithm, e.g. `HS256`.
     pub algorithm: jsonwebtoken::Algorithm,
     /// Required `iss` claim, if any.
     pub issuer: Option<String>,
     /// Required `aud` claim, if any.
     pub audience: Option<String>,
+    /// Whether tokens without an `exp` claim are refused.
+    pub require_exp: bool,
+}
+
+/// Shortest accepted HMAC secret in bytes (RFC 7518 3.2: at least the hash size, 256 bits).
+const MIN_HMAC_SECRET_LEN: usize = 32;
+
+/// Whether `algorithm` is an HMAC (shared-secret) algorithm.
+fn is_hmac(algorithm: jsonwebtoken::Algorithm) -> bool {
+    use jsonwebtoken::Algorithm::{HS256, HS384, HS512};
+    matches!(algorithm, HS256 | HS384 | HS512)
 }
 
 /// A token bucket: sustained rate and burst size.
@@ -78,6 +92,12 @@ pub struct Config {
     /// Media uploaded before this time (ms since the epoch) stays downloadable through the
     /// legacy unauthenticated `/_matrix/media/v3` endpoints; 0: none is.
     pub legacy_media_until_ms: u64,
+    /// Reverse proxies whose `X-Forwarded-For` is believed; empty: the socket peer is the client.
+    pub trusted_proxies: Vec<Cidr>,
+    /// Which addresses outbound HTTP (push gateways) may connect to.
+    pub outbound: AddressPolicy,
+    /// Largest image (width times height) decoded for thumbnails and BlurHashes.
+    pub max_image_pixels: u64,
 }
 
 /// The TOML file's shape; every key is optional and named like its environment variable
@@ -106,6 +126,11 @@ struct FileConfig {
     presence: Option<toml::Value>,
     max_upload_size: Option<toml::Value>,
     legacy_media_until: Option<toml::Value>,
+    trusted_proxies: Option<String>,
+    outbound_allow: Option<String>,
+    outbound_deny: Option<String>,
+    max_image_pixels: Option<toml::Value>,
+    jwt_require_exp: Option<toml::Value>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -265,24 +290,14 @@ impl Config {
         let database_pool_size = integer(src, "database_pool_size", 16)? as usize;
         let jwt = match src.get("jwt_secret") {
             None => None,
-            Some(secret) => {
-                let algorithm = match src.get("jwt_algorithm") {
-                    None => jsonwebtoken::Algorithm::HS256,
-                    Some(raw) => raw.value.parse().map_err(|_| {
-                        bad(
-                            &raw.source,
-                            format!("'{}' is not a JWT algorithm", raw.value),
-                        )
-                    })?,
-                };
-                Some(JwtConfig {
-                    secret: secret.value,
-                    algorithm,
-                    issuer: src.get("jwt_issuer").map(|r| r.value),
-                    audience: src.get("jwt_audience").map(|r| r.value),
-                })
-            }
+            Some(secret) => Some(jwt_config(src, secret)?),
         };
+        let trusted_proxies = cidrs(src, "trusted_proxies")?;
+        let outbound = AddressPolicy {
+            allow: cidrs(src, "outbound_allow")?,
+            deny: cidrs(src, "outbound_deny")?,
+        };
+        let max_image_pixels = integer(src, "max_image_pixels", 32_000_000)?;
         Ok(Config {
             server_name,
             listen,
@@ -300,7 +315,76 @@ impl Config {
             presence_enabled,
             max_upload_size,
             legacy_media_until_ms,
+            trusted_proxies,
+            outbound,
+            max_image_pixels,
         })
+    }
+
+    /// Settings that are valid but probably not what the admin wants, one line each.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Some(jwt) = &self.jwt {
+            if !is_hmac(jwt.algorithm) && jwt.issuer.is_none() && jwt.audience.is_none() {
+                warnings.push(
+                    "MYELIN_JWT_ALGORITHM is asymmetric but neither MYELIN_JWT_AUDIENCE nor \
+                     MYELIN_JWT_ISSUER is set: any token the key's owner signs for another \
+                     application logs in here too"
+                        .to_owned(),
+                );
+            }
+        }
+        warnings
+    }
+}
+
+/// Reads the JWT settings and parses the key, so a bad key stops the server at start.
+fn jwt_config(src: &Sources, secret: Raw) -> Result<JwtConfig, ConfigError> {
+    let algorithm = match src.get("jwt_algorithm") {
+        None => jsonwebtoken::Algorithm::HS256,
+        Some(raw) => raw.value.parse().map_err(|_| {
+            bad(
+                &raw.source,
+                format!("'{}' is not a JWT algorithm", raw.value),
+            )
+        })?,
+    };
+    use jsonwebtoken::{Algorithm::*, DecodingKey};
+    let bytes = secret.value.as_bytes();
+    let key = match algorithm {
+        HS256 | HS384 | HS512 => {
+            if bytes.len() < MIN_HMAC_SECRET_LEN {
+                return Err(bad(
+                    &secret.source,
+                    format!("an HMAC secret must be at least {MIN_HMAC_SECRET_LEN} bytes"),
+                ));
+            }
+            DecodingKey::from_secret(bytes)
+        }
+        ES256 | ES384 => DecodingKey::from_ec_pem(bytes),
+        EdDSA => DecodingKey::from_ed_pem(bytes),
+        // RS* and PS*, and whatever RSA-family algorithm a later jsonwebtoken adds.
+        _ => DecodingKey::from_rsa_pem(bytes),
+    }
+    .map_err(|e| {
+        bad(
+            &secret.source,
+            format!("not a valid {algorithm:?} key: {e}"),
+        )
+    })?;
+    Ok(JwtConfig {
+        key,
+        algorithm,
+        issuer: src.get("jwt_issuer").map(|r| r.value),
+        audience: src.get("jwt_audience").map(|r| r.value),
+        require_exp: switch(src, "jwt_require_exp", true)?,
+    })
+}
+
+fn cidrs(src: &Sources, key: &'static str) -> Result<Vec<Cidr>, ConfigError> {
+    match src.get(key) {
+        None => Ok(Vec::new()),
+        Some(raw) => parse_cidr_list(&raw.value).map_err(|problem| bad(&raw.source, problem)),
     }
 }
 
@@ -369,6 +453,11 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         presence,
         max_upload_size,
         legacy_media_until,
+        trusted_proxies,
+        outbound_allow,
+        outbound_deny,
+        max_image_pixels,
+        jwt_require_exp,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -406,6 +495,11 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("presence", presence),
         ("max_upload_size", max_upload_size),
         ("legacy_media_until", legacy_media_until),
+        ("trusted_proxies", s(trusted_proxies)),
+        ("outbound_allow", s(outbound_allow)),
+        ("outbound_deny", s(outbound_deny)),
+        ("max_image_pixels", max_image_pixels),
+        ("jwt_require_exp", jwt_require_exp),
     ];
     Ok(entries
         .into_iter()
@@ -443,6 +537,26 @@ mod tests {
         );
         let err = Config::load_from(None, env(&[("MYELIN_REGISTRATION", "maybe")])).unwrap_err();
         assert!(err.to_string().contains("MYELIN_REGISTRATION"), "{err}");
+    }
+
+    #[test]
+    fn address_lists_and_jwt_keys_are_checked_at_start() {
+        let err = Config::load_from(
+            None,
+            env(&[("MYELIN_TRUSTED_PROXIES", "10.0.0.0/8, proxy")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("MYELIN_TRUSTED_PROXIES"), "{err}");
+        let config =
+            Config::load_from(None, env(&[("MYELIN_OUTBOUND_ALLOW", "127.0.0.1/32 ::1")])).unwrap();
+        assert!(config.outbound.permits("127.0.0.1".parse().unwrap()));
+        let err = Config::load_from(None, env(&[("MYELIN_JWT_SECRET", "short")])).unwrap_err();
+        assert!(err.to_string().contains("at least 32 bytes"), "{err}");
+        let rsa = env(&[
+            ("MYELIN_JWT_SECRET", "-----BEGIN PUBLIC KEY-----"),
+            ("MYELIN_JWT_ALGORITHM", "RS256"),
+        ]);
+        assert!(Config::load_from(None, rsa).is_err());
     }
 
     #[test]

@@ -3,6 +3,13 @@
 //! `initdb` on first start, `pg_ctl start` on a Unix socket in the data directory (no TCP),
 //! `pg_ctl stop` when the server stops. Run as root, the cluster is owned by and run as the
 //! `postgres` system user, because PostgreSQL refuses to run as root.
+//!
+//! Only the OS user running myelin may connect: `postgres/` and the socket directory are 0700,
+//! the socket itself 0700, and `pg_hba.conf` (rewritten at every start, so older clusters made
+//! with `--auth=trust` are fixed too) allows peer authentication only, mapping this OS user
+//! (and the cluster's owner) to the `postgres` role. Where the OS user has no name to map
+//! (a uid without a passwd entry, as in some containers), it falls back to trust on the
+//! socket, which the 0700 directory still keeps to this user.
 
 use std::{
     os::unix::process::CommandExt,
@@ -55,24 +62,53 @@ pub fn find_binaries() -> Result<PathBuf, String> {
     })
 }
 
+/// One `/etc/passwd` entry: name, uid, gid.
+fn passwd_entries() -> Vec<(String, u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(':');
+            let name = fields.next()?.to_owned();
+            let uid = fields.nth(1)?.parse().ok()?;
+            let gid = fields.next()?.parse().ok()?;
+            Some((name, uid, gid))
+        })
+        .collect()
+}
+
 /// uid and gid of a system user, from `/etc/passwd`.
 fn lookup_user(name: &str) -> Option<(u32, u32)> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        if fields.next()? != name {
-            return None;
-        }
-        let uid = fields.nth(1)?.parse().ok()?;
-        let gid = fields.next()?.parse().ok()?;
-        Some((uid, gid))
-    })
+    passwd_entries()
+        .into_iter()
+        .find(|(n, _, _)| n == name)
+        .map(|(_, uid, gid)| (uid, gid))
+}
+
+/// The name of the user with this uid, from `/etc/passwd`.
+fn user_name(uid: u32) -> Option<String> {
+    passwd_entries()
+        .into_iter()
+        .find(|(_, u, _)| *u == uid)
+        .map(|(name, _, _)| name)
+}
+
+/// The uid this process runs as.
+fn own_uid() -> u32 {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap_or(u32::MAX)
 }
 
 fn is_root() -> bool {
-    std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false)
+    own_uid() == 0
+}
+
+/// Makes a directory private to its owner (0700).
+fn make_private(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("cannot make {} private: {e}", dir.display()))
 }
 
 impl EmbeddedPostgres {
@@ -115,22 +151,60 @@ impl EmbeddedPostgres {
         command
     }
 
+    fn base_dir(&self) -> &Path {
+        self.data_dir.parent().expect("data dir has a parent")
+    }
+
     fn prepare_dirs(&self) -> Result<(), String> {
         for dir in [&self.data_dir, &self.socket_dir] {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
+        let base = self.base_dir();
         if let Some((uid, gid)) = self.run_as {
-            let base = self.data_dir.parent().expect("data dir has a parent");
             for path in [base, &self.data_dir, &self.socket_dir] {
                 std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| {
                     format!("cannot hand {} to the postgres user: {e}", path.display())
                 })?;
             }
         }
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&self.data_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| e.to_string())
+        // Nobody else may reach the socket, the data or the log.
+        for dir in [base, &self.data_dir, &self.socket_dir] {
+            make_private(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `pg_hba.conf` and `pg_ident.conf`: peer authentication over the socket for
+    /// this OS user and the cluster's owner, as the `postgres` role; no TCP.
+    fn write_auth_config(&self) -> Result<(), String> {
+        let own = user_name(own_uid());
+        let owner = match self.run_as {
+            Some((uid, _)) => user_name(uid),
+            None => own.clone(),
+        };
+        let (hba, ident) = match (own, owner) {
+            (Some(own), Some(owner)) => {
+                let mut ident = format!("myelin {own} postgres\n");
+                if owner != own {
+                    ident.push_str(&format!("myelin {owner} postgres\n"));
+                }
+                ("local all all peer map=myelin\n".to_owned(), ident)
+            }
+            // No user name to map: the 0700 socket directory is the only gate left.
+            _ => ("local all all trust\n".to_owned(), String::new()),
+        };
+        let header = "# Written by myelin at every start; changes here are overwritten.\n";
+        for (file, text) in [("pg_hba.conf", hba), ("pg_ident.conf", ident)] {
+            let path = self.data_dir.join(file);
+            std::fs::write(&path, format!("{header}{text}"))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            if let Some((uid, gid)) = self.run_as {
+                std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+                    .map_err(|e| format!("cannot hand {} to postgres: {e}", path.display()))?;
+            }
+        }
+        Ok(())
     }
 
     fn run(&self, mut command: Command, what: &str) -> Result<(), String> {
@@ -155,7 +229,9 @@ impl EmbeddedPostgres {
                 "--no-sync",
                 "-U",
                 "postgres",
-                "--auth=trust",
+                // Replaced by write_auth_config before the first start.
+                "--auth-local=peer",
+                "--auth-host=reject",
                 "--encoding=UTF8",
                 "--locale=C",
                 "-D",
@@ -163,6 +239,7 @@ impl EmbeddedPostgres {
             initdb.arg(&self.data_dir);
             self.run(initdb, "initdb")?;
         }
+        self.write_auth_config()?;
         let mut status = self.command("pg_ctl");
         status
             .arg("status")
@@ -174,7 +251,7 @@ impl EmbeddedPostgres {
             return Ok(false);
         }
         let options = format!(
-            "-k {} -p {SOCKET_PORT} -c listen_addresses='' {}",
+            "-k {} -p {SOCKET_PORT} -c listen_addresses='' -c unix_socket_permissions=0700 {}",
             self.socket_dir.display(),
             self.extra_options
         );

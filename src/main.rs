@@ -130,6 +130,9 @@ async fn serve_or_run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let database = match Database::open(&config).await {
         Ok(database) => database,
         Err(err) => {

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod client_ip;
 pub mod middleware;
 pub mod ruma;
 

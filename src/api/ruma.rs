@@ -18,6 +18,7 @@ use ruma::api::{
 use serde::de::DeserializeOwned;
 
 use crate::{
+    api::client_ip::client_ip,
     error::{Error, Result},
     service::{sessions::Caller, Services},
 };
@@ -173,14 +174,8 @@ pub async fn authenticate(
             Ok(None)
         };
     };
-    let ip = req
-        .connection_info()
-        .realip_remote_addr()
-        .map(str::to_owned);
-    let caller = services
-        .sessions
-        .authenticate(&token, ip.as_deref())
-        .await?;
+    let ip = client_ip(req, &services.config.trusted_proxies).to_string();
+    let caller = services.sessions.authenticate(&token, Some(&ip)).await?;
     req.extensions_mut().insert(caller.clone());
     Ok(Some(caller))
 }

@@ -5,6 +5,7 @@ pub mod e2ee;
 pub mod keys;
 pub mod media;
 pub mod notifier;
+pub mod outbound;
 pub mod passwords;
 pub mod presence;
 pub mod push_rules;
@@ -36,7 +37,7 @@ pub struct Services {
     /// User-interactive authentication.
     pub uia: uia::Uia,
     /// Request rate limits.
-    pub rate_limit: rate_limit::RateLimiter,
+    pub rate_limit: Arc<rate_limit::RateLimiter>,
     /// Account data and filters.
     pub account_data: account_data::AccountData,
     /// Registration tokens (admin-managed).
@@ -63,6 +64,8 @@ pub struct Services {
     pub backup: e2ee::backup::Backup,
     /// The media repository.
     pub media: media::Media,
+    /// The HTTP client for requests to other hosts.
+    pub outbound: Arc<outbound::Outbound>,
     /// Delivers pushes to gateways (started by `serve`).
     pub push_sender: Arc<push_sender::PushSender>,
 }
@@ -74,26 +77,30 @@ impl Services {
         let keys = Arc::new(keys::ServerKeys::load_or_create(&db).await?);
         let sessions = Arc::new(sessions::Sessions::new(db.clone(), config.clone()));
         let notifier = notifier::Notifier::new(db.clone(), sessions.clone());
-        let push_sender = push_sender::PushSender::new(db.clone(), notifier.push_wake.clone());
+        let outbound = Arc::new(outbound::Outbound::new(config.outbound.clone()));
+        let push_sender =
+            push_sender::PushSender::new(db.clone(), outbound.clone(), notifier.push_wake.clone());
         let presence = presence::Presence::new(db.clone(), config.presence_enabled);
+        let rate_limit = Arc::new(rate_limit::RateLimiter::new(&config));
         Ok(Arc::new(Services {
             sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
             notifier,
             rooms: rooms::Rooms::new(db.clone(), config.clone(), keys.clone()),
             keys,
             users: users::Users::new(db.clone(), config.clone(), sessions.clone()),
-            uia: uia::Uia::new(db.clone(), config.clone()),
-            rate_limit: rate_limit::RateLimiter::new(&config),
+            uia: uia::Uia::new(db.clone(), config.clone(), rate_limit.clone()),
+            rate_limit,
             account_data: account_data::AccountData::new(db.clone()),
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),
-            pushers: pushers::Pushers::new(db.clone()),
+            pushers: pushers::Pushers::new(db.clone(), outbound.clone()),
             e2ee_keys: e2ee::keys::Keys::new(db.clone()),
             to_device: e2ee::to_device::ToDevice::new(db.clone(), config.server_name.clone()),
             backup: e2ee::backup::Backup::new(db.clone()),
             media: media::Media::new(db.clone(), config.clone()),
             presence,
             push_sender,
+            outbound,
             sessions,
             config,
             db,

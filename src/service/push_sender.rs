@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 
 use crate::{
     error::{Error, Result},
+    service::outbound::Outbound,
     storage::{
         pushers::{self as store, PusherRow},
         rooms as rooms_store, Db,
@@ -29,8 +30,8 @@ use crate::{
 pub const MAX_ATTEMPTS: u32 = 10;
 /// First retry delay; doubled after each failure.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-/// How long one gateway request may take.
-const GATEWAY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most of a gateway's answer that is read (it is `{"rejected": [push keys]}`).
+const MAX_GATEWAY_RESPONSE: usize = 64 * 1024;
 /// How often to look for work without being woken (retries coming due).
 const IDLE_TICK: Duration = Duration::from_secs(1);
 /// Advisory-lock key held by the sending process.
@@ -65,7 +66,7 @@ enum Outcome {
 /// The background sender.
 pub struct PushSender {
     db: Db,
-    http: reqwest::Client,
+    http: Arc<Outbound>,
     wake: Arc<Notify>,
     busy: Mutex<HashSet<PusherKey>>,
     backoff: Mutex<HashMap<PusherKey, Backoff>>,
@@ -73,12 +74,7 @@ pub struct PushSender {
 
 impl PushSender {
     /// Creates the sender; `wake` is notified whenever events are written.
-    pub fn new(db: Db, wake: Arc<Notify>) -> Arc<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(GATEWAY_TIMEOUT)
-            .user_agent(concat!("myelin/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .expect("the HTTP client builds");
+    pub fn new(db: Db, http: Arc<Outbound>, wake: Arc<Notify>) -> Arc<Self> {
         Arc::new(PushSender {
             db,
             http,
@@ -297,15 +293,16 @@ impl PushSender {
         let Some(url) = pusher.data.get("url").and_then(Value::as_str) else {
             return Outcome::Rejected;
         };
-        let response = match self.http.post(url).json(body).send().await {
+        let response = match self.http.post_json(url, body, MAX_GATEWAY_RESPONSE).await {
             Ok(response) => response,
-            Err(err) => return Outcome::Failed(err.to_string()),
+            Err(err) => return Outcome::Failed(format!("{url}: {err}")),
         };
-        let status = response.status();
+        let status = response.status;
         if !status.is_success() {
+            // Redirects are not followed: a 3xx lands here too.
             return Outcome::Failed(format!("gateway answered {status}"));
         }
-        let answer: Value = response.json().await.unwrap_or_default();
+        let answer: Value = serde_json::from_slice(&response.body).unwrap_or_default();
         let rejected = answer["rejected"]
             .as_array()
             .is_some_and(|keys| keys.iter().any(|k| k == pusher.pushkey.as_str()));

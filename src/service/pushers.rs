@@ -1,5 +1,8 @@
 //! Pushers: clients register where their notifications should be pushed (`/pushers/set`).
 
+use std::sync::Arc;
+
+use actix_web::http::StatusCode;
 use diesel_async::AsyncConnection;
 use ruma::{
     api::client::push::{set_pusher::v3::PusherAction, Pusher},
@@ -9,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::{
     error::{Error, Result},
+    service::outbound::{Outbound, OutboundError},
     storage::{
         now_ms,
         pushers::{self as store, PusherRow},
@@ -22,10 +26,13 @@ const GATEWAY_PATH: &str = "/_matrix/push/v1/notify";
 const MAX_APP_ID_LENGTH: usize = 64;
 /// Longest `pushkey` (as Synapse).
 const MAX_PUSHKEY_LENGTH: usize = 512;
+/// Most pushers one user may have (each drains on its own task; Synapse has no cap).
+pub const MAX_PUSHERS_PER_USER: i64 = 100;
 
 /// The pushers service.
 pub struct Pushers {
     db: Db,
+    outbound: Arc<Outbound>,
 }
 
 /// The client form of a stored pusher.
@@ -45,17 +52,17 @@ fn pusher_json(row: &PusherRow) -> Value {
     pusher
 }
 
-/// Checks an HTTP pusher's `data.url`.
-fn check_gateway_url(data: &Value) -> Result<()> {
+/// Checks an HTTP pusher's `data.url`: an http(s) gateway URL that is not an address the
+/// server may not reach (names are checked again on every connection).
+fn check_gateway_url(outbound: &Outbound, data: &Value) -> Result<()> {
     let url = data
         .get("url")
         .and_then(Value::as_str)
         .ok_or_else(|| Error::missing_param("HTTP pushers need data.url"))?;
-    let parsed = reqwest::Url::parse(url)
-        .map_err(|_| Error::invalid_param("data.url is not an absolute URL"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(Error::invalid_param("data.url must be http or https"));
-    }
+    let parsed = outbound.check_url(url).map_err(|err| match err {
+        OutboundError::Refused(why) => Error::invalid_param(format!("data.url: {why}")),
+        _ => Error::invalid_param("data.url must be an absolute http or https URL"),
+    })?;
     if parsed.path() != GATEWAY_PATH {
         return Err(Error::invalid_param(format!(
             "data.url must have the path {GATEWAY_PATH}"
@@ -66,8 +73,8 @@ fn check_gateway_url(data: &Value) -> Result<()> {
 
 impl Pushers {
     /// Creates the service.
-    pub fn new(db: Db) -> Self {
-        Pushers { db }
+    pub fn new(db: Db, outbound: Arc<Outbound>) -> Self {
+        Pushers { db, outbound }
     }
 
     /// The user's pushers in their client form.
@@ -97,6 +104,17 @@ impl Pushers {
                 store::delete_pushers_of_others(conn, &row.user_id, &row.app_id, &row.pushkey)
                     .await?;
             }
+            let others =
+                store::count_other_pushers(conn, &row.user_id, &row.app_id, &row.pushkey).await?;
+            if others >= MAX_PUSHERS_PER_USER {
+                return Err(Error::matrix(
+                    StatusCode::BAD_REQUEST,
+                    "M_LIMIT_EXCEEDED",
+                    format!(
+                        "A user may have at most {MAX_PUSHERS_PER_USER} pushers; delete one first"
+                    ),
+                ));
+            }
             store::upsert_pusher(conn, &row).await?;
             Ok(())
         })
@@ -112,7 +130,7 @@ impl Pushers {
             )));
         }
         let data = wire.get("data").cloned().unwrap_or_else(|| json!({}));
-        check_gateway_url(&data)?;
+        check_gateway_url(&self.outbound, &data)?;
         let ids = &pusher.ids;
         if ids.app_id.is_empty() || ids.app_id.len() > MAX_APP_ID_LENGTH {
             return Err(Error::invalid_param(format!(

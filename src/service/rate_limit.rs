@@ -1,21 +1,38 @@
-//! Token-bucket rate limits keyed by action and by IP address or user.
+//! Token-bucket rate limits: requests per client IP address, and failed password attempts per
+//! account.
+//!
+//! The two kinds live in separate LRUs, so a flood of requests from many (or forged) addresses
+//! cannot evict the per-account buckets and reset an account's failure count.
 
-use std::{num::NonZeroUsize, sync::Mutex, time::Instant};
+use std::{hash::Hash, net::IpAddr, num::NonZeroUsize, sync::Mutex, time::Instant};
 
 use lru::LruCache;
+use ruma::UserId;
 
 use crate::{
     config::{Config, RateLimit},
     error::{Error, Result},
 };
 
-/// What is being limited.
+/// Buckets kept per kind; the least recently used one is dropped beyond this.
+const MAX_BUCKETS: usize = 100_000;
+
+/// What is being limited per client IP address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// `POST /login`, per IP and per account.
+    /// `POST /login`.
     Login,
-    /// `POST /register`, per IP.
+    /// `POST /register` and the registration probes.
     Registration,
+}
+
+/// Which failed password attempts are being limited per account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Failure {
+    /// A wrong password at `POST /login`.
+    Login,
+    /// A wrong password in an `m.login.password` UIA stage.
+    UiaPassword,
 }
 
 struct Bucket {
@@ -23,12 +40,47 @@ struct Bucket {
     updated: Instant,
 }
 
-/// Rate limiter; a bounded LRU keeps memory flat under a flood of distinct keys.
+/// A bounded LRU of token buckets.
+struct Buckets<K: Hash + Eq>(Mutex<LruCache<K, Bucket>>);
+
+impl<K: Hash + Eq> Buckets<K> {
+    fn new() -> Self {
+        Buckets(Mutex::new(LruCache::new(
+            NonZeroUsize::new(MAX_BUCKETS).expect("non-zero"),
+        )))
+    }
+
+    /// Refills the bucket of `key`, then takes a token if `spend`; fails when less than one
+    /// token is left (before spending).
+    fn take(&self, key: K, limit: RateLimit, spend: bool) -> Result<()> {
+        let now = Instant::now();
+        let mut buckets = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let bucket = buckets.get_or_insert_mut(key, || Bucket {
+            tokens: limit.burst,
+            updated: now,
+        });
+        let elapsed = now.duration_since(bucket.updated).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * limit.per_second).min(limit.burst);
+        bucket.updated = now;
+        if bucket.tokens >= 1.0 {
+            if spend {
+                bucket.tokens -= 1.0;
+            }
+            Ok(())
+        } else {
+            let wait_ms = ((1.0 - bucket.tokens) / limit.per_second * 1000.0).ceil() as u64;
+            Err(Error::limit_exceeded(wait_ms))
+        }
+    }
+}
+
+/// Rate limiter; bounded LRUs keep memory flat under a flood of distinct keys.
 pub struct RateLimiter {
     enabled: bool,
     login: RateLimit,
     registration: RateLimit,
-    buckets: Mutex<LruCache<(Action, String), Bucket>>,
+    by_ip: Buckets<(Action, IpAddr)>,
+    by_account: Buckets<(Failure, String)>,
 }
 
 impl RateLimiter {
@@ -38,12 +90,13 @@ impl RateLimiter {
             enabled: config.rate_limits_enabled,
             login: config.rate_limit_login,
             registration: config.rate_limit_registration,
-            buckets: Mutex::new(LruCache::new(NonZeroUsize::new(100_000).expect("non-zero"))),
+            by_ip: Buckets::new(),
+            by_account: Buckets::new(),
         }
     }
 
-    /// Takes one token from the bucket of `(action, key)` or fails with `M_LIMIT_EXCEEDED`.
-    pub fn check(&self, action: Action, key: &str) -> Result<()> {
+    /// Takes one token from the bucket of `(action, ip)` or fails with `M_LIMIT_EXCEEDED`.
+    pub fn check(&self, action: Action, ip: IpAddr) -> Result<()> {
         if !self.enabled {
             return Ok(());
         }
@@ -51,21 +104,73 @@ impl RateLimiter {
             Action::Login => self.login,
             Action::Registration => self.registration,
         };
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let bucket = buckets.get_or_insert_mut((action, key.to_owned()), || Bucket {
-            tokens: limit.burst,
-            updated: now,
-        });
-        let elapsed = now.duration_since(bucket.updated).as_secs_f64();
-        bucket.tokens = (bucket.tokens + elapsed * limit.per_second).min(limit.burst);
-        bucket.updated = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            let wait_ms = ((1.0 - bucket.tokens) / limit.per_second * 1000.0).ceil() as u64;
-            Err(Error::limit_exceeded(wait_ms))
+        self.by_ip.take((action, ip), limit, true)
+    }
+
+    /// Fails with `M_LIMIT_EXCEEDED` while `user_id` has used up its failed attempts of this
+    /// kind; takes nothing, so only [`record_failure`](Self::record_failure) spends.
+    pub fn check_failures(&self, kind: Failure, user_id: &UserId) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
         }
+        self.by_account
+            .take((kind, user_id.to_string()), self.login, false)
+    }
+
+    /// Counts one failed password attempt against `user_id`.
+    pub fn record_failure(&self, kind: Failure, user_id: &UserId) {
+        if self.enabled {
+            // An empty bucket stays empty; the next check refuses.
+            let _ = self
+                .by_account
+                .take((kind, user_id.to_string()), self.login, true);
+        }
+    }
+
+    /// Runs a password check for `user_id`: refused while its failures are used up, and a
+    /// failure (`M_FORBIDDEN`) is counted.
+    pub async fn guard_password<T>(
+        &self,
+        kind: Failure,
+        user_id: &UserId,
+        check: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        self.check_failures(kind, user_id)?;
+        let result = check.await;
+        if matches!(
+            &result,
+            Err(Error::Matrix {
+                errcode: "M_FORBIDDEN",
+                ..
+            })
+        ) {
+            self.record_failure(kind, user_id);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashMap, net::Ipv4Addr};
+
+    use super::*;
+
+    #[test]
+    fn a_flood_of_addresses_does_not_evict_account_buckets() {
+        let config = Config::load_from(None, HashMap::new()).unwrap();
+        let limiter = RateLimiter::new(&config);
+        let user = UserId::parse("@victim:localhost").unwrap();
+        for _ in 0..3 {
+            limiter.record_failure(Failure::Login, &user);
+        }
+        assert!(limiter.check_failures(Failure::Login, &user).is_err());
+        for n in 0..=MAX_BUCKETS as u32 {
+            let _ = limiter.check(Action::Login, IpAddr::V4(Ipv4Addr::from(n)));
+        }
+        assert!(
+            limiter.check_failures(Failure::Login, &user).is_err(),
+            "the account's failures were forgotten"
+        );
     }
 }

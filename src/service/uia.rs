@@ -4,8 +4,15 @@
 //! (the 401 that follows must not roll progress back). A session that completed a flow is
 //! consumed by [`Uia::finish`] inside the protected operation's own transaction, so two
 //! requests racing with one completed session cannot both succeed.
+//!
+//! A registration token stage reserves one use of the token (`pending`). The use is released
+//! when the registration fails after UIA ([`Uia::release_token`]) and when the session expires
+//! (a sweep at most once a minute), and a session never reserves twice.
 
-use std::sync::Arc;
+use std::sync::{
+    atomic::{AtomicI64, Ordering},
+    Arc,
+};
 
 use actix_web::http::StatusCode;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
@@ -15,7 +22,11 @@ use ruma::{
 };
 use serde_json::{json, Value};
 
-use super::{passwords, sessions::generate_token};
+use super::{
+    passwords,
+    rate_limit::{Failure, RateLimiter},
+    sessions::generate_token,
+};
 use crate::{
     config::{Config, RegistrationMode},
     error::{Error, Result},
@@ -28,6 +39,8 @@ const REGISTRATION_TOKEN: &str = "m.login.registration_token";
 
 /// Sessions older than this are treated as unknown.
 const SESSION_LIFETIME_MS: i64 = 60 * 60 * 1000;
+/// How often expired sessions are swept (releasing their registration tokens).
+const SWEEP_INTERVAL_MS: i64 = 60 * 1000;
 
 /// What the authentication protects.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +63,8 @@ pub struct Completed {
 pub struct Uia {
     db: Db,
     config: Arc<Config>,
+    rate_limit: Arc<RateLimiter>,
+    last_sweep_ms: AtomicI64,
 }
 
 enum StageResult {
@@ -59,8 +74,13 @@ enum StageResult {
 
 impl Uia {
     /// Creates the service.
-    pub fn new(db: Db, config: Arc<Config>) -> Self {
-        Uia { db, config }
+    pub fn new(db: Db, config: Arc<Config>, rate_limit: Arc<RateLimiter>) -> Self {
+        Uia {
+            db,
+            config,
+            rate_limit,
+            last_sweep_ms: AtomicI64::new(0),
+        }
     }
 
     async fn flows(
@@ -78,12 +98,15 @@ impl Uia {
             },
             Purpose::Account(user_id) => {
                 let user = users::get_user(conn, user_id.as_str()).await?;
-                // Accounts without a password (JWT logins) have nothing to re-authenticate with.
-                if user.and_then(|u| u.password_hash).is_some() {
-                    vec![vec![PASSWORD]]
-                } else {
-                    vec![vec![DUMMY]]
+                // Accounts without a password (JWT logins) have nothing to re-authenticate
+                // with, and holding their access token must not be enough (as Synapse).
+                if user.and_then(|u| u.password_hash).is_none() {
+                    return Err(Error::forbidden(
+                        "This account has no password to confirm this action with; ask an \
+                         administrator to set one, or set one up through your identity provider",
+                    ));
                 }
+                vec![vec![PASSWORD]]
             }
         })
     }
@@ -91,6 +114,7 @@ impl Uia {
     /// Processes the client's `auth` object. Returns the completed session, or a 401 UIA
     /// error listing the flows and what is completed so far.
     pub async fn check(&self, auth: Option<&AuthData>, purpose: Purpose<'_>) -> Result<Completed> {
+        self.sweep_expired().await?;
         let mut conn = self.db.conn().await?;
         let flows = self.flows(&conn, purpose).await?;
         let outcome = conn
@@ -120,6 +144,7 @@ impl Uia {
         };
         let existing = match auth.and_then(|a| a.session()) {
             Some(id) => {
+                // An expired session still holding a token use waits for the sweep.
                 let row = registration::get_uia_session_for_update(conn, id)
                     .await?
                     .filter(|row| row.created_ts + SESSION_LIFETIME_MS > now_ms())
@@ -148,13 +173,20 @@ impl Uia {
 
         let mut failure = None;
         if let Some(auth) = auth {
-            match self.run_stage(conn, auth, purpose, flows).await? {
+            match self
+                .run_stage(conn, auth, purpose, flows, token.as_deref())
+                .await?
+            {
                 StageResult::Done => {
                     let stage = auth
                         .auth_type()
                         .map(|t| t.as_str().to_owned())
                         .unwrap_or_default();
                     if let AuthData::RegistrationToken(t) = auth {
+                        if let Some(previous) = token.as_deref().filter(|p| *p != t.token) {
+                            // The session switched tokens: the old reservation goes back.
+                            registration::release_registration_token(conn, previous).await?;
+                        }
                         token = Some(t.token.clone());
                     }
                     if !done.contains(&stage) {
@@ -184,12 +216,14 @@ impl Uia {
         }
     }
 
+    /// Runs one stage; `reserved` is the registration token the session already holds a use of.
     async fn run_stage(
         &self,
         conn: &AsyncPgConnection,
         auth: &AuthData,
         purpose: Purpose<'_>,
         flows: &[Vec<&'static str>],
+        reserved: Option<&str>,
     ) -> Result<StageResult> {
         let stage = auth
             .auth_type()
@@ -217,6 +251,9 @@ impl Uia {
                     }
                     _ => false,
                 };
+                // Guessing with a stolen access token is limited like guessing at /login.
+                self.rate_limit
+                    .check_failures(Failure::UiaPassword, user_id)?;
                 let hash = users::get_user(conn, user_id.as_str())
                     .await?
                     .and_then(|u| u.password_hash);
@@ -229,8 +266,14 @@ impl Uia {
                 if valid {
                     StageResult::Done
                 } else {
+                    self.rate_limit
+                        .record_failure(Failure::UiaPassword, user_id);
                     StageResult::Failed(Error::forbidden("Invalid username or password"))
                 }
+            }
+            // Submitting the stage again in the same session keeps the one reservation.
+            AuthData::RegistrationToken(t) if reserved == Some(t.token.as_str()) => {
+                StageResult::Done
             }
             AuthData::RegistrationToken(t) => {
                 if registration::reserve_registration_token(conn, &t.token, now_ms()).await? {
@@ -267,6 +310,65 @@ impl Uia {
             registration::complete_registration_token(conn, token).await?;
         }
         Ok(())
+    }
+}
+
+impl Uia {
+    /// Gives back the registration-token use a completed session reserved, after the
+    /// registration it authenticated failed. The session stays, without its token stage, so
+    /// the client can submit the token again and retry.
+    pub async fn release_token(&self, completed: &Completed) -> Result<()> {
+        if completed.registration_token.is_none() {
+            return Ok(());
+        }
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let Some(row) =
+                registration::get_uia_session_for_update(conn, &completed.session_id).await?
+            else {
+                // Consumed or swept: its use was completed or released there.
+                return Ok(());
+            };
+            let Some(token) = row.registration_token else {
+                return Ok(());
+            };
+            let done: Vec<String> = serde_json::from_value::<Vec<String>>(row.completed_stages)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|stage: &String| stage != REGISTRATION_TOKEN)
+                .collect();
+            registration::update_uia_session(conn, &completed.session_id, &json!(done), None)
+                .await?;
+            registration::release_registration_token(conn, &token)
+                .await
+                .map_err(Error::from)
+        })
+        .await
+    }
+
+    /// Deletes expired sessions and releases the registration-token uses they held; runs at
+    /// most once per [`SWEEP_INTERVAL_MS`] per process.
+    async fn sweep_expired(&self) -> Result<()> {
+        let now = now_ms();
+        let last = self.last_sweep_ms.load(Ordering::Relaxed);
+        if now - last < SWEEP_INTERVAL_MS
+            || self
+                .last_sweep_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return Ok(());
+        }
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let tokens =
+                registration::delete_expired_uia_sessions(conn, now - SESSION_LIFETIME_MS).await?;
+            for token in tokens {
+                registration::release_registration_token(conn, &token).await?;
+            }
+            Ok(())
+        })
+        .await
     }
 }
 

@@ -136,37 +136,47 @@ impl Users {
             None => None,
         };
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            if let Some((uia, completed)) = uia {
-                uia.finish(conn, completed).await?;
-            }
-            let new_user = users::NewUser {
-                user_id: user_id.as_str(),
-                localpart: user_id.localpart(),
-                password_hash: password_hash.as_deref(),
-                is_admin,
-                created_ts: now_ms(),
-            };
-            users::insert_user(conn, &new_user).await.map_err(|e| {
-                if is_unique_violation(&e) {
-                    Error::user_in_use()
-                } else {
-                    e.into()
+        let created = conn
+            .transaction::<_, Error, _>(async |conn| {
+                if let Some((uia, completed)) = uia {
+                    uia.finish(conn, completed).await?;
                 }
-            })?;
-            users::set_profile_field(
-                conn,
-                user_id.as_str(),
-                "displayname",
-                &Value::from(user_id.localpart()),
-            )
-            .await?;
-            match device {
-                Some(device) => Ok(Some(self.open_session(conn, user_id, device).await?)),
-                None => Ok(None),
+                let new_user = users::NewUser {
+                    user_id: user_id.as_str(),
+                    localpart: user_id.localpart(),
+                    password_hash: password_hash.as_deref(),
+                    is_admin,
+                    created_ts: now_ms(),
+                };
+                users::insert_user(conn, &new_user).await.map_err(|e| {
+                    if is_unique_violation(&e) {
+                        Error::user_in_use()
+                    } else {
+                        e.into()
+                    }
+                })?;
+                users::set_profile_field(
+                    conn,
+                    user_id.as_str(),
+                    "displayname",
+                    &Value::from(user_id.localpart()),
+                )
+                .await?;
+                match device {
+                    Some(device) => Ok(Some(self.open_session(conn, user_id, device).await?)),
+                    None => Ok(None),
+                }
+            })
+            .await;
+        if created.is_err() {
+            // Nothing was created, so a token use the UIA session reserved goes back.
+            if let Some((uia, completed)) = uia {
+                if let Err(err) = uia.release_token(completed).await {
+                    tracing::warn!("could not release a registration token use: {err}");
+                }
             }
-        })
-        .await
+        }
+        created
     }
 
     /// Creates (or reuses) a device and issues tokens for it inside a transaction.
@@ -253,24 +263,13 @@ impl Users {
             .jwt
             .as_ref()
             .ok_or_else(|| Error::unknown("JWT login is not enabled"))?;
-        let key = match jwt.algorithm {
-            jsonwebtoken::Algorithm::HS256
-            | jsonwebtoken::Algorithm::HS384
-            | jsonwebtoken::Algorithm::HS512 => {
-                jsonwebtoken::DecodingKey::from_secret(jwt.secret.as_bytes())
-            }
-            jsonwebtoken::Algorithm::ES256 | jsonwebtoken::Algorithm::ES384 => {
-                jsonwebtoken::DecodingKey::from_ec_pem(jwt.secret.as_bytes())
-            }
-            jsonwebtoken::Algorithm::EdDSA => {
-                jsonwebtoken::DecodingKey::from_ed_pem(jwt.secret.as_bytes())
-            }
-            _ => jsonwebtoken::DecodingKey::from_rsa_pem(jwt.secret.as_bytes()),
-        }
-        .map_err(|e| Error::internal(format!("JWT key: {e}")))?;
         let mut validation = jsonwebtoken::Validation::new(jwt.algorithm);
         validation.required_spec_claims.clear();
         validation.required_spec_claims.insert("sub".into());
+        if jwt.require_exp {
+            validation.required_spec_claims.insert("exp".into());
+        }
+        validation.validate_nbf = true;
         match &jwt.issuer {
             Some(iss) => validation.set_issuer(&[iss]),
             None => validation.iss = None,
@@ -283,7 +282,7 @@ impl Users {
         struct Claims {
             sub: String,
         }
-        let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation)
+        let claims = jsonwebtoken::decode::<Claims>(token, &jwt.key, &validation)
             .map_err(|e| Error::forbidden(format!("JWT validation failed: {e}")))?
             .claims;
         let user_id = self.resolve_identifier(&claims.sub)?;

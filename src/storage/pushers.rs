@@ -116,6 +116,21 @@ pub async fn get_pushers_of_user(
         .await
 }
 
+/// How many pushers a user has besides the one with this app ID and push key.
+pub async fn count_other_pushers(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+    app_id: &str,
+    pushkey: &str,
+) -> QueryResult<i64> {
+    pushers::table
+        .filter(pushers::user_id.eq(user_id))
+        .filter(pushers::app_id.ne(app_id).or(pushers::pushkey.ne(pushkey)))
+        .count()
+        .get_result(&mut conn)
+        .await
+}
+
 /// Every pusher on the server.
 pub async fn get_all_pushers(mut conn: &AsyncPgConnection) -> QueryResult<Vec<PusherRow>> {
     pushers::table

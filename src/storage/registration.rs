@@ -123,6 +123,32 @@ pub async fn complete_registration_token(
         .map(drop)
 }
 
+/// Gives back a pending use of a token (its registration failed or its session expired).
+pub async fn release_registration_token(
+    mut conn: &AsyncPgConnection,
+    token: &str,
+) -> QueryResult<()> {
+    use registration_tokens::dsl as t;
+    diesel::update(t::registration_tokens.find(token).filter(t::pending.gt(0)))
+        .set(t::pending.eq(t::pending - 1))
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
+/// Deletes UIA sessions created before `cutoff`; returns the registration tokens they held.
+pub async fn delete_expired_uia_sessions(
+    mut conn: &AsyncPgConnection,
+    cutoff: i64,
+) -> QueryResult<Vec<String>> {
+    let tokens: Vec<Option<String>> =
+        diesel::delete(uia_sessions::table.filter(uia_sessions::created_ts.lt(cutoff)))
+            .returning(uia_sessions::registration_token)
+            .get_results(&mut conn)
+            .await?;
+    Ok(tokens.into_iter().flatten().collect())
+}
+
 /// Deletes a registration token; returns false when it did not exist.
 pub async fn delete_registration_token(
     mut conn: &AsyncPgConnection,

@@ -113,7 +113,6 @@ async fn closed_registration_is_forbidden() {
 async fn token_registration_uses_admin_created_tokens_and_counts_uses() {
     let server =
         TestServer::start_with(ServerOptions::default().env("MYELIN_REGISTRATION", "token")).await;
-    // The admin is created with the CLI, as a self-hoster would.
     let admin = server.create_admin("root", "rootpw").await;
     let token = admin
         .post(
@@ -417,7 +416,7 @@ async fn deactivation_leaves_every_joined_invited_and_knocked_room() {
 
 #[tokio::test]
 async fn jwt_login_creates_and_logs_in_the_user() {
-    let secret = "test-secret";
+    let secret = "test-secret-at-least-32-bytes-long";
     let server =
         TestServer::start_with(ServerOptions::default().env("MYELIN_JWT_SECRET", secret)).await;
     let flows = server.client().get("/_matrix/client/v3/login").await.ok();

@@ -3,6 +3,7 @@
 //! Each test gets its own database (cloned from a migrated template) and its own server
 //! process, so tests run in parallel.
 
+mod account_security;
 mod accounts;
 mod api_spec;
 mod devices;

@@ -329,6 +329,68 @@ async fn thumbnails_have_the_requested_size_class_and_bad_images_fail_cleanly() 
 
 /// A PNG whose header claims huge dimensions over a tiny compressed body.
 fn bomb_png(width: u32, height: u32) -> Vec<u8> {
+    // A zlib stream of a few zero bytes: decompresses to far less than the header promises.
+    png_with_idat(
+        width,
+        height,
+        &[0x78, 0x9c, 0x63, 0x60, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01],
+    )
+}
+
+/// A complete, valid black RGB PNG of any size that stays small on disk: its zlib stream is
+/// written by hand as one literal zero and then "repeat the last 258 bytes" matches (13 bits
+/// each), so 11000x11000 (363 MB of pixels) takes about 2 MB.
+fn black_png(width: u32, height: u32) -> Vec<u8> {
+    struct Bits {
+        out: Vec<u8>,
+        acc: u64,
+        len: u32,
+    }
+    impl Bits {
+        /// `n` bits of `value`, least significant first (headers, extra bits).
+        fn put(&mut self, value: u64, n: u32) {
+            self.acc |= value << self.len;
+            self.len += n;
+            while self.len >= 8 {
+                self.out.push(self.acc as u8);
+                self.acc >>= 8;
+                self.len -= 8;
+            }
+        }
+        /// A Huffman code of `n` bits, most significant first.
+        fn code(&mut self, code: u64, n: u32) {
+            let reversed = (0..n).fold(0, |r, i| r | ((code >> i) & 1) << (n - 1 - i));
+            self.put(reversed, n);
+        }
+    }
+    let total = (1 + 3 * u64::from(width)) * u64::from(height);
+    let mut bits = Bits {
+        out: vec![0x78, 0x01],
+        acc: 0,
+        len: 0,
+    };
+    bits.put(1, 1); // final block
+    bits.put(1, 2); // fixed Huffman codes
+    bits.code(0x30, 8); // literal 0
+    let (matches, rest) = ((total - 1) / 258, (total - 1) % 258);
+    for _ in 0..matches {
+        bits.code(0xc5, 8); // length 258
+        bits.code(0, 5); // distance 1
+    }
+    for _ in 0..rest {
+        bits.code(0x30, 8);
+    }
+    bits.code(0, 7); // end of block
+    bits.put(0, 7); // pad to a byte
+    let mut idat = bits.out;
+    // Adler-32 of all zeros: a = 1, b = length mod 65521.
+    let adler = ((total % 65521) << 16 | 1) as u32;
+    idat.extend_from_slice(&adler.to_be_bytes());
+    png_with_idat(width, height, &idat)
+}
+
+/// An 8-bit RGB PNG with this header and IDAT.
+fn png_with_idat(width: u32, height: u32, idat: &[u8]) -> Vec<u8> {
     fn chunk(kind: &[u8], data: &[u8]) -> Vec<u8> {
         let mut out = (data.len() as u32).to_be_bytes().to_vec();
         out.extend_from_slice(kind);
@@ -355,13 +417,85 @@ fn bomb_png(width: u32, height: u32) -> Vec<u8> {
     let mut header = width.to_be_bytes().to_vec();
     header.extend_from_slice(&height.to_be_bytes());
     header.extend_from_slice(&[8, 2, 0, 0, 0]);
-    // A zlib stream of a few zero bytes: decompresses to far less than the header promises.
-    let idat = [0x78, 0x9c, 0x63, 0x60, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01];
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
     png.extend(chunk(b"IHDR", &header));
-    png.extend(chunk(b"IDAT", &idat));
+    png.extend(chunk(b"IDAT", idat));
     png.extend(chunk(b"IEND", &[]));
     png
+}
+
+async fn thumbnail_of(client: &Client, content_uri: &str, query: &str) -> reqwest::Response {
+    let path = format!(
+        "/_matrix/client/v1/media/thumbnail/{}?{query}",
+        media_path(content_uri)
+    );
+    send(client, reqwest::Method::GET, &path, Vec::new(), &[]).await
+}
+
+#[test]
+fn the_black_png_helper_makes_a_valid_image() {
+    let image = image::load_from_memory(&black_png(300, 200)).unwrap();
+    assert_eq!((image.width(), image.height()), (300, 200));
+    assert!(image.to_rgb8().pixels().all(|p| p.0 == [0, 0, 0]));
+}
+
+#[tokio::test]
+async fn images_over_the_pixel_limit_are_never_decoded() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    // 11000 x 11000 is under the old per-side limit; 121 Mpx decode to 363 MB.
+    let huge = black_png(11_000, 11_000);
+    assert!(huge.len() < 4 << 20, "{} bytes", huge.len());
+    let before = server.peak_rss_kib();
+    let uploads =
+        ["b0.png", "b1.png", "b2.png"].map(|name| upload(&alice, huge.clone(), "image/png", name));
+    let uploaded = futures_util::future::join_all(uploads).await;
+    for one in &uploaded {
+        assert!(one.get("xyz.amorgan.blurhash").is_none(), "{one}");
+    }
+    let uri = uploaded[0]["content_uri"].as_str().unwrap();
+    let response = thumbnail_of(&alice, uri, "width=96&height=96").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["errcode"], "M_UNKNOWN");
+    let grown_mib = (server.peak_rss_kib() - before) / 1024;
+    assert!(grown_mib < 150, "decoded anyway: +{grown_mib} MiB");
+    // The original is still served as uploaded.
+    assert_eq!(download(&alice, uri).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_pixel_limit_is_configurable_and_thumbnails_are_made_once() {
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_MAX_IMAGE_PIXELS", "2000"))
+            .await;
+    let alice = server.register("alice").await;
+    let small = upload(&alice, png(40, 30), "image/png", "small.png").await;
+    assert!(small.get("xyz.amorgan.blurhash").is_some(), "{small}");
+    let big = upload(&alice, png(60, 40), "image/png", "big.png").await;
+    assert!(big.get("xyz.amorgan.blurhash").is_none(), "{big}");
+    let response = thumbnail_of(
+        &alice,
+        big["content_uri"].as_str().unwrap(),
+        "width=32&height=32",
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    // Concurrent requests for one thumbnail all get the same one.
+    let uri = small["content_uri"].as_str().unwrap();
+    let requests = (0..6).map(|_| thumbnail_of(&alice, uri, "width=32&height=32&method=crop"));
+    let mut bodies = Vec::new();
+    for response in futures_util::future::join_all(requests).await {
+        assert_eq!(response.status(), StatusCode::OK);
+        bodies.push(response.bytes().await.unwrap());
+    }
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]));
+    assert_eq!(
+        server
+            .count("SELECT COUNT(*) AS n FROM media_thumbnails")
+            .await,
+        1
+    );
 }
 
 #[tokio::test]

@@ -14,7 +14,13 @@ use tokio::{
     net::TcpListener,
 };
 
-use crate::support::{user_id, wait_until, Client, TestServer};
+use crate::support::{user_id, wait_until, Client, ServerOptions, TestServer};
+
+/// A server that may push to gateways on loopback (the tests' gateways live there).
+async fn server_reaching_loopback() -> TestServer {
+    TestServer::start_with(ServerOptions::default().env("MYELIN_OUTBOUND_ALLOW", "127.0.0.1/32"))
+        .await
+}
 
 /// How a test gateway behaves.
 #[derive(Clone, Copy)]
@@ -25,6 +31,10 @@ enum Behaviour {
     Hang,
     /// Say the push key is unknown.
     Reject,
+    /// Answer `302 Found` pointing at another URL.
+    Redirect(&'static str),
+    /// Answer 200 with a body of this many MiB (no length: it ends when the connection does).
+    Huge(usize),
 }
 
 /// A minimal push gateway: records every notification it is sent.
@@ -69,6 +79,26 @@ impl Gateway {
                             seen.lock().unwrap().push(body);
                             ("200 OK", json!({ "rejected": [] }))
                         }
+                        Behaviour::Redirect(to) => {
+                            let response = format!(
+                                "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                            );
+                            let _ = socket.write_all(response.as_bytes()).await;
+                            return;
+                        }
+                        Behaviour::Huge(mib) => {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{\"rejected\":[\"";
+                            let _ = socket.write_all(head.as_bytes()).await;
+                            let chunk = vec![b'A'; 1 << 20];
+                            for _ in 0..mib {
+                                // The server hanging up ends the flood.
+                                if socket.write_all(&chunk).await.is_err() {
+                                    return;
+                                }
+                            }
+                            let _ = socket.write_all(b"\"]}").await;
+                            return;
+                        }
                     };
                     let answer = answer.to_string();
                     let response = format!(
@@ -83,6 +113,15 @@ impl Gateway {
             url,
             received,
             requests,
+        }
+    }
+
+    /// Waits until the gateway has been asked `n` times (or fails the test).
+    async fn wait_for_requests(&self, n: usize, within: Duration, what: &str) {
+        let deadline = Instant::now() + within;
+        while self.requests.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -142,19 +181,22 @@ fn pusher(url: &str, pushkey: &str) -> Value {
 }
 
 async fn setup(behaviour: Behaviour) -> (TestServer, Gateway, Client, Client, String) {
-    let server = TestServer::start().await;
+    let server = server_reaching_loopback().await;
     let gateway = Gateway::start(behaviour).await;
+    let (alice, bob, room) = bob_with_pusher(&server, &gateway.url).await;
+    (server, gateway, alice, bob, room)
+}
+
+/// Alice and Bob in a room, Bob with a pusher to `url`.
+async fn bob_with_pusher(server: &TestServer, url: &str) -> (Client, Client, String) {
     let alice = server.register("alice").await;
     let bob = server.register("bob").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    bob.post(
-        "/_matrix/client/v3/pushers/set",
-        pusher(&gateway.url, "key-1"),
-    )
-    .await
-    .ok();
-    (server, gateway, alice, bob, room)
+    bob.post("/_matrix/client/v3/pushers/set", pusher(url, "key-1"))
+        .await
+        .ok();
+    (alice, bob, room)
 }
 
 #[tokio::test]
@@ -315,4 +357,93 @@ async fn pushers_are_listed_validated_replaced_and_deleted() {
         .ok();
     bob.post("/_matrix/client/v3/logout", json!({})).await.ok();
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM pushers").await, 0);
+}
+
+#[tokio::test]
+async fn pushers_cannot_reach_loopback_unless_allowed() {
+    let server = TestServer::start().await;
+    let gateway = Gateway::start(Behaviour::FailFirst(0)).await;
+    // A name is accepted, but what it resolves to is checked on connecting: nothing arrives.
+    let by_name = gateway.url.replace("127.0.0.1", "localhost");
+    let (alice, bob, room) = bob_with_pusher(&server, &by_name).await;
+    alice.send_text(&room, "1", "hello").await.ok();
+    // An IP literal is refused when the pusher is set.
+    bob.post("/_matrix/client/v3/pushers/set", pusher(&gateway.url, "k"))
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+    for literal in ["[::1]", "[::ffff:127.0.0.1]", "169.254.169.254", "10.0.0.1"] {
+        let url = format!("http://{literal}/_matrix/push/v1/notify");
+        bob.post("/_matrix/client/v3/pushers/set", pusher(&url, "k"))
+            .await
+            .assert_error(400, "M_INVALID_PARAM");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        gateway.requests.load(Ordering::SeqCst),
+        0,
+        "a push reached loopback"
+    );
+}
+
+#[tokio::test]
+async fn a_redirecting_gateway_is_not_followed() {
+    let server = server_reaching_loopback().await;
+    let target = Gateway::start(Behaviour::FailFirst(0)).await;
+    let to: &'static str = Box::leak(target.url.clone().into_boxed_str());
+    let redirecting = Gateway::start(Behaviour::Redirect(to)).await;
+    let (alice, _bob, room) = bob_with_pusher(&server, &redirecting.url).await;
+    alice.send_text(&room, "1", "hello").await.ok();
+    // The 302 counts as a failure: retried after 1 s, never followed.
+    redirecting
+        .wait_for_requests(2, Duration::from_secs(10), "the redirect was not retried")
+        .await;
+    assert_eq!(
+        target.requests.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+}
+
+#[tokio::test]
+async fn a_huge_gateway_answer_is_cut_off_and_counts_as_a_failure() {
+    let server = server_reaching_loopback().await;
+    let gateway = Gateway::start(Behaviour::Huge(256)).await;
+    let (alice, bob, room) = bob_with_pusher(&server, &gateway.url).await;
+    let before = server.peak_rss_kib();
+    alice.send_text(&room, "1", "hello").await.ok();
+    gateway
+        .wait_for_requests(
+            2,
+            Duration::from_secs(15),
+            "an oversized answer was not retried",
+        )
+        .await;
+    let grown_mib = (server.peak_rss_kib() - before) / 1024;
+    assert!(
+        grown_mib < 64,
+        "the server buffered the answer: +{grown_mib} MiB"
+    );
+    // Still serving.
+    bob.get("/_matrix/client/v3/pushers").await.ok();
+}
+
+#[tokio::test]
+async fn a_user_has_at_most_100_pushers() {
+    let server = TestServer::start().await;
+    let bob = server.register("bob").await;
+    let url = "https://push.example.org/_matrix/push/v1/notify";
+    for i in 0..100 {
+        let mut body = pusher(url, &format!("k{i}"));
+        body["append"] = json!(true);
+        bob.post("/_matrix/client/v3/pushers/set", body).await.ok();
+    }
+    let mut extra = pusher(url, "k100");
+    extra["append"] = json!(true);
+    bob.post("/_matrix/client/v3/pushers/set", extra)
+        .await
+        .assert_error(400, "M_LIMIT_EXCEEDED");
+    // Replacing an existing one is still fine.
+    bob.post("/_matrix/client/v3/pushers/set", pusher(url, "k7"))
+        .await
+        .ok();
 }

@@ -10,17 +10,19 @@ use ruma::api::client::account::{
 };
 
 use crate::{
-    api::ruma::{Ruma, RumaResponse},
+    api::{
+        client_ip::client_ip,
+        ruma::{Ruma, RumaResponse},
+    },
     config::RegistrationMode,
     error::{Error, Result},
     service::{rate_limit::Action, uia::Purpose, users::DeviceRequest, Services},
 };
 
-fn client_ip(req: &HttpRequest) -> String {
-    req.connection_info()
-        .realip_remote_addr()
-        .unwrap_or("unknown")
-        .to_owned()
+/// Takes a token from the client's per-IP registration bucket.
+fn limit_registration(services: &Services, req: &HttpRequest) -> Result<()> {
+    let ip = client_ip(req, &services.config.trusted_proxies);
+    services.rate_limit.check(Action::Registration, ip)
 }
 
 /// `POST /_matrix/client/v3/register`
@@ -36,9 +38,7 @@ pub async fn register_route(
     if services.config.registration == RegistrationMode::Closed {
         return Err(Error::forbidden("Registration has been disabled"));
     }
-    services
-        .rate_limit
-        .check(Action::Registration, &client_ip(&req))?;
+    limit_registration(&services, &req)?;
     // Refuse a taken or invalid name before any UIA stage is spent on it.
     let user_id = match &request.username {
         Some(name) => Some(services.users.check_available(&name.to_lowercase()).await?),
@@ -89,9 +89,7 @@ pub async fn username_available_route(
     req: HttpRequest,
     body: Ruma<availability::Request>,
 ) -> Result<RumaResponse<availability::Response>> {
-    services
-        .rate_limit
-        .check(Action::Registration, &client_ip(&req))?;
+    limit_registration(&services, &req)?;
     services
         .users
         .check_available(&body.body.username.to_lowercase())
@@ -110,9 +108,7 @@ pub async fn token_validity_route(
             "Registration tokens are not enabled on this server",
         ));
     }
-    services
-        .rate_limit
-        .check(Action::Registration, &client_ip(&req))?;
+    limit_registration(&services, &req)?;
     let valid = services
         .registration_tokens
         .is_valid(&body.body.token)

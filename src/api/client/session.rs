@@ -16,9 +16,16 @@ use ruma::api::client::{
 use serde_json::Value;
 
 use crate::{
-    api::ruma::{Ruma, RumaResponse},
+    api::{
+        client_ip::client_ip,
+        ruma::{Ruma, RumaResponse},
+    },
     error::{Error, Result},
-    service::{rate_limit::Action, users::DeviceRequest, Services},
+    service::{
+        rate_limit::{Action, Failure},
+        users::DeviceRequest,
+        Services,
+    },
 };
 
 const JWT_LOGIN_TYPE: &str = "org.matrix.login.jwt";
@@ -42,12 +49,8 @@ pub async fn login_route(
     req: HttpRequest,
     body: Ruma<login::Request>,
 ) -> Result<RumaResponse<login::Response>> {
-    let ip = req
-        .connection_info()
-        .realip_remote_addr()
-        .unwrap_or("unknown")
-        .to_owned();
-    services.rate_limit.check(Action::Login, &ip)?;
+    let ip = client_ip(&req, &services.config.trusted_proxies);
+    services.rate_limit.check(Action::Login, ip)?;
     let request = body.body;
     let user_id = match &request.login_info {
         LoginInfo::Password(password) => {
@@ -61,10 +64,15 @@ pub async fn login_route(
                 (None, None) => return Err(Error::missing_param("Missing identifier")),
             };
             let user_id = services.users.resolve_identifier(&name)?;
-            services.rate_limit.check(Action::Login, user_id.as_str())?;
+            // Only a wrong password spends the account's bucket, so strangers guessing
+            // cannot lock the owner out at the cost of one request per refill.
             services
-                .users
-                .check_password(&user_id, &password.password)
+                .rate_limit
+                .guard_password(
+                    Failure::Login,
+                    &user_id,
+                    services.users.check_password(&user_id, &password.password),
+                )
                 .await?;
             user_id
         }

@@ -7,13 +7,14 @@ use std::io::Cursor;
 use image::{imageops::FilterType, DynamicImage, ImageFormat, ImageReader, Limits};
 
 /// Largest width or height decoded; bigger images (or decompression bombs claiming to be)
-/// are refused before any pixel memory is allocated.
+/// are refused before any pixel memory is allocated. The pixel count is capped as well
+/// (`MYELIN_MAX_IMAGE_PIXELS`), which is what bounds memory.
 const MAX_DIMENSION: u32 = 12_000;
 /// Most memory a decode may allocate.
 const MAX_DECODE_ALLOC: u64 = 512 * 1024 * 1024;
 
 /// How a thumbnail fits the requested box.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {
     /// Fill the box exactly, cropping what sticks out.
     Crop,
@@ -66,11 +67,19 @@ pub fn standard_size(width: u32, height: u32, method: Method) -> (u32, u32, Meth
         .expect("every method has standard sizes")
 }
 
-/// Decodes an image, refusing anything too large to decode safely.
-pub fn decode(bytes: &[u8]) -> Result<DynamicImage, String> {
-    let mut reader = ImageReader::new(Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| e.to_string())?;
+/// Decodes an image of at most `max_pixels` (width times height), refusing anything larger
+/// from its header, before any pixel memory is allocated.
+pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, String> {
+    let reader = || {
+        ImageReader::new(Cursor::new(bytes))
+            .with_guessed_format()
+            .map_err(|e| e.to_string())
+    };
+    let (width, height) = reader()?.into_dimensions().map_err(|e| e.to_string())?;
+    if u64::from(width) * u64::from(height) > max_pixels {
+        return Err(format!("{width}x{height} is more than {max_pixels} pixels"));
+    }
+    let mut reader = reader()?;
     let mut limits = Limits::default();
     limits.max_image_width = Some(MAX_DIMENSION);
     limits.max_image_height = Some(MAX_DIMENSION);

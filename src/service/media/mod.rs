@@ -7,12 +7,19 @@
 
 pub mod imaging;
 
-use std::{path::PathBuf, sync::Arc};
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
 
 use futures_util::{Stream, StreamExt};
 use rand::{distr::Alphanumeric, Rng};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
+use tokio::{
+    io::AsyncWriteExt,
+    sync::{OwnedMutexGuard, Semaphore},
+};
 
 use self::imaging::Method;
 use crate::{
@@ -67,18 +74,105 @@ fn cannot_thumbnail() -> Error {
     )
 }
 
+/// A thumbnail being made: media ID, width, height, method.
+type ThumbnailKey = (String, u32, u32, Method);
+
+/// One gate per thumbnail being made, so concurrent requests for it wait for the first
+/// instead of decoding the same image again.
+#[derive(Default)]
+struct Flights(Mutex<HashMap<ThumbnailKey, Arc<tokio::sync::Mutex<()>>>>);
+
+/// A turn at making one thumbnail; the gate is dropped from the map with its last user.
+struct FlightTurn<'a> {
+    flights: &'a Flights,
+    key: ThumbnailKey,
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl Flights {
+    async fn turn(&self, key: ThumbnailKey) -> FlightTurn<'_> {
+        let gate = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        FlightTurn {
+            flights: self,
+            key,
+            guard: Some(gate.lock_owned().await),
+        }
+    }
+}
+
+impl Drop for FlightTurn<'_> {
+    fn drop(&mut self) {
+        let mut map = self.flights.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(guard) = self.guard.take() {
+            let gate = OwnedMutexGuard::mutex(&guard).clone();
+            drop(guard);
+            // Only the map and `gate` left: nobody is waiting (they clone under this lock).
+            if Arc::strong_count(&gate) == 2 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// The media service.
 pub struct Media {
     db: Db,
     config: Arc<Config>,
     root: PathBuf,
+    /// Image decodes running at once (one per core): each may take hundreds of MiB.
+    decodes: Arc<Semaphore>,
+    flights: Flights,
 }
 
 impl Media {
     /// Creates the service.
     pub fn new(db: Db, config: Arc<Config>) -> Self {
         let root = config.data_dir.join("media");
-        Media { db, config, root }
+        // Uploads may be private attachments: other local users must not read them.
+        let private = std::fs::create_dir_all(&root).and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
+        });
+        if let Err(err) = private {
+            tracing::warn!("cannot make {} private (0700): {err}", root.display());
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Media {
+            db,
+            config,
+            root,
+            decodes: Arc::new(Semaphore::new(cores)),
+            flights: Flights::default(),
+        }
+    }
+
+    /// Decodes `bytes` on a blocking thread once a decode permit is free and runs `work` on
+    /// the image. The permit travels with the thread, so an abandoned request cannot let
+    /// more decodes run than there are permits.
+    async fn with_decoded<T: Send + 'static>(
+        &self,
+        bytes: Vec<u8>,
+        work: impl FnOnce(image::DynamicImage) -> Result<T, String> + Send + 'static,
+    ) -> Result<Result<T, String>> {
+        let permit = self
+            .decodes
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(Error::internal)?;
+        let max_pixels = self.config.max_image_pixels;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            imaging::decode(&bytes, max_pixels).and_then(work)
+        })
+        .await
+        .map_err(Error::internal)
     }
 
     /// Largest upload in bytes.
@@ -364,33 +458,29 @@ impl Media {
         }
         let row = self.ready(server_name, media_id, legacy).await?;
         let (w, h, method) = imaging::standard_size(width, height, method);
-        let conn = self.db.conn().await?;
-        if let Some(thumb) =
-            store::get_thumbnail(&conn, media_id, w as i32, h as i32, method.as_str()).await?
-        {
-            return Ok(Download {
-                path: self.path_of(&thumb.sha256),
-                content_type: thumb.content_type,
-                filename: None,
-            });
+        if let Some(made) = self.stored_thumbnail(media_id, w, h, method).await? {
+            return Ok(made);
         }
-        drop(conn);
         let content_type = row.content_type.clone().unwrap_or_default();
         if !imaging::is_decodable(&content_type) || row.size.unwrap_or(0) as u64 > MAX_IMAGE_BYTES {
             return Err(cannot_thumbnail());
         }
+        let _turn = self.flights.turn((media_id.to_owned(), w, h, method)).await;
+        // Whoever held the turn before us may have made it.
+        if let Some(made) = self.stored_thumbnail(media_id, w, h, method).await? {
+            return Ok(made);
+        }
         let source = self.path_of(row.sha256.as_deref().unwrap_or_default());
         let bytes = tokio::fs::read(&source).await.map_err(Error::internal)?;
-        let thumb = tokio::task::spawn_blocking(move || {
-            let image = imaging::decode(&bytes)?;
-            imaging::thumbnail(&image, &content_type, w, h, method)
-        })
-        .await
-        .map_err(Error::internal)?
-        .map_err(|err| {
-            tracing::info!(%media_id, "no thumbnail: {err}");
-            cannot_thumbnail()
-        })?;
+        let thumb = self
+            .with_decoded(bytes, move |image| {
+                imaging::thumbnail(&image, &content_type, w, h, method)
+            })
+            .await?
+            .map_err(|err| {
+                tracing::info!(%media_id, "no thumbnail: {err}");
+                cannot_thumbnail()
+            })?;
         let stored = self
             .store(futures_util::stream::iter([Ok::<
                 _,
@@ -420,20 +510,35 @@ impl Media {
         })
     }
 
+    /// The thumbnail of this size if it was made already.
+    async fn stored_thumbnail(
+        &self,
+        media_id: &str,
+        w: u32,
+        h: u32,
+        method: Method,
+    ) -> Result<Option<Download>> {
+        let conn = self.db.conn().await?;
+        let thumb =
+            store::get_thumbnail(&conn, media_id, w as i32, h as i32, method.as_str()).await?;
+        Ok(thumb.map(|thumb| Download {
+            path: self.path_of(&thumb.sha256),
+            content_type: thumb.content_type,
+            filename: None,
+        }))
+    }
+
     /// A BlurHash for an uploaded image; `None` for anything else or an image that does not
-    /// decode (a broken image is still a valid upload).
+    /// decode or is too large (a broken image is still a valid upload).
     async fn blurhash_of(&self, content_type: Option<&str>, stored: &Stored) -> Option<String> {
         if !content_type.is_some_and(imaging::is_decodable) || stored.size > MAX_IMAGE_BYTES {
             return None;
         }
         let bytes = tokio::fs::read(self.path_of(&stored.sha256)).await.ok()?;
-        tokio::task::spawn_blocking(move || {
-            imaging::decode(&bytes)
-                .ok()
-                .and_then(|i| imaging::blurhash(&i))
-        })
-        .await
-        .ok()
-        .flatten()
+        self.with_decoded(bytes, |image| Ok(imaging::blurhash(&image)))
+            .await
+            .ok()?
+            .ok()
+            .flatten()
     }
 }

@@ -15,6 +15,8 @@ pub struct Client {
     pub user_id: String,
     /// Device ID, once logged in.
     pub device_id: String,
+    /// Headers sent with every request (e.g. a forged `X-Forwarded-For`).
+    headers: Vec<(&'static str, String)>,
 }
 
 /// A response: status and JSON body (`Value::Null` when the body is not JSON).
@@ -73,12 +75,23 @@ impl Client {
             token: None,
             user_id: String::new(),
             device_id: String::new(),
+            headers: Vec::new(),
         }
+    }
+
+    /// This client, sending `name: value` with every request from now on.
+    pub fn with_header(&self, name: &'static str, value: &str) -> Client {
+        let mut client = self.clone();
+        client.headers.push((name, value.to_owned()));
+        client
     }
 
     /// Sends a request with an optional JSON body.
     pub async fn request(&self, method: Method, path: &str, body: Option<Value>) -> Response {
         let mut request = self.http.request(method, format!("{}{}", self.base, path));
+        for (name, value) in &self.headers {
+            request = request.header(*name, value);
+        }
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }

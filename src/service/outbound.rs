@@ -1,0 +1,169 @@
+//! The one HTTP client for every request the server makes to other hosts (push gateways
+//! today; federation and application services later).
+//!
+//! Its policy, so user-supplied URLs cannot reach into the server's own network:
+//! - only addresses the [`AddressPolicy`] permits (no loopback, private, link-local, CGNAT,
+//!   multicast ... unless `MYELIN_OUTBOUND_ALLOW` says so). Names are checked by a resolver
+//!   hook on every connection, so a name that later resolves somewhere else (DNS rebinding) is
+//!   still refused; IP-literal URLs never reach the resolver and are checked before sending;
+//! - no redirects (a gateway could otherwise bounce the request anywhere);
+//! - no system proxy (the resolver would then only see the proxy's name);
+//! - connect and whole-request timeouts, and a cap on how much of a response body is read.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
+
+use reqwest::{
+    dns::{Addrs, Name, Resolve, Resolving},
+    StatusCode, Url,
+};
+use serde_json::Value;
+
+use crate::net::AddressPolicy;
+
+/// How long establishing a connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a whole request, response body included, may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why an outbound request did not produce a response.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboundError {
+    /// The URL is not an absolute http(s) URL.
+    #[error("not an http(s) URL: {0}")]
+    BadUrl(String),
+    /// The destination is an address the policy refuses.
+    #[error("{0}")]
+    Refused(String),
+    /// The response body is larger than the caller accepts.
+    #[error("response body larger than {0} bytes")]
+    TooLarge(usize),
+    /// Connecting, sending or receiving failed (including timeouts and refused names).
+    #[error("{}", with_causes(.0))]
+    Http(#[from] reqwest::Error),
+}
+
+/// An error and its causes on one line: reqwest's own message leaves out why it failed (a
+/// refused address, a timeout, a reset).
+fn with_causes(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(err);
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
+
+/// A response whose body was read in full (within the caller's limit).
+#[derive(Debug)]
+pub struct OutboundResponse {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// Resolves names, keeping only the addresses the policy permits.
+struct PolicyResolver {
+    policy: Arc<AddressPolicy>,
+}
+
+impl Resolve for PolicyResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let permitted: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .filter(|addr| policy.permits(addr.ip()))
+                .collect();
+            if permitted.is_empty() {
+                return Err(format!(
+                    "{host} has no address outbound requests may reach (MYELIN_OUTBOUND_ALLOW)"
+                )
+                .into());
+            }
+            Ok(Box::new(permitted.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// The outbound HTTP client, shared by every caller.
+pub struct Outbound {
+    http: reqwest::Client,
+    policy: Arc<AddressPolicy>,
+}
+
+impl Outbound {
+    /// Builds the client with the address policy from the configuration.
+    pub fn new(policy: AddressPolicy) -> Self {
+        let policy = Arc::new(policy);
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .dns_resolver(Arc::new(PolicyResolver {
+                policy: policy.clone(),
+            }))
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("myelin/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("the HTTP client builds");
+        Outbound { http, policy }
+    }
+
+    /// Parses `url` and refuses what the policy can tell without DNS: other schemes and
+    /// IP literals outside the permitted ranges (names are checked when connecting).
+    pub fn check_url(&self, url: &str) -> Result<Url, OutboundError> {
+        let parsed = Url::parse(url).map_err(|_| OutboundError::BadUrl(url.to_owned()))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(OutboundError::BadUrl(url.to_owned()));
+        }
+        let host = parsed
+            .host_str()
+            .ok_or_else(|| OutboundError::BadUrl(url.to_owned()))?;
+        // The URL parser has already normalised IPv4 literals (`0x7f.1` is `127.0.0.1`).
+        let literal = host.trim_start_matches('[').trim_end_matches(']');
+        let Ok(ip) = literal.parse::<IpAddr>() else {
+            return Ok(parsed);
+        };
+        if self.policy.permits(ip) {
+            Ok(parsed)
+        } else {
+            Err(OutboundError::Refused(format!(
+                "{ip} is not an address outbound requests may reach (MYELIN_OUTBOUND_ALLOW)"
+            )))
+        }
+    }
+
+    /// POSTs `body` as JSON to `url` and reads at most `max_body` bytes of the answer.
+    pub async fn post_json(
+        &self,
+        url: &str,
+        body: &Value,
+        max_body: usize,
+    ) -> Result<OutboundResponse, OutboundError> {
+        let url = self.check_url(url)?;
+        let mut response = self.http.post(url).json(body).send().await?;
+        let status = response.status();
+        if response
+            .content_length()
+            .is_some_and(|n| n > max_body as u64)
+        {
+            return Err(OutboundError::TooLarge(max_body));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if body.len() + chunk.len() > max_body {
+                return Err(OutboundError::TooLarge(max_body));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(OutboundResponse { status, body })
+    }
+}
