@@ -619,6 +619,21 @@ pub async fn get_last_join_position(
         .await
 }
 
+/// Whether the user has forgotten the room.
+pub async fn is_forgotten(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<bool> {
+    room_memberships::table
+        .find((room_id, user_id))
+        .select(room_memberships::forgotten)
+        .first(&mut conn)
+        .await
+        .optional()
+        .map(|forgotten| forgotten.unwrap_or(false))
+}
+
 /// Marks a room forgotten for a user; returns false when they are still joined or invited.
 pub async fn forget_room(
     mut conn: &AsyncPgConnection,

@@ -324,3 +324,43 @@ async fn messages_applies_the_whole_room_event_filter() {
     assert!(page(json!({ "types": ["m.room.create"] })).await.len() == 1);
     assert!(page(json!({ "not_types": ["m.room.*"] })).await.is_empty());
 }
+
+#[tokio::test]
+async fn joined_members_is_for_members_even_in_world_readable_rooms() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let peeker = server.register("peeker").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "initial_state": [{ "type": "m.room.history_visibility",
+            "state_key": "", "content": { "history_visibility": "world_readable" } }] }))
+        .await;
+    let path = format!("/_matrix/client/v3/rooms/{}/joined_members", enc(&room));
+    // A peeker may read the state of a world-readable room, but not the member list with profiles.
+    peeker
+        .get(&format!("/_matrix/client/v3/rooms/{}/state", enc(&room)))
+        .await
+        .ok();
+    peeker.get(&path).await.assert_error(403, "M_FORBIDDEN");
+    let joined = alice.get(&path).await.ok();
+    assert!(joined["joined"]["@alice:localhost"].is_object(), "{joined}");
+}
+
+#[tokio::test]
+async fn a_forgotten_room_has_no_state_or_members_for_the_departed_user() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    bob.room_action(&room, "leave", json!({})).await.ok();
+    let state = format!("/_matrix/client/v3/rooms/{}/state", enc(&room));
+    let members = format!("/_matrix/client/v3/rooms/{}/members", enc(&room));
+    bob.get(&state).await.ok();
+    bob.get(&members).await.ok();
+    bob.room_action(&room, "forget", json!({})).await.ok();
+    bob.get(&state).await.assert_error(403, "M_FORBIDDEN");
+    bob.get(&members).await.assert_error(403, "M_FORBIDDEN");
+    bob.get(&format!("{state}/m.room.create/"))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+}

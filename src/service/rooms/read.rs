@@ -117,8 +117,12 @@ impl Rooms {
     ) -> Result<View> {
         match store::get_membership(conn, room_id.as_str(), user_id.as_str()).await? {
             Some((m, _)) if m == "join" => return Ok(View::Current),
+            // A room the user has forgotten is one they were never in.
             Some((m, event_id)) if m == "leave" || m == "ban" => {
-                if let Some(event) = store::get_event(conn, &event_id).await? {
+                let forgotten =
+                    store::is_forgotten(conn, room_id.as_str(), user_id.as_str()).await?;
+                let event = store::get_event(conn, &event_id).await?;
+                if let Some(event) = event.filter(|_| !forgotten) {
                     return Ok(View::AtGroup(event.state_group));
                 }
             }
@@ -234,7 +238,8 @@ impl Rooms {
         self.render(&conn, &rules, &members).await
     }
 
-    /// Joined members with their profiles (`GET /rooms/{id}/joined_members`); joined users only.
+    /// Joined members with their profiles (`GET /rooms/{id}/joined_members`), for members only:
+    /// not for peekers of world-readable rooms (as Synapse).
     pub async fn joined_members(
         &self,
         user_id: &UserId,
@@ -242,10 +247,8 @@ impl Rooms {
     ) -> Result<BTreeMap<String, Value>> {
         let conn = self.db.conn().await?;
         let (_, current_group) = self.room_rules(&conn, room_id).await?;
-        if !matches!(
-            self.view(&conn, user_id, room_id, current_group).await?,
-            View::Current
-        ) {
+        let membership = store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?;
+        if membership.is_none_or(|(m, _)| m != "join") {
             return Err(Error::forbidden("You are not in this room"));
         }
         let state = state_store::get_state_ids(&conn, current_group).await?;
