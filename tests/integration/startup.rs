@@ -73,3 +73,32 @@ async fn ipv6_server_name_with_port_serves_registration_rooms_and_sync() {
         .await;
     assert_eq!(profile.status.as_u16(), 200, "{}", profile.body);
 }
+
+/// A server name with capitals stays as configured in IDs, and logging in with the full ID
+/// works whatever the case of its server name.
+#[tokio::test]
+async fn a_server_name_with_capitals_logs_in_by_full_user_id() {
+    let server = TestServer::start_with(
+        ServerOptions::default().env("MYELIN_SERVER_NAME", "Chat.Example.test:8448"),
+    )
+    .await;
+    let alice = server.register("alice").await;
+    assert_eq!(alice.user_id, "@alice:Chat.Example.test:8448");
+    for login_as in [
+        "@alice:Chat.Example.test:8448",
+        "@ALICE:chat.example.TEST:8448",
+        "Alice",
+    ] {
+        let session = server
+            .client()
+            .login_response(login_as, "password")
+            .await
+            .ok();
+        assert_eq!(session["user_id"], alice.user_id, "{login_as}");
+    }
+    server
+        .client()
+        .login_response("@alice:chat.example.test:9999", "password")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+}
