@@ -226,11 +226,16 @@ impl Users {
     pub fn resolve_identifier(&self, user: &str) -> Result<OwnedUserId> {
         let forbidden = || Error::forbidden("Invalid username or password");
         if user.starts_with('@') {
-            let user_id = UserId::parse(user.to_lowercase()).map_err(|_| forbidden())?;
-            if user_id.server_name() != self.config.server_name {
+            // Localparts are stored lowercased; server names compare without case (DNS), and
+            // the configured one's spelling is the one in IDs (lowercasing the whole ID broke
+            // names like `Example.org`).
+            let user_id = UserId::parse(user).map_err(|_| forbidden())?;
+            let server_name = user_id.server_name().as_str();
+            if !server_name.eq_ignore_ascii_case(self.config.server_name.as_str()) {
                 return Err(forbidden());
             }
-            Ok(user_id)
+            self.user_id_for(&user_id.localpart().to_lowercase())
+                .map_err(|_| forbidden())
         } else {
             self.user_id_for(&user.to_lowercase())
                 .map_err(|_| forbidden())

@@ -131,3 +131,32 @@ fn the_embedded_cluster_is_private_to_the_server_user() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// A server name with capitals stays as configured in IDs, and logging in with the full ID
+/// works whatever the case of its server name.
+#[tokio::test]
+async fn a_server_name_with_capitals_logs_in_by_full_user_id() {
+    let server = TestServer::start_with(
+        ServerOptions::default().env("MYELIN_SERVER_NAME", "Chat.Example.test:8448"),
+    )
+    .await;
+    let alice = server.register("alice").await;
+    assert_eq!(alice.user_id, "@alice:Chat.Example.test:8448");
+    for login_as in [
+        "@alice:Chat.Example.test:8448",
+        "@ALICE:chat.example.TEST:8448",
+        "Alice",
+    ] {
+        let session = server
+            .client()
+            .login_response(login_as, "password")
+            .await
+            .ok();
+        assert_eq!(session["user_id"], alice.user_id, "{login_as}");
+    }
+    server
+        .client()
+        .login_response("@alice:chat.example.test:9999", "password")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+}
