@@ -47,8 +47,20 @@ const SWEEP_INTERVAL_MS: i64 = 60 * 1000;
 pub enum Purpose<'a> {
     /// Creating an account.
     Register,
-    /// A sensitive action on an existing account (password change, deactivation, device deletion).
-    Account(&'a UserId),
+    /// A sensitive action on an existing account (password change, deactivation, device
+    /// deletion, replacing cross-signing keys), named by its request (`METHOD path`): a
+    /// session started for one request cannot authorise another.
+    Account(&'a UserId, &'a str),
+}
+
+impl Purpose<'_> {
+    /// The operation a session for this purpose is bound to.
+    fn operation(&self) -> &str {
+        match self {
+            Purpose::Register => "POST /register",
+            Purpose::Account(_, operation) => operation,
+        }
+    }
 }
 
 /// A completed UIA session, to be consumed with [`Uia::finish`].
@@ -96,7 +108,7 @@ impl Uia {
                     return Err(Error::forbidden("Registration is disabled"))
                 }
             },
-            Purpose::Account(user_id) => {
+            Purpose::Account(user_id, _) => {
                 let user = users::get_user(conn, user_id.as_str()).await?;
                 // Accounts without a password (JWT logins) have nothing to re-authenticate
                 // with, and holding their access token must not be enough (as Synapse).
@@ -140,7 +152,7 @@ impl Uia {
     ) -> Result<std::result::Result<Completed, (String, Vec<String>, Option<Error>)>> {
         let owner = match purpose {
             Purpose::Register => None,
-            Purpose::Account(user_id) => Some(user_id.as_str()),
+            Purpose::Account(user_id, _) => Some(user_id.as_str()),
         };
         let existing = match auth.and_then(|a| a.session()) {
             Some(id) => {
@@ -154,6 +166,11 @@ impl Uia {
                 if row.user_id.as_deref() != owner {
                     return Err(Error::forbidden("This session belongs to another request"));
                 }
+                if row.operation.as_deref() != Some(purpose.operation()) {
+                    return Err(Error::forbidden(
+                        "Requested operation has changed during the UI authentication session",
+                    ));
+                }
                 Some(row)
             }
             None => None,
@@ -166,7 +183,8 @@ impl Uia {
             }
             None => {
                 let id = generate_token("uia");
-                registration::insert_uia_session(conn, &id, owner, now_ms()).await?;
+                registration::insert_uia_session(conn, &id, owner, purpose.operation(), now_ms())
+                    .await?;
                 (id, Vec::new(), None)
             }
         };
@@ -240,7 +258,7 @@ impl Uia {
         Ok(match auth {
             AuthData::Dummy(_) => StageResult::Done,
             AuthData::Password(password) => {
-                let Purpose::Account(user_id) = purpose else {
+                let Purpose::Account(user_id, _) = purpose else {
                     return Ok(StageResult::Failed(Error::forbidden(
                         "Password authentication needs an account",
                     )));

@@ -37,6 +37,8 @@ pub struct UiaSessionRow {
     pub registration_token: Option<String>,
     /// Creation time.
     pub created_ts: i64,
+    /// The operation the session authorises (`METHOD path`).
+    pub operation: Option<String>,
 }
 
 /// Creates a registration token; fails with a unique violation when it exists.
@@ -165,12 +167,14 @@ pub async fn insert_uia_session(
     mut conn: &AsyncPgConnection,
     session_id: &str,
     user_id: Option<&str>,
+    operation: &str,
     now: i64,
 ) -> QueryResult<()> {
     diesel::insert_into(uia_sessions::table)
         .values((
             uia_sessions::session_id.eq(session_id),
             uia_sessions::user_id.eq(user_id),
+            uia_sessions::operation.eq(operation),
             uia_sessions::created_ts.eq(now),
         ))
         .execute(&mut conn)

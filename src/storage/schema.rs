@@ -212,6 +212,7 @@ diesel::table! {
         completed_stages -> Jsonb,
         registration_token -> Nullable<Text>,
         created_ts -> Int8,
+        operation -> Nullable<Text>,
     }
 }
 

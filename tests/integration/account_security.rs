@@ -317,3 +317,44 @@ async fn an_expired_uia_session_gives_its_token_use_back() {
     assert_eq!(ok["user_id"], server.user_id("late"));
     assert_eq!(token_uses(&admin).await, (json!(0), json!(1)));
 }
+
+#[tokio::test]
+async fn a_uia_session_authorises_only_the_operation_it_was_started_for() {
+    let server = TestServer::start().await;
+    let victim = server.register("victim").await;
+    // A session begun for a password change (the 401 names it)...
+    let started = victim
+        .post(
+            "/_matrix/client/v3/account/password",
+            json!({ "new_password": "new-password" }),
+        )
+        .await;
+    assert_eq!(started.status.as_u16(), 401, "{}", started.body);
+    let session = started.body["session"].as_str().unwrap().to_owned();
+    // ...cannot be completed for a deactivation, or a device deletion.
+    let deactivate = victim
+        .post(
+            "/_matrix/client/v3/account/deactivate",
+            json!({ "auth": victim.password_auth("password", Some(&session)) }),
+        )
+        .await;
+    deactivate.assert_error(403, "M_FORBIDDEN");
+    let delete = victim
+        .post(
+            "/_matrix/client/v3/delete_devices",
+            json!({ "devices": [victim.device_id],
+                    "auth": victim.password_auth("password", Some(&session)) }),
+        )
+        .await;
+    delete.assert_error(403, "M_FORBIDDEN");
+    victim.get("/_matrix/client/v3/account/whoami").await.ok();
+    // The operation it was started for goes through.
+    victim
+        .post(
+            "/_matrix/client/v3/account/password",
+            json!({ "new_password": "new-password",
+                    "auth": victim.password_auth("password", Some(&session)) }),
+        )
+        .await
+        .ok();
+}

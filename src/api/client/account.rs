@@ -28,7 +28,10 @@ pub async fn change_password_route(
     let caller = body.caller()?;
     let completed = services
         .uia
-        .check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id))
+        .check(
+            body.body.auth.as_ref(),
+            Purpose::Account(&caller.user_id, "POST /account/password"),
+        )
         .await?;
     services
         .users
@@ -51,7 +54,10 @@ pub async fn deactivate_route(
     let caller = body.caller()?;
     let completed = services
         .uia
-        .check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id))
+        .check(
+            body.body.auth.as_ref(),
+            Purpose::Account(&caller.user_id, "POST /account/deactivate"),
+        )
         .await?;
     services
         .users

@@ -85,9 +85,13 @@ pub async fn delete_device_route(
         .users
         .get_device(&caller.user_id, device_id)
         .await?;
+    let operation = format!("DELETE /devices/{device_id}");
     let completed = services
         .uia
-        .check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id))
+        .check(
+            body.body.auth.as_ref(),
+            Purpose::Account(&caller.user_id, &operation),
+        )
         .await?;
     services
         .users
@@ -108,7 +112,10 @@ pub async fn delete_devices_route(
     let caller = body.caller()?;
     let completed = services
         .uia
-        .check(body.body.auth.as_ref(), Purpose::Account(&caller.user_id))
+        .check(
+            body.body.auth.as_ref(),
+            Purpose::Account(&caller.user_id, "POST /delete_devices"),
+        )
         .await?;
     let ids: Vec<String> = body.body.devices.iter().map(|d| d.to_string()).collect();
     services

@@ -142,7 +142,10 @@ pub async fn upload_signing_keys_route(
         Some(
             services
                 .uia
-                .check(request.auth.as_ref(), Purpose::Account(&caller.user_id))
+                .check(
+                    request.auth.as_ref(),
+                    Purpose::Account(&caller.user_id, "POST /keys/device_signing/upload"),
+                )
                 .await?,
         )
     } else {

@@ -1,0 +1,1 @@
+ALTER TABLE uia_sessions DROP COLUMN operation;
