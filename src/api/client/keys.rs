@@ -153,12 +153,12 @@ pub async fn upload_signing_keys_route(
     };
     services
         .e2ee_keys
-        .upload_signing_keys(&caller.user_id, keys)
+        .upload_signing_keys(
+            &caller.user_id,
+            keys,
+            completed.as_ref().map(|c| (&services.uia, c)),
+        )
         .await?;
-    if let Some(completed) = completed {
-        let conn = services.db.conn().await?;
-        services.uia.finish(&conn, &completed).await?;
-    }
     Ok(upload_signing_keys::Response::new().into())
 }
 

@@ -285,7 +285,14 @@ impl Keys {
 
     /// `/keys/device_signing/upload`: the self-signing and user-signing keys must be signed by
     /// the master key (the new one, or the stored one).
-    pub async fn upload_signing_keys(&self, user_id: &UserId, keys: SigningKeys) -> Result<()> {
+    /// `uia`: the completed authentication a master-key replacement needs, consumed in the
+    /// same transaction as the keys it authorises.
+    pub async fn upload_signing_keys(
+        &self,
+        user_id: &UserId,
+        keys: SigningKeys,
+        uia: Option<(&crate::service::uia::Uia, &crate::service::uia::Completed)>,
+    ) -> Result<()> {
         let user = user_id.as_str();
         let mut conn = self.db.conn().await?;
         let stored = store::get_cross_signing_keys(&conn, &[user.to_owned()]).await?;
@@ -312,6 +319,9 @@ impl Keys {
             }
         }
         conn.transaction::<_, Error, _>(async |conn| {
+            if let Some((uia, completed)) = uia {
+                uia.finish(conn, completed).await?;
+            }
             for (kind, key) in [
                 (MASTER, &keys.master),
                 (SELF_SIGNING, &keys.self_signing),
