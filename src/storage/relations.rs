@@ -31,27 +31,43 @@ pub struct RelationRow {
 }
 
 /// Records a relation inside the relating event's transaction, at the position it just took
-/// (`row.stream_ordering` is not used: see [`super::streams::TAKEN_EVENT_POSITION`]).
-pub async fn insert_relation(mut conn: &AsyncPgConnection, row: &RelationRow) -> QueryResult<()> {
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+/// (see [`super::streams::TAKEN_EVENT_POSITION`]), or at the event's provisional one.
+pub async fn insert_relation(
+    mut conn: &AsyncPgConnection,
+    row: &RelationRow,
+    provisional: Option<i64>,
+) -> QueryResult<()> {
+    fn sql(position: &str) -> String {
         format!(
             "INSERT INTO event_relations (event_id, relates_to, rel_type, room_id, sender, \
              event_type, aggregation_key, stream_ordering) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, {}) ON CONFLICT DO NOTHING",
-            super::streams::TAKEN_EVENT_POSITION
+             VALUES ($1, $2, $3, $4, $5, $6, $7, {position}) ON CONFLICT DO NOTHING"
         )
-    });
-    super::cached_sql(SQL.as_str())
-        .bind::<Text, _>(&row.event_id)
-        .bind::<Text, _>(&row.relates_to)
-        .bind::<Text, _>(&row.rel_type)
-        .bind::<Text, _>(&row.room_id)
-        .bind::<Text, _>(&row.sender)
-        .bind::<Text, _>(&row.event_type)
-        .bind::<diesel::sql_types::Nullable<Text>, _>(&row.aggregation_key)
-        .execute(&mut conn)
-        .await
-        .map(drop)
+    }
+    static AT_TAKEN: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| sql(super::streams::TAKEN_EVENT_POSITION));
+    static AT_PROVISIONAL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| sql("$8"));
+    let query = super::cached_sql(match provisional {
+        Some(_) => AT_PROVISIONAL.as_str(),
+        None => AT_TAKEN.as_str(),
+    })
+    .bind::<Text, _>(&row.event_id)
+    .bind::<Text, _>(&row.relates_to)
+    .bind::<Text, _>(&row.rel_type)
+    .bind::<Text, _>(&row.room_id)
+    .bind::<Text, _>(&row.sender)
+    .bind::<Text, _>(&row.event_type)
+    .bind::<diesel::sql_types::Nullable<Text>, _>(&row.aggregation_key);
+    match provisional {
+        Some(position) => {
+            query
+                .bind::<diesel::sql_types::BigInt, _>(position)
+                .execute(&mut conn)
+                .await
+        }
+        None => query.execute(&mut conn).await,
+    }
+    .map(drop)
 }
 
 /// Forgets the relation of a redacted event.

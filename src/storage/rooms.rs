@@ -169,30 +169,100 @@ pub async fn get_public_rooms(mut conn: &AsyncPgConnection) -> QueryResult<Vec<P
 }
 
 /// Stores an event at the position the transaction just took ([`super::streams::next_position`],
-/// which may be sent just before, in the same pipeline).
-pub async fn insert_event(mut conn: &AsyncPgConnection, event: &NewEvent<'_>) -> QueryResult<()> {
+/// which may be sent just before, in the same pipeline), or at an explicit `provisional`
+/// position (see [`renumber_provisional_positions`]).
+pub async fn insert_event(
+    mut conn: &AsyncPgConnection,
+    event: &NewEvent<'_>,
+    provisional: Option<i64>,
+) -> QueryResult<()> {
     use diesel::sql_types::{BigInt, Jsonb, Nullable, Text};
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    fn sql(position: &str) -> String {
         format!(
             "INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type, \
              state_key, origin_server_ts, pdu, state_group) \
-             VALUES ($1, $2, {}, $3, $4, $5, $6, $7, $8, $9)",
-            super::streams::TAKEN_EVENT_POSITION
+             VALUES ($1, $2, {position}, $3, $4, $5, $6, $7, $8, $9)"
         )
-    });
-    crate::storage::cached_sql(SQL.as_str())
-        .bind::<Text, _>(event.event_id)
-        .bind::<Text, _>(event.room_id)
-        .bind::<BigInt, _>(event.depth)
-        .bind::<Text, _>(event.sender)
-        .bind::<Text, _>(event.event_type)
-        .bind::<Nullable<Text>, _>(event.state_key)
-        .bind::<BigInt, _>(event.origin_server_ts)
-        .bind::<Jsonb, _>(event.pdu)
-        .bind::<BigInt, _>(event.state_group)
+    }
+    static AT_TAKEN: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| sql(super::streams::TAKEN_EVENT_POSITION));
+    static AT_PROVISIONAL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| sql("$10"));
+    let query = crate::storage::cached_sql(match provisional {
+        Some(_) => AT_PROVISIONAL.as_str(),
+        None => AT_TAKEN.as_str(),
+    })
+    .bind::<Text, _>(event.event_id)
+    .bind::<Text, _>(event.room_id)
+    .bind::<BigInt, _>(event.depth)
+    .bind::<Text, _>(event.sender)
+    .bind::<Text, _>(event.event_type)
+    .bind::<Nullable<Text>, _>(event.state_key)
+    .bind::<BigInt, _>(event.origin_server_ts)
+    .bind::<Jsonb, _>(event.pdu)
+    .bind::<BigInt, _>(event.state_group);
+    match provisional {
+        Some(position) => query.bind::<BigInt, _>(position).execute(&mut conn).await,
+        None => query.execute(&mut conn).await,
+    }
+    .map(drop)
+}
+
+/// Gives the events a multi-event transaction (createRoom, an upgrade) stored at provisional
+/// (negative) positions their real positions, in the order they were stored, with one bump
+/// of the event counter: its row lock, which every writer waits on, is then held for this
+/// one round trip and the commit, not from the transaction's first event on. Rows that copy
+/// an event's position (relations, push actions, memberships) follow it.
+pub async fn renumber_provisional_positions(
+    mut conn: &AsyncPgConnection,
+    room_ids: &[&str],
+    count: i64,
+) -> QueryResult<()> {
+    use diesel::sql_types::{Array, BigInt, Text};
+    if count == 0 {
+        return Ok(());
+    }
+    let bump = crate::storage::cached_sql(
+        "UPDATE stream_positions SET position = position + $1 WHERE stream = 'events'",
+    )
+    .bind::<BigInt, _>(count)
+    .execute(&mut conn);
+    let events = crate::storage::cached_sql(
+        "UPDATE events e SET stream_ordering = \
+             (SELECT position FROM stream_positions WHERE stream = 'events') - $2 + r.rn \
+         FROM (SELECT event_id, row_number() OVER (ORDER BY stream_ordering DESC) AS rn \
+               FROM events WHERE room_id = ANY($1) AND stream_ordering < 0) r \
+         WHERE e.event_id = r.event_id",
+    )
+    .bind::<Array<Text>, _>(room_ids)
+    .bind::<BigInt, _>(count)
+    .execute(&mut conn);
+    let (relations, push_actions, memberships) = (
+        follow_event_positions(conn, FOLLOW_RELATIONS, room_ids),
+        follow_event_positions(conn, FOLLOW_PUSH_ACTIONS, room_ids),
+        follow_event_positions(conn, FOLLOW_MEMBERSHIPS, room_ids),
+    );
+    tokio::try_join!(bump, events, relations, push_actions, memberships).map(drop)
+}
+
+const FOLLOW_RELATIONS: &str = "UPDATE event_relations t SET stream_ordering = e.stream_ordering \
+    FROM events e WHERE t.event_id = e.event_id AND t.room_id = ANY($1) AND t.stream_ordering < 0";
+const FOLLOW_PUSH_ACTIONS: &str = "UPDATE event_push_actions t \
+    SET stream_ordering = e.stream_ordering FROM events e \
+    WHERE t.event_id = e.event_id AND t.room_id = ANY($1) AND t.stream_ordering < 0";
+const FOLLOW_MEMBERSHIPS: &str =
+    "UPDATE room_memberships t SET stream_ordering = e.stream_ordering \
+    FROM events e WHERE t.event_id = e.event_id AND t.room_id = ANY($1) AND t.stream_ordering < 0";
+
+/// Moves rows that copy a provisionally stored event's position to its real one.
+async fn follow_event_positions(
+    mut conn: &AsyncPgConnection,
+    sql: &'static str,
+    room_ids: &[&str],
+) -> QueryResult<usize> {
+    crate::storage::cached_sql(sql)
+        .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(room_ids)
         .execute(&mut conn)
         .await
-        .map(drop)
 }
 
 /// Loads one event.

@@ -20,8 +20,9 @@ pub const PRESENCE: &str = "presence";
 /// Takes the next position of a stream. The counter row stays locked until this transaction
 /// commits, so every other writer of the stream waits from here to that commit: take it as
 /// late as the transaction allows. `RoomWriter::append` sends it in one pipelined round trip
-/// with everything the event writes; but createRoom and upgrades append several events in one
-/// transaction, so they hold it from their first event to their commit.
+/// with everything the event writes; createRoom and upgrades, which append several events in
+/// one transaction, store them at provisional positions and bump the counter once, just before
+/// commit (`rooms::renumber_provisional_positions`).
 pub async fn next_position(mut conn: &AsyncPgConnection, stream: &str) -> QueryResult<i64> {
     // Raw, because diesel never reuses the prepared form of this UPDATE (it was parsed again
     // on every send).

@@ -252,3 +252,70 @@ async fn transaction_ids_are_idempotent_across_races_devices_and_restarts() {
     assert_eq!(after_restart["event_id"], first["event_id"]);
     assert_eq!(server.count(&count).await, 3);
 }
+
+/// createRoom and upgrades store many events in one transaction at provisional positions and
+/// take their real ones in one step before commit: none may be left provisional, and the
+/// room's events must keep their order.
+#[tokio::test]
+async fn multi_event_transactions_leave_their_events_in_order_at_real_positions() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "name": "n", "topic": "t",
+                             "invite": [bob.user_id], "room_version": "11" }))
+        .await;
+    bob.join(&room).await.ok();
+    alice
+        .send_text(&room, "m1", "before the upgrade")
+        .await
+        .ok();
+    let upgraded = alice
+        .post(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/upgrade",
+                crate::support::client::enc(&room)
+            ),
+            json!({ "new_version": "12" }),
+        )
+        .await
+        .ok();
+    let new_room = upgraded["replacement_room"].as_str().unwrap();
+    for table in [
+        "events",
+        "room_memberships",
+        "event_push_actions",
+        "event_relations",
+    ] {
+        let left = server
+            .count(&format!(
+                "SELECT count(*) AS n FROM {table} WHERE stream_ordering < 0"
+            ))
+            .await;
+        assert_eq!(left, 0, "provisional positions left in {table}");
+    }
+    let highest = server
+        .count("SELECT max(stream_ordering) AS n FROM events")
+        .await;
+    let counter = server
+        .count("SELECT position AS n FROM stream_positions WHERE stream = 'events'")
+        .await;
+    assert_eq!(highest, counter);
+    // Depth grows with position in both rooms: the events kept the order they were written in.
+    for room_id in [room.as_str(), new_room] {
+        let out_of_order = server
+            .count(&format!(
+                "SELECT count(*) AS n FROM (SELECT depth - lag(depth) OVER (ORDER BY stream_ordering) AS step \
+                 FROM events WHERE room_id = '{room_id}') s WHERE step <= 0"
+            ))
+            .await;
+        assert_eq!(out_of_order, 0, "{room_id}");
+    }
+    // Bob, still in the old room, is told about the tombstone by /sync.
+    let sync = bob.sync(None, 0, None).await;
+    let timeline = crate::support::client::timeline(&sync, &room);
+    assert!(
+        timeline.iter().any(|e| e["type"] == "m.room.tombstone"),
+        "{sync}"
+    );
+}

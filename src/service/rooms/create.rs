@@ -8,7 +8,7 @@ use ruma::{
 use serde_json::{json, Map, Value};
 
 use super::{
-    writer::{NewEvent, RoomWriter},
+    writer::{DeferredPositions, NewEvent, RoomWriter},
     Rooms, DEFAULT_VERSION,
 };
 use crate::{
@@ -121,7 +121,10 @@ impl Rooms {
         let privileged_creators = rules.authorization.explicitly_privilege_room_creators;
         conn.transaction::<_, Error, _>(async |conn| {
             let room_id = (!rules.authorization.room_create_event_id_as_room_id).then(|| self.random_room_id());
-            let mut writer = RoomWriter::create(conn, &self.keys, server_name, room_id, version.clone())?;
+            // Every event at a provisional position, made real in one step before commit.
+            let deferred = DeferredPositions::default();
+            let mut writer = RoomWriter::create(conn, &self.keys, server_name, room_id, version.clone())?
+                .with_deferred_positions(&deferred);
             let send = |kind: &'static str, state_key: &str, content: Value| (kind.to_owned(), state_key.to_owned(), content);
 
             let mut create = request.creation_content.clone().unwrap_or_default();
@@ -202,6 +205,7 @@ impl Rooms {
             if request.public {
                 store::set_room_public(writer.conn(), room_id.as_str(), true).await?;
             }
+            deferred.finish(writer.conn(), &[&room_id]).await?;
             Ok(room_id)
         })
         .await

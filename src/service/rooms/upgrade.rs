@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::{
     create::membership_content,
-    writer::{version_rules, NewEvent, RoomWriter},
+    writer::{version_rules, DeferredPositions, NewEvent, RoomWriter},
     Rooms,
 };
 use crate::{
@@ -95,7 +95,10 @@ impl Rooms {
         conn.transaction::<_, Error, _>(async |conn| {
             // The replacement room.
             let room_id = (!new_rules.authorization.room_create_event_id_as_room_id).then(|| self.random_room_id());
-            let mut writer = RoomWriter::create(conn, &self.keys, server_name, room_id, new_version.clone())?;
+            // Both rooms' events at provisional positions, made real in one step before commit.
+            let deferred = DeferredPositions::default();
+            let mut writer = RoomWriter::create(conn, &self.keys, server_name, room_id, new_version.clone())?
+                .with_deferred_positions(&deferred);
             let mut create = json!({ "room_version": new_version.as_str(), "predecessor": { "room_id": old_room } });
             if let Some(kind) = old_create.get("type") {
                 create["type"] = kind.clone();
@@ -149,7 +152,9 @@ impl Rooms {
             drop(writer);
 
             // The tombstone, and the old room quietened so people move over.
-            let mut old = RoomWriter::open(conn, &self.keys, server_name, old_room, &[]).await?;
+            let mut old = RoomWriter::open(conn, &self.keys, server_name, old_room, &[])
+                .await?
+                .with_deferred_positions(&deferred);
             let tombstone = json!({ "body": "This room has been replaced", "replacement_room": new_room });
             old.append(NewEvent { sender: user_id, kind: "m.room.tombstone", state_key: Some(""), content: tombstone, txn: None })
                 .await?;
@@ -172,6 +177,7 @@ impl Rooms {
                     tracing::info!(room_id = %old_room, "upgrade: the upgrader cannot restrict the old room's power levels");
                 }
             }
+            deferred.finish(old.conn(), &[&new_room, old_room]).await?;
             Ok(new_room)
         })
         .await

@@ -5,7 +5,11 @@
 //! each append). Never the other way round. The advisory lock keeps writes to one room
 //! serialised across server processes; `prev_events` are always the room's forward extremities.
 
-use std::{collections::HashMap, future::Future};
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::atomic::{AtomicI64, Ordering},
+};
 
 use diesel::sql_types::BigInt;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
@@ -88,6 +92,44 @@ pub fn is_room_id_taken(err: &Error) -> bool {
     matches!(err, Error::Matrix { status, .. } if *status == actix_web::http::StatusCode::CONFLICT)
 }
 
+/// Provisional positions for the events of one multi-event transaction (createRoom, an
+/// upgrade): each append takes the next (negative, unique across transactions, decreasing in
+/// append order), and [`DeferredPositions::finish`] turns them into real positions just
+/// before commit, so the event counter's row lock is not held from the first event on.
+pub struct DeferredPositions {
+    next: AtomicI64,
+    count: AtomicI64,
+}
+
+impl Default for DeferredPositions {
+    fn default() -> Self {
+        use rand::Rng;
+        // Far below zero and random, so concurrent transactions' provisional positions never
+        // meet (positions are unique).
+        let start = -rand::rng().random_range(1_i64 << 40..1_i64 << 61);
+        DeferredPositions {
+            next: AtomicI64::new(start),
+            count: AtomicI64::new(0),
+        }
+    }
+}
+
+impl DeferredPositions {
+    fn take(&self) -> i64 {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.next.fetch_sub(1, Ordering::Relaxed)
+    }
+
+    /// Gives every event appended so far in these rooms its real position (call it last in
+    /// the transaction).
+    pub async fn finish(&self, conn: &AsyncPgConnection, room_ids: &[&RoomId]) -> Result<()> {
+        let rooms: Vec<&str> = room_ids.iter().map(|r| r.as_str()).collect();
+        let count = self.count.swap(0, Ordering::Relaxed);
+        store::renumber_provisional_positions(conn, &rooms, count).await?;
+        Ok(())
+    }
+}
+
 /// The event a redaction redacts, as stored before the redaction.
 struct RedactionTarget {
     event_id: OwnedEventId,
@@ -114,6 +156,8 @@ pub struct RoomWriter<'c> {
     extremities: Vec<OwnedEventId>,
     depth: i64,
     pdus: HashMap<OwnedEventId, Pdu>,
+    /// Set for multi-event transactions: positions are provisional until they finish.
+    deferred: Option<&'c DeferredPositions>,
 }
 
 /// The advisory-lock key of a room.
@@ -216,6 +260,7 @@ impl<'c> RoomWriter<'c> {
             extremities,
             depth,
             pdus: HashMap::new(),
+            deferred: None,
         };
         writer.remember_states(prefetch, state)?;
         Ok((writer, theirs))
@@ -288,7 +333,14 @@ impl<'c> RoomWriter<'c> {
             extremities: Vec::new(),
             depth: 0,
             pdus: HashMap::new(),
+            deferred: None,
         })
+    }
+
+    /// Appends at provisional positions that `deferred` finishes before commit.
+    pub fn with_deferred_positions(mut self, deferred: &'c DeferredPositions) -> Self {
+        self.deferred = Some(deferred);
+        self
     }
 
     /// The room ID (known once the create event exists).
@@ -565,16 +617,41 @@ impl<'c> RoomWriter<'c> {
         // and redaction it changes, and its notifications (delivered at commit), sent together:
         // the counter's row lock, which every writer of every room waits on, spans this one
         // round trip and the commit.
+        let provisional = self.deferred.map(DeferredPositions::take);
+        let push_rows = match provisional {
+            Some(position) => push_rows
+                .into_iter()
+                .map(|mut row| {
+                    row.stream_ordering = position;
+                    row
+                })
+                .collect(),
+            None => push_rows,
+        };
         let (stream_ordering, ..) = tokio::try_join!(
-            streams::next_position(conn, streams::EVENTS),
-            store::insert_event(conn, &new_event),
+            async {
+                match provisional {
+                    Some(position) => Ok(position),
+                    None => streams::next_position(conn, streams::EVENTS).await,
+                }
+            },
+            store::insert_event(conn, &new_event, provisional),
             async {
                 match &relation {
-                    Some(relation) => relations_store::insert_relation(conn, relation).await,
+                    Some(relation) => {
+                        relations_store::insert_relation(conn, relation, provisional).await
+                    }
                     None => Ok(()),
                 }
             },
-            push_store::insert_push_actions_at_taken_position(conn, &push_rows),
+            async {
+                match provisional {
+                    Some(_) => push_store::insert_push_actions(conn, &push_rows).await,
+                    None => {
+                        push_store::insert_push_actions_at_taken_position(conn, &push_rows).await
+                    }
+                }
+            },
             store::set_room_tip(conn, room_id.as_str(), event_id.as_str(), template.depth),
             async {
                 match event.txn {
