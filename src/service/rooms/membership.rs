@@ -263,16 +263,7 @@ impl Rooms {
                 return Ok(i64::MAX);
             }
         }
-        Ok(levels
-            .get("users")
-            .and_then(|u| u.get(user_id.as_str()))
-            .and_then(Value::as_i64)
-            .unwrap_or_else(|| {
-                levels
-                    .get("users_default")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0)
-            }))
+        Ok(super::writer::listed_power_level(levels, user_id))
     }
 
     async fn is_creator(
@@ -289,16 +280,12 @@ impl Rooms {
         let Some(create) = store::get_event(conn, &id).await? else {
             return Ok(false);
         };
-        let additional = create
-            .pdu
-            .pointer("/content/additional_creators")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        Ok(create.sender == user_id.as_str()
-            || additional
-                .iter()
-                .any(|c| c.as_str() == Some(user_id.as_str())))
+        let content = create.pdu.get("content").cloned().unwrap_or_default();
+        Ok(super::writer::is_room_creator(
+            &create.sender,
+            &content,
+            user_id,
+        ))
     }
 
     /// Leaves a room (or rejects an invite, or withdraws a knock).

@@ -78,18 +78,44 @@ fn unique_create_ts() -> i64 {
     now.max(previous + 1)
 }
 
+/// Whether a user created the room: its create event's sender or one of its
+/// `additional_creators` (room versions that privilege creators put them above everyone).
+pub fn is_room_creator(create_sender: &str, create_content: &Value, user_id: &UserId) -> bool {
+    create_sender == user_id.as_str()
+        || create_content
+            .get("additional_creators")
+            .and_then(Value::as_array)
+            .is_some_and(|creators| creators.iter().any(|c| c == user_id.as_str()))
+}
+
+/// A user's power level as a power-levels content lists it (`users`, else `users_default`).
+pub fn listed_power_level(levels: &Value, user_id: &UserId) -> i64 {
+    levels
+        .get("users")
+        .and_then(|users| users.get(user_id.as_str()))
+        .and_then(Value::as_i64)
+        .unwrap_or_else(|| {
+            levels
+                .get("users_default")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+        })
+}
+
+const ROOM_ID_TAKEN: &str = "A room with this ID was created at the same moment; try again";
+
 /// The error of a new room whose ID another transaction took first.
 fn room_id_taken() -> Error {
     Error::matrix(
         actix_web::http::StatusCode::CONFLICT,
         "M_UNKNOWN",
-        "A room with this ID was created at the same moment; try again",
+        ROOM_ID_TAKEN,
     )
 }
 
 /// Whether an error is [`room_id_taken`]'s (worth retrying with a fresh create event).
 pub fn is_room_id_taken(err: &Error) -> bool {
-    matches!(err, Error::Matrix { status, .. } if *status == actix_web::http::StatusCode::CONFLICT)
+    matches!(err, Error::Matrix { message, .. } if message == ROOM_ID_TAKEN)
 }
 
 /// Provisional positions for the events of one multi-event transaction (createRoom, an
@@ -768,25 +794,14 @@ impl<'c> RoomWriter<'c> {
     /// A user's power level under `levels`; room creators are above everyone in room
     /// versions that privilege them.
     fn power_level(&self, user_id: &UserId, levels: &Value) -> i64 {
-        if self.rules.authorization.explicitly_privilege_room_creators {
-            if let Some(create) = self.state_pdu("m.room.create", "") {
-                let additional = create.content_value();
-                let additional = additional
-                    .get("additional_creators")
-                    .and_then(Value::as_array);
-                if create.sender == user_id
-                    || additional.is_some_and(|c| c.iter().any(|c| c == user_id.as_str()))
-                {
-                    return i64::MAX;
-                }
-            }
+        let creator = self.rules.authorization.explicitly_privilege_room_creators
+            && self.state_pdu("m.room.create", "").is_some_and(|create| {
+                is_room_creator(create.sender.as_str(), &create.content_value(), user_id)
+            });
+        match creator {
+            true => i64::MAX,
+            false => listed_power_level(levels, user_id),
         }
-        levels
-            .get("users")
-            .and_then(|users| users.get(user_id.as_str()))
-            .or_else(|| levels.get("users_default"))
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
     }
 
     /// A user's current membership, when their member event was fetched (the sender's is).
