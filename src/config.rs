@@ -98,6 +98,44 @@ pub struct Config {
     pub outbound: AddressPolicy,
     /// Largest image (width times height) decoded for thumbnails and BlurHashes.
     pub max_image_pixels: u64,
+    /// The Server-Server API: listener, TLS, trust anchors and which servers may talk to us.
+    pub federation: FederationConfig,
+}
+
+/// Federation settings (`MYELIN_FEDERATION*`, `MYELIN_TLS_*`, `MYELIN_WELL_KNOWN_SERVER`).
+#[derive(Debug, Clone, Default)]
+pub struct FederationConfig {
+    /// Whether the Server-Server API is served and other servers are contacted at all.
+    pub enabled: bool,
+    /// A separate listener serving only federation and key endpoints over TLS; without it,
+    /// federation is served on `listen` (for a TLS reverse proxy in front).
+    pub listen: Option<SocketAddr>,
+    /// The PEM certificate chain and private key of the federation listener.
+    pub tls: Option<TlsFiles>,
+    /// Extra trust anchors (PEM) for outbound federation, beside the public web roots.
+    pub ca_file: Option<PathBuf>,
+    /// What `/.well-known/matrix/server` delegates to (`host[:port]`); 404 when unset.
+    pub well_known_server: Option<String>,
+    /// Servers allowed to federate with us; `None` allows every server.
+    pub allowed_servers: Option<Vec<OwnedServerName>>,
+}
+
+impl FederationConfig {
+    /// Whether `server` may talk to us and be talked to.
+    pub fn allows(&self, server: &ruma::ServerName) -> bool {
+        self.allowed_servers
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|s| s == server))
+    }
+}
+
+/// A TLS certificate chain and its key, both PEM files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The private key.
+    pub key: PathBuf,
 }
 
 /// The TOML file's shape; every key is optional and named like its environment variable
@@ -131,6 +169,13 @@ struct FileConfig {
     outbound_deny: Option<String>,
     max_image_pixels: Option<toml::Value>,
     jwt_require_exp: Option<toml::Value>,
+    federation: Option<toml::Value>,
+    federation_listen: Option<String>,
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+    federation_ca_file: Option<String>,
+    well_known_server: Option<String>,
+    federation_allowed_servers: Option<String>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -298,6 +343,7 @@ impl Config {
             deny: cidrs(src, "outbound_deny")?,
         };
         let max_image_pixels = integer(src, "max_image_pixels", 32_000_000)?;
+        let federation = federation_config(src)?;
         Ok(Config {
             server_name,
             listen,
@@ -318,6 +364,7 @@ impl Config {
             trusted_proxies,
             outbound,
             max_image_pixels,
+            federation,
         })
     }
 
@@ -378,6 +425,60 @@ fn jwt_config(src: &Sources, secret: Raw) -> Result<JwtConfig, ConfigError> {
         issuer: src.get("jwt_issuer").map(|r| r.value),
         audience: src.get("jwt_audience").map(|r| r.value),
         require_exp: switch(src, "jwt_require_exp", true)?,
+    })
+}
+
+/// Reads the federation settings; a listener without a certificate and key is an error.
+fn federation_config(src: &Sources) -> Result<FederationConfig, ConfigError> {
+    let listen = match src.get("federation_listen") {
+        None => None,
+        Some(raw) => Some(raw.value.parse().map_err(|_| {
+            bad(
+                &raw.source,
+                format!("'{}' is not an address:port", raw.value),
+            )
+        })?),
+    };
+    let path = |key| src.get(key).map(|r| PathBuf::from(r.value));
+    let tls = match (path("tls_cert"), path("tls_key")) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        (None, None) => None,
+        _ => {
+            return Err(bad(
+                "MYELIN_TLS_CERT",
+                "MYELIN_TLS_CERT and MYELIN_TLS_KEY go together",
+            ))
+        }
+    };
+    if listen.is_some() && tls.is_none() {
+        return Err(bad(
+            "MYELIN_FEDERATION_LISTEN",
+            "the federation listener serves TLS: set MYELIN_TLS_CERT and MYELIN_TLS_KEY",
+        ));
+    }
+    let allowed_servers = match src.get("federation_allowed_servers") {
+        None => None,
+        Some(raw) => Some(
+            raw.value
+                .split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    OwnedServerName::try_from(s)
+                        .map_err(|_| bad(&raw.source, format!("'{s}' is not a server name")))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+    };
+    Ok(FederationConfig {
+        enabled: switch(src, "federation", true)?,
+        listen,
+        tls,
+        ca_file: path("federation_ca_file"),
+        well_known_server: src
+            .get("well_known_server")
+            .map(|r| r.value)
+            .filter(|v| !v.is_empty()),
+        allowed_servers,
     })
 }
 
@@ -458,6 +559,13 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         outbound_deny,
         max_image_pixels,
         jwt_require_exp,
+        federation,
+        federation_listen,
+        tls_cert,
+        tls_key,
+        federation_ca_file,
+        well_known_server,
+        federation_allowed_servers,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -500,6 +608,13 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("outbound_deny", s(outbound_deny)),
         ("max_image_pixels", max_image_pixels),
         ("jwt_require_exp", jwt_require_exp),
+        ("federation", federation),
+        ("federation_listen", s(federation_listen)),
+        ("tls_cert", s(tls_cert)),
+        ("tls_key", s(tls_key)),
+        ("federation_ca_file", s(federation_ca_file)),
+        ("well_known_server", s(well_known_server)),
+        ("federation_allowed_servers", s(federation_allowed_servers)),
     ];
     Ok(entries
         .into_iter()

@@ -164,6 +164,19 @@ async fn warn_without_autovacuum(db: &Db) {
     }
 }
 
+/// Binds the federation listener when one is configured and federation is on.
+fn federation_listener(config: &Config) -> Result<Option<server::FederationListener>, String> {
+    let federation = &config.federation;
+    let (Some(address), Some(tls), true) = (federation.listen, &federation.tls, federation.enabled)
+    else {
+        return Ok(None);
+    };
+    let tls = server::tls_config(&tls.cert, &tls.key)?;
+    let listener = TcpListener::bind(address)
+        .map_err(|e| format!("cannot listen on {address} (MYELIN_FEDERATION_LISTEN): {e}"))?;
+    Ok(Some(server::FederationListener { listener, tls }))
+}
+
 async fn run(command: Command, config: Config, database_url: &str) -> Result<(), String> {
     let applied = storage::run_migrations(database_url).await?;
     if applied > 0 {
@@ -183,12 +196,13 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
         Command::Serve => {
             let listener = TcpListener::bind(config.listen)
                 .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+            let federation = federation_listener(&config)?;
             warn_without_autovacuum(&db).await;
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
             services.notifier.listen(database_url.to_owned());
             services.push_sender.start();
             services.presence.start_sweeper();
-            server::serve(services, listener)
+            server::serve(services, listener, federation)
                 .await
                 .map_err(|e| e.to_string())
         }

@@ -1,28 +1,74 @@
 //! Building and running the HTTP server.
 
-use std::{net::TcpListener, sync::Arc};
+use std::{net::TcpListener, path::Path, sync::Arc};
 
 use actix_web::{middleware::from_fn, web, App, HttpServer};
 
-use crate::{api, service::Services};
+use crate::{
+    api::{self, middleware::FederationPort},
+    service::Services,
+};
 
 /// How many HTTP worker threads serve requests (one per core).
 pub fn http_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Binds the listener and serves until the process is asked to stop.
-/// Prints `myelin: listening on http://ADDR` once the socket is bound.
-pub async fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::Result<()> {
+/// The federation listener: its socket and TLS configuration.
+pub struct FederationListener {
+    /// The bound socket.
+    pub listener: TcpListener,
+    /// Certificate chain and key.
+    pub tls: rustls::ServerConfig,
+}
+
+/// Reads a PEM certificate chain and private key into a TLS server configuration.
+pub fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+    use rustls_pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("MYELIN_TLS_CERT: {}: {e}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "MYELIN_TLS_CERT: {} holds no certificate",
+            cert.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("MYELIN_TLS_KEY: {}: {e}", key.display()))?;
+    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("MYELIN_TLS_CERT/MYELIN_TLS_KEY: {e}"))
+}
+
+/// Binds the listeners and serves until the process is asked to stop.
+/// Prints `myelin: listening on http://ADDR` once the socket is bound, and
+/// `myelin: federation listening on https://ADDR` for the federation listener.
+pub async fn serve(
+    services: Arc<Services>,
+    listener: TcpListener,
+    federation: Option<FederationListener>,
+) -> std::io::Result<()> {
     let address = listener.local_addr()?;
+    let federation_address = federation
+        .as_ref()
+        .map(|f| f.listener.local_addr())
+        .transpose()?;
+    let federation_enabled = services.federation.enabled();
+    let federation_port = web::Data::new(FederationPort(federation_address.map(|a| a.port())));
     let data = web::Data::from(services);
-    let server = HttpServer::new(move || {
+    let mut server = HttpServer::new(move || {
         // Runs on each worker thread as it starts.
         data.db.adopt_for_this_thread();
         App::new()
             .app_data(data.clone())
-            .configure(api::configure)
+            .app_data(federation_port.clone())
+            .configure(|cfg| api::configure(cfg, federation_enabled))
             .default_service(web::to(api::unknown_path))
+            .wrap(from_fn(api::middleware::split_listeners))
             .wrap(from_fn(api::middleware::refuse_nul))
             .wrap(from_fn(api::middleware::cors))
             .wrap(from_fn(api::middleware::trace))
@@ -30,9 +76,16 @@ pub async fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::R
     .workers(http_workers())
     // Long-polls would otherwise hold a shutdown for their whole timeout.
     .shutdown_timeout(3)
-    .listen(listener)?
-    .run();
+    .listen(listener)?;
+    if let Some(federation) = federation {
+        server = server.listen_rustls_0_23(federation.listener, federation.tls)?;
+    }
+    let server = server.run();
     println!("myelin: listening on http://{address}");
     tracing::info!(%address, "listening");
+    if let Some(address) = federation_address {
+        println!("myelin: federation listening on https://{address}");
+        tracing::info!(%address, "federation listening");
+    }
     server.await
 }

@@ -39,6 +39,32 @@ fn add_cors(headers: &mut actix_web::http::header::HeaderMap) {
     }
 }
 
+/// The port of the federation listener, when there is one.
+#[derive(Debug, Clone, Copy)]
+pub struct FederationPort(pub Option<u16>);
+
+/// Keeps the two listeners apart: the federation listener serves only federation and key
+/// paths, and once it exists the main listener no longer serves them (404 `M_UNRECOGNIZED`).
+pub async fn split_listeners(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let federation_port = req
+        .app_data::<actix_web::web::Data<FederationPort>>()
+        .and_then(|port| port.0);
+    if let Some(port) = federation_port {
+        let on_federation_listener = req.app_config().local_addr().port() == port;
+        let federation_path = super::federation::is_federation_path(req.path());
+        if on_federation_listener != federation_path {
+            let response = Error::unrecognized(StatusCode::NOT_FOUND).error_response();
+            return Ok(req.into_response(response));
+        }
+    }
+    next.call(req)
+        .await
+        .map(ServiceResponse::map_into_boxed_body)
+}
+
 /// Answers CORS preflights and adds the spec's CORS headers to every response.
 pub async fn cors(
     req: ServiceRequest,

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod client;
 pub mod client_ip;
+pub mod federation;
 pub mod middleware;
 pub mod ruma;
 
@@ -339,13 +340,17 @@ fn media_routes(t: &mut RouteTable) {
     t.ruma::<r::media::get_content_thumbnail::v3::Request, _, _>(media::legacy_thumbnail_route);
 }
 
-/// Registers every route on an actix app.
-pub fn configure(cfg: &mut web::ServiceConfig) {
+/// Registers every route on an actix app; the federation routes only when federation is on
+/// (otherwise their paths answer 404 `M_UNRECOGNIZED` like any unknown path).
+pub fn configure(cfg: &mut web::ServiceConfig, federation: bool) {
     let mut table = RouteTable {
         build_handlers: true,
         ..Default::default()
     };
     routes(&mut table);
+    if federation {
+        federation::routes(&mut table);
+    }
     table.register(cfg);
 }
 
@@ -353,5 +358,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 pub fn served_routes() -> Vec<(String, String)> {
     let mut table = RouteTable::default();
     routes(&mut table);
+    federation::routes(&mut table);
     table.list()
 }

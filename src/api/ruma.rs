@@ -12,9 +12,11 @@ use futures_util::StreamExt;
 use ruma::api::{
     auth_scheme::{AccessToken, AccessTokenOptional, AppserviceToken, AppserviceTokenOptional},
     error::{DeserializationError, FromHttpRequestError},
+    federation::authentication::ServerSignatures,
     path_builder::PathBuilder,
     IncomingRequest, IncomingRequestExt, OutgoingResponse, OutgoingResponseExt,
 };
+use ruma::{OwnedServerName, ServerName};
 use serde::de::DeserializeOwned;
 
 use crate::{
@@ -29,12 +31,21 @@ pub struct Ruma<T> {
     pub body: T,
     /// The authenticated caller, for endpoints that take an access token.
     pub caller: Option<Caller>,
+    /// The authenticated origin server, for federation endpoints (X-Matrix).
+    pub origin: Option<OwnedServerName>,
 }
 
 impl<T> Ruma<T> {
     /// The caller of an endpoint that requires authentication.
     pub fn caller(&self) -> Result<&Caller> {
         self.caller.as_ref().ok_or_else(Error::missing_token)
+    }
+
+    /// The server that signed a federation request.
+    pub fn origin(&self) -> Result<&ServerName> {
+        self.origin
+            .as_deref()
+            .ok_or_else(|| Error::internal("federation endpoint without X-Matrix"))
     }
 }
 
@@ -267,6 +278,15 @@ where
             if is_not_json(&body) {
                 return Err(Error::not_json("Content not JSON"));
             }
+            // X-Matrix signs the body as sent, so it is checked before the bodiless-POST fixup.
+            let origin = if scheme == TypeId::of::<ServerSignatures>() {
+                let request = to_http_request(&req, &body)?;
+                let (parts, body) = request.into_parts();
+                let request = http::Request::from_parts(parts, body.as_slice());
+                Some(services.federation.authenticate(&request).await?)
+            } else {
+                None
+            };
             // Clients (matrix-nio's join, for one) send bodiless POSTs where every field is
             // optional; read them as `{}`, as Synapse does.
             let body = if body.is_empty()
@@ -293,6 +313,7 @@ where
             Ok(Ruma {
                 body: parsed,
                 caller,
+                origin,
             })
         })
     }

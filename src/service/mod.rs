@@ -2,6 +2,7 @@
 
 pub mod account_data;
 pub mod e2ee;
+pub mod federation;
 pub mod keys;
 pub mod media;
 pub mod notifier;
@@ -68,6 +69,8 @@ pub struct Services {
     pub outbound: Arc<outbound::Outbound>,
     /// Delivers pushes to gateways (started by `serve`).
     pub push_sender: Arc<push_sender::PushSender>,
+    /// The Server-Server API: signed requests out, authentication of requests in.
+    pub federation: Arc<federation::Federation>,
 }
 
 impl Services {
@@ -82,7 +85,13 @@ impl Services {
             push_sender::PushSender::new(db.clone(), outbound.clone(), notifier.push_wake.clone());
         let presence = presence::Presence::new(db.clone(), config.presence_enabled);
         let rate_limit = Arc::new(rate_limit::RateLimiter::new(&config));
+        let federation = Arc::new(federation::Federation::new(
+            db.clone(),
+            config.clone(),
+            keys.clone(),
+        )?);
         Ok(Arc::new(Services {
+            federation,
             sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
             notifier,
             rooms: rooms::Rooms::new(db.clone(), config.clone(), keys.clone()),

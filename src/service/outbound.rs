@@ -68,16 +68,25 @@ pub struct OutboundResponse {
     pub body: Vec<u8>,
 }
 
-/// Resolves names, keeping only the addresses the policy permits.
-struct PolicyResolver {
-    policy: Arc<AddressPolicy>,
+/// Resolves names, keeping only the addresses the policy permits. Federation's SRV targets
+/// are looked up in place of the name the certificate is checked against (`targets`).
+pub(crate) struct PolicyResolver {
+    pub(crate) policy: Arc<AddressPolicy>,
+    pub(crate) targets: Option<Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>>,
 }
 
 impl Resolve for PolicyResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let policy = self.policy.clone();
+        let target = self.targets.as_ref().and_then(|targets| {
+            targets
+                .lock()
+                .expect("not poisoned")
+                .get(name.as_str())
+                .cloned()
+        });
         Box::pin(async move {
-            let host = name.as_str().to_owned();
+            let host = target.unwrap_or_else(|| name.as_str().to_owned());
             let permitted: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
                 .await?
                 .filter(|addr| policy.permits(addr.ip()))
@@ -108,6 +117,7 @@ impl Outbound {
             .no_proxy()
             .dns_resolver(Arc::new(PolicyResolver {
                 policy: policy.clone(),
+                targets: None,
             }))
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)

@@ -9,6 +9,7 @@ pub mod account_data;
 pub mod backup;
 pub mod devices;
 pub mod e2ee;
+pub mod federation;
 pub mod media;
 pub mod presence;
 pub mod push;

@@ -354,6 +354,17 @@ diesel::table! {
 }
 
 diesel::table! {
+    remote_server_keys (server_name, key_id) {
+        server_name -> Text,
+        key_id -> Text,
+        public_key -> Text,
+        valid_until_ts -> Int8,
+        expired_ts -> Nullable<Int8>,
+        fetched_ts -> Int8,
+    }
+}
+
+diesel::table! {
     server_signing_keys (key_id) {
         key_id -> Text,
         secret_der -> Bytea,
@@ -411,6 +422,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     receipts,
     refresh_tokens,
     registration_tokens,
+    remote_server_keys,
     room_aliases,
     room_current_state,
     room_memberships,

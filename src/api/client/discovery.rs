@@ -29,8 +29,13 @@ pub async fn well_known_client_route(services: Data<Services>) -> HttpResponse {
 /// 404 `M_NOT_FOUND` while federation is not implemented: a delegation would send remote
 /// servers to a server-server API this server does not serve. (Remote servers then try the
 /// server name itself on port 8448, and fail there too, which is the truth.)
-pub async fn well_known_server_route() -> Result<HttpResponse> {
-    Err(Error::not_found("This server does not federate"))
+pub async fn well_known_server_route(services: Data<Services>) -> Result<HttpResponse> {
+    match &services.config.federation.well_known_server {
+        Some(server) if services.federation.enabled() => {
+            Ok(HttpResponse::Ok().json(serde_json::json!({ "m.server": server })))
+        }
+        _ => Err(Error::not_found("No server delegation is configured")),
+    }
 }
 
 /// `GET /_matrix/client/versions`

@@ -1,0 +1,20 @@
+//! The Server-Server API: handlers for requests from other homeservers. Every endpoint but the
+//! key and version documents is authenticated by X-Matrix in the [`Ruma`] extractor, so a
+//! handler always knows the origin server.
+
+pub mod discovery;
+
+use ::ruma::api::federation as f;
+
+use super::RouteTable;
+
+/// Whether a path belongs to the federation surface (served on the federation listener).
+pub fn is_federation_path(path: &str) -> bool {
+    path.starts_with("/_matrix/federation/") || path.starts_with("/_matrix/key/")
+}
+
+/// The federation route table.
+pub fn routes(t: &mut RouteTable) {
+    t.ruma::<f::discovery::get_server_keys::v2::Request, _, _>(discovery::server_keys_route);
+    t.ruma::<f::discovery::get_server_version::v1::Request, _, _>(discovery::version_route);
+}
