@@ -246,7 +246,7 @@ cmd_start() {
     cd "$data_dir"
     "$VENV/bin/python" -m synapse.app.homeserver -c homeserver.yaml --generate-keys \
         >synapse.out 2>&1 || { show_logs "$data_dir"; die "could not generate keys for $name"; }
-    local started=$SECONDS pid
+    local started=$SECONDS pid why
     "$VENV/bin/python" -m synapse.app.homeserver -c homeserver.yaml >>synapse.out 2>&1 </dev/null &
     pid=$!
     echo "$pid" >synapse.pid
@@ -258,15 +258,16 @@ cmd_start() {
             rm -f synapse.pid
             die "Synapse $name exited during startup"
         fi
-        if curl -sf --max-time 2 "$client_url/_matrix/client/versions" >/dev/null &&
-            curl -sf --max-time 2 --cacert "$tls_dir/ca.pem" \
-                "$fed_url/_matrix/federation/v1/version" >/dev/null; then
+        # The federation probe checks the served certificate against TLS_DIR/ca.pem too.
+        if why=$(curl -sSf --max-time 2 "$client_url/_matrix/client/versions" 2>&1 >/dev/null) &&
+            why=$(curl -sSf --max-time 2 --cacert "$tls_dir/ca.pem" \
+                "$fed_url/_matrix/federation/v1/version" 2>&1 >/dev/null); then
             break
         fi
         if [ $((SECONDS - started)) -ge "$START_TIMEOUT" ]; then
             show_logs "$data_dir"
             cmd_stop "$data_dir" >/dev/null
-            die "Synapse $name did not answer within ${START_TIMEOUT}s"
+            die "Synapse $name did not answer within ${START_TIMEOUT}s; last error: ${why%%$'\n'*}"
         fi
         sleep 0.5
     done
