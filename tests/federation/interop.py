@@ -120,14 +120,19 @@ def split_server_name(server_name):
 
 
 def require_loopback(what, host):
-    """Exits unless every address `host` resolves to is a loopback one."""
+    """Exits with status 2 unless every address `host` resolves to is a loopback one."""
     try:
-        infos = socket.getaddrinfo(host.strip("[]"), None)
+        addresses = {info[4][0] for info in socket.getaddrinfo(host.strip("[]"), None)}
     except socket.gaierror as e:
-        sys.exit(f"interop.py: cannot resolve {what} host {host!r}: {e}")
-    for info in infos:
-        if not ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback:
-            sys.exit(f"interop.py: {what} host {host!r} is not a loopback address: refusing")
+        usage_error(f"cannot resolve {what} host {host!r}: {e}")
+    for address in addresses:
+        if not ipaddress.ip_address(address.split("%")[0]).is_loopback:
+            usage_error(f"{what} host {host!r} is not a loopback address: refusing")
+
+
+def usage_error(message):
+    print(f"interop.py: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 class Side:
@@ -219,7 +224,9 @@ def verify_device_signature(obj, owner):
     try:
         verify_signed_json(obj, owner.user_id, get_verify_key(owner.signing_key))
     except SignatureVerifyException as e:
-        raise CheckFailed(f"signature by {owner.user_id}/{owner.device_id} does not verify: {e}")
+        raise CheckFailed(
+            f"signature by {owner.user_id}/{owner.device_id} does not verify: {e}"
+        ) from None
 
 
 # ---- the checks: each returns a short detail for its `ok` line or raises -----------------
@@ -260,7 +267,7 @@ def check_server_keys(side):
         try:
             verify_signed_json(doc, side.server_name, verify_key)
         except SignatureVerifyException as e:
-            raise CheckFailed(f"self-signature with {key_id} does not verify: {e}")
+            raise CheckFailed(f"self-signature with {key_id} does not verify: {e}") from None
     return ", ".join(sorted(verify_keys))
 
 
@@ -350,7 +357,9 @@ def check_public_rooms(src, dst):
             if not data.get("next_batch"):
                 break
             params["since"] = data["next_batch"]
-        raise CheckFailed(f"{room_id} not in {src.server_name}'s public rooms as seen by {dst.label}")
+        raise CheckFailed(
+            f"{room_id} not in {src.server_name}'s public rooms as seen by {dst.label}"
+        )
 
     eventually(probe, timeout=PUBLIC_ROOMS_WAIT, interval=1)
     return room_id
@@ -370,7 +379,9 @@ def check_keys_query(src, dst):
     device = eventually(probe)
     for field in ("user_id", "device_id", "algorithms", "keys"):
         if device.get(field) != src.device_keys[field]:
-            raise CheckFailed(f"{field} is {device.get(field)!r}, uploaded {src.device_keys[field]!r}")
+            raise CheckFailed(
+                f"{field} is {device.get(field)!r}, uploaded {src.device_keys[field]!r}"
+            )
     verify_device_signature(device, src)
     return f"{src.user_id}/{src.device_id}"
 
@@ -459,12 +470,13 @@ class Report:
 
 def main(argv):
     if len(argv) != 5:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
-        return 2
+        usage_error("usage: " + __doc__.strip().splitlines()[2].strip())
     a = Side("A", argv[1], argv[2])
     b = Side("B", argv[3], argv[4])
     for side in (a, b):
-        require_loopback(f"{side.label}'s client URL", urllib.parse.urlsplit(side.client_url).hostname or "")
+        require_loopback(
+            f"{side.label}'s client URL", urllib.parse.urlsplit(side.client_url).hostname or ""
+        )
         require_loopback(f"{side.label}'s server name", split_server_name(side.server_name)[0])
 
     report = Report()

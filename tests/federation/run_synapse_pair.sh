@@ -15,6 +15,7 @@ VENV="${MYELIN_SYNAPSE_VENV:-/var/tmp/myelin-synapse-venv}"
 run_started=$SECONDS
 
 work="$(mktemp -d /tmp/myelin-synapse-pair.XXXXXX)"
+# shellcheck disable=SC2317  # called by the trap
 cleanup() {
     "$here/synapse.sh" stop "$work/a" >/dev/null || true
     "$here/synapse.sh" stop "$work/b" >/dev/null || true

@@ -282,8 +282,8 @@ cmd_stop() {
     # Only signal the process if the PID still belongs to a Synapse (PIDs get reused).
     if alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q synapse.app.homeserver; then
         kill -TERM "$pid" 2>/dev/null || true
-        local i
-        for i in $(seq 1 100); do
+        local _
+        for _ in $(seq 1 100); do
             alive "$pid" || break
             sleep 0.2
         done
