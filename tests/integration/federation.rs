@@ -9,7 +9,7 @@ use ruma::{
 use serde_json::Value;
 
 use crate::support::{
-    federation::{federated_options, free_port, https_client, pair, FakeServer},
+    federation::{federated_options, free_port, https_client, pair, send_raw, FakeServer},
     Client, ServerOptions, TestServer,
 };
 
@@ -186,4 +186,55 @@ async fn two_servers_and_a_fake_one_start_on_loopback() {
         .unwrap();
     assert_eq!(doc["server_name"], fake.name());
     assert!(self_signature_verifies(&doc));
+}
+
+/// Federation routes that take no X-Matrix signature (the spec's "no authentication").
+const UNSIGNED_FEDERATION_ROUTES: &[&str] = &[
+    "/_matrix/key/v2/server",
+    "/_matrix/federation/v1/version",
+    "/_matrix/federation/v1/openid/userinfo",
+];
+
+#[tokio::test]
+async fn every_federation_route_needs_a_signature_and_survives_bad_input() {
+    let server = TestServer::start_with(federated_options(free_port())).await;
+    let fake = FakeServer::start().await;
+    let routes: Vec<_> = myelin::api::served_routes()
+        .into_iter()
+        .filter(|(_, path)| {
+            path.starts_with("/_matrix/federation/") || path.starts_with("/_matrix/key/")
+        })
+        .collect();
+    assert!(routes.len() >= 2);
+    for (method, template) in routes {
+        // Every path parameter gets a value of the wrong shape.
+        let uri: String = template
+            .split('/')
+            .map(|segment| {
+                if segment.starts_with('{') {
+                    "%21not%20an%20id"
+                } else {
+                    segment
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/");
+        let body = matches!(method.as_str(), "PUT" | "POST").then(|| b"{\"a\":[1,{}]}".to_vec());
+        let (status, answer) = send_raw(&server, &method, &uri, body.clone(), None).await;
+        assert!(status < 500, "unsigned {method} {uri}: {status} {answer}");
+        if !UNSIGNED_FEDERATION_ROUTES.contains(&template.as_str()) {
+            assert_eq!(
+                (status, answer["errcode"].as_str()),
+                (401, Some("M_UNAUTHORIZED")),
+                "unsigned {method} {uri} must be refused"
+            );
+        }
+        let signed_body = body.map(|b| serde_json::from_slice(&b).unwrap());
+        let (status, answer) = fake.request(&server, &method, &uri, signed_body).await;
+        assert!(status < 500, "signed {method} {uri}: {status} {answer}");
+        assert!(
+            answer["errcode"].is_string() || status == 200,
+            "{method} {uri}: {answer}"
+        );
+    }
 }
