@@ -188,30 +188,21 @@ impl Drop for FakeServer {
 }
 
 impl FakeServer {
-    /// Starts serving the key document.
+    /// Starts serving the key document, as `localhost:{port}`.
     pub async fn start() -> FakeServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let name = OwnedServerName::try_from(format!("localhost:{port}")).unwrap();
+        Self::serving(listener, &format!("localhost:{port}"))
+    }
+
+    /// Starts serving the key document on `listener` under the name `name` (a name without
+    /// the port needs delegation, see [`StaticHttps`], to be found).
+    pub fn serving(listener: tokio::net::TcpListener, name: &str) -> FakeServer {
+        let name = OwnedServerName::try_from(name).unwrap();
         let der = Ed25519KeyPair::generate();
         let key_pair = Arc::new(Ed25519KeyPair::from_der(&der, "fake1".into()).unwrap());
         let document = key_document(&name, &key_pair);
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(test_ca())));
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let acceptor = acceptor.clone();
-                let document = document.clone();
-                tokio::spawn(async move {
-                    let Ok(mut tls) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    serve_key_document(&mut tls, &document).await;
-                });
-            }
-        });
+        let task = serve_documents(listener, vec![("/_matrix/key/v2/server".into(), document)]);
         FakeServer {
             name,
             key_pair,
@@ -318,11 +309,62 @@ fn tls_config(ca: &TestCa) -> rustls::ServerConfig {
         .unwrap()
 }
 
-/// Answers every request on the connection with the key document (the only thing a fake
-/// server is asked for).
-async fn serve_key_document<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+/// Serves fixed JSON documents over TLS (the test certificate) on `listener`: `GET path`
+/// answers its document, anything else 404.
+fn serve_documents(
+    listener: tokio::net::TcpListener,
+    documents: Vec<(String, Vec<u8>)>,
+) -> tokio::task::JoinHandle<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(test_ca())));
+    let documents = Arc::new(documents);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let documents = documents.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                answer_one(&mut tls, &documents).await;
+            });
+        }
+    })
+}
+
+/// HTTPS on a fixed address serving fixed documents, e.g. `/.well-known/matrix/server` on
+/// 127.0.0.1:443 to delegate the name `localhost`.
+pub struct StaticHttps {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StaticHttps {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl StaticHttps {
+    /// Serves `documents` on `address`; `None` when the address cannot be bound (port 443
+    /// needs root).
+    pub async fn bind(address: &str, documents: Vec<(&str, Value)>) -> Option<StaticHttps> {
+        let listener = tokio::net::TcpListener::bind(address).await.ok()?;
+        let documents = documents
+            .into_iter()
+            .map(|(path, doc)| (path.to_owned(), serde_json::to_vec(&doc).unwrap()))
+            .collect();
+        Some(StaticHttps {
+            task: serve_documents(listener, documents),
+        })
+    }
+}
+
+/// Reads one request and answers it from `documents`, then closes the connection.
+async fn answer_one<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     stream: &mut S,
-    document: &[u8],
+    documents: &[(String, Vec<u8>)],
 ) {
     let mut request = Vec::new();
     let mut buf = [0u8; 4096];
@@ -332,14 +374,16 @@ async fn serve_key_document<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Un
             Ok(n) => request.extend_from_slice(&buf[..n]),
         }
     }
-    let found = request.starts_with(b"GET /_matrix/key/v2/server ");
-    let (status, body): (&str, &[u8]) = if found {
-        ("200 OK", document)
-    } else {
-        (
+    let found = documents.iter().find(|(path, _)| {
+        request.starts_with(format!("GET {path} ").as_bytes())
+            || request.starts_with(format!("GET {path}?").as_bytes())
+    });
+    let (status, body): (&str, &[u8]) = match found {
+        Some((_, document)) => ("200 OK", document),
+        None => (
             "404 Not Found",
             br#"{"errcode":"M_UNRECOGNIZED","error":"fake server"}"#,
-        )
+        ),
     };
     let head = format!(
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
