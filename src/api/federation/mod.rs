@@ -3,6 +3,7 @@
 //! handler always knows the origin server.
 
 pub mod discovery;
+pub mod send;
 
 use ::ruma::api::federation as f;
 
@@ -17,4 +18,7 @@ pub fn is_federation_path(path: &str) -> bool {
 pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::discovery::get_server_keys::v2::Request, _, _>(discovery::server_keys_route);
     t.ruma::<f::discovery::get_server_version::v1::Request, _, _>(discovery::version_route);
+    t.ruma::<f::transactions::send_transaction_message::v1::Request, _, _>(
+        send::send_transaction_route,
+    );
 }
