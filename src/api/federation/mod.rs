@@ -2,7 +2,9 @@
 //! key and version documents is authenticated by X-Matrix in the [`Ruma`] extractor, so a
 //! handler always knows the origin server.
 
+pub mod directory;
 pub mod discovery;
+pub mod query;
 
 use ::ruma::api::federation as f;
 
@@ -17,4 +19,10 @@ pub fn is_federation_path(path: &str) -> bool {
 pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::discovery::get_server_keys::v2::Request, _, _>(discovery::server_keys_route);
     t.ruma::<f::discovery::get_server_version::v1::Request, _, _>(discovery::version_route);
+    t.ruma::<f::query::get_profile_information::v1::Request, _, _>(query::query_profile_route);
+    t.ruma::<f::query::get_room_information::v1::Request, _, _>(query::query_directory_route);
+    t.ruma::<f::directory::get_public_rooms::v1::Request, _, _>(directory::public_rooms_route);
+    t.ruma::<f::directory::get_public_rooms_filtered::v1::Request, _, _>(
+        directory::public_rooms_filtered_route,
+    );
 }
