@@ -9,6 +9,7 @@ mod api_spec;
 mod devices;
 mod e2ee;
 mod errors;
+mod federation;
 mod media;
 mod membership_paths;
 mod migrations;

@@ -38,6 +38,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_JSON_RESPONSE: usize = 16 * 1024 * 1024;
 /// The largest `.well-known/matrix/server` answer read.
 const MAX_WELL_KNOWN: usize = 64 * 1024;
+/// How many redirects a `.well-known` lookup follows.
+const MAX_WELL_KNOWN_REDIRECTS: usize = 3;
 
 /// Why a federation request produced no usable answer.
 #[derive(Debug, thiserror::Error)]
@@ -217,6 +219,22 @@ impl FederationClient {
         Ok(dest)
     }
 
+    /// Whether the URL's host, when it is an IP literal, is an address we may reach (names are
+    /// checked by the resolver hook when they are looked up).
+    fn permits_literal(&self, url: &reqwest::Url) -> bool {
+        let Some(host) = url.host_str() else {
+            return false;
+        };
+        match host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+        {
+            Ok(ip) => self.policy.permits(ip),
+            Err(_) => true,
+        }
+    }
+
     /// Sends a ruma federation request to `destination`, signed, and parses the answer.
     pub async fn send<R>(
         &self,
@@ -343,15 +361,31 @@ struct NetLookups<'a>(&'a FederationClient);
 
 impl Lookups for NetLookups<'_> {
     async fn well_known(&self, host: &str) -> Option<(String, Option<Duration>)> {
-        let url = format!("https://{host}/.well-known/matrix/server");
-        let request = self
-            .0
-            .http
-            .get(&url)
-            .timeout(Duration::from_secs(10))
-            .build()
-            .ok()?;
-        let response = self.0.execute(request, MAX_WELL_KNOWN).await.ok()?;
+        // The spec lets `.well-known` redirect (the client follows no redirects by itself):
+        // a few hops, HTTPS only, each address checked like any other.
+        let mut url =
+            reqwest::Url::parse(&format!("https://{host}/.well-known/matrix/server")).ok()?;
+        let mut response = None;
+        for _ in 0..=MAX_WELL_KNOWN_REDIRECTS {
+            if url.scheme() != "https" || !self.0.permits_literal(&url) {
+                return None;
+            }
+            let request = self
+                .0
+                .http
+                .get(url.clone())
+                .timeout(Duration::from_secs(10))
+                .build()
+                .ok()?;
+            let answer = self.0.execute(request, MAX_WELL_KNOWN).await.ok()?;
+            if !matches!(answer.status, 301 | 302 | 303 | 307 | 308) {
+                response = Some(answer);
+                break;
+            }
+            let location = answer.headers.get(http::header::LOCATION)?.to_str().ok()?;
+            url = url.join(location).ok()?;
+        }
+        let response = response?;
         if response.status != 200 {
             return None;
         }

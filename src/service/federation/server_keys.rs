@@ -56,12 +56,17 @@ impl ServerKeys {
     }
 }
 
+/// How long keys read from the database are reused in memory (every signed request needs them).
+const MEMORY_TTL: Duration = Duration::from_secs(300);
+
 /// Other servers' keys.
 pub struct RemoteKeys {
     db: Db,
     client: Arc<FederationClient>,
     /// When each server was last asked, to bound fetches for keys it does not have.
     last_fetch: Mutex<HashMap<String, Instant>>,
+    /// Each server's stored keys, as last read, and when they were read.
+    memory: Mutex<lru::LruCache<String, (Vec<store::RemoteKey>, Instant)>>,
 }
 
 impl RemoteKeys {
@@ -71,6 +76,9 @@ impl RemoteKeys {
             db,
             client,
             last_fetch: Mutex::new(HashMap::new()),
+            memory: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(1024).expect("non-zero"),
+            )),
         }
     }
 
@@ -111,8 +119,25 @@ impl RemoteKeys {
     }
 
     async fn cached(&self, server: &ServerName, at: i64) -> Result<PublicKeySet> {
-        let conn = self.db.conn().await?;
-        let rows = store::get_server_keys(&conn, server.as_str()).await?;
+        let remembered = self
+            .memory
+            .lock()
+            .expect("not poisoned")
+            .get(server.as_str())
+            .filter(|(_, read)| read.elapsed() < MEMORY_TTL)
+            .map(|(rows, _)| rows.clone());
+        let rows = match remembered {
+            Some(rows) => rows,
+            None => {
+                let conn = self.db.conn().await?;
+                let rows = store::get_server_keys(&conn, server.as_str()).await?;
+                self.memory
+                    .lock()
+                    .expect("not poisoned")
+                    .put(server.as_str().to_owned(), (rows.clone(), Instant::now()));
+                rows
+            }
+        };
         Ok(rows
             .into_iter()
             .filter(|k| match k.expired_ts {
@@ -152,7 +177,12 @@ impl RemoteKeys {
         let conn = self.db.conn().await.map_err(|e| e.to_string())?;
         store::store_server_keys(&conn, server.as_str(), &keys, now_ms())
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        self.memory
+            .lock()
+            .expect("not poisoned")
+            .pop(server.as_str());
+        Ok(())
     }
 }
 

@@ -14,8 +14,9 @@ if (!verbose) {
     console.info = () => {};
 }
 
-export function harness(name, { totalTimeoutMs = 120_000 } = {}) {
-    const baseUrl = (process.argv[2] || "").replace(/\/+$/, "");
+// `baseUrl` defaults to the script's first argument; scripts that drive two servers pass it.
+export function harness(name, { totalTimeoutMs = 120_000, baseUrl: givenUrl } = {}) {
+    const baseUrl = (givenUrl ?? process.argv[2] ?? "").replace(/\/+$/, "");
     if (!baseUrl) {
         console.error(`usage: node ${name}.mjs http://127.0.0.1:PORT`);
         process.exit(2);

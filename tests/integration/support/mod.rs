@@ -1,6 +1,7 @@
 //! Test support: a throwaway database per test and the real `myelin` binary serving it over HTTP.
 
 pub mod client;
+pub mod federation;
 
 use std::{
     io::{BufRead, BufReader},
@@ -391,6 +392,19 @@ impl TestServer {
     pub async fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let (child, base_url) = spawn_server(&self._db, &self.options).await;
+        self.child = child;
+        self.base_url = base_url;
+    }
+
+    /// Kills the server process (SIGKILL: no shutdown, nothing flushed), leaving its database.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same database and settings (after [`TestServer::kill`]).
+    pub async fn relaunch(&mut self) {
         let (child, base_url) = spawn_server(&self._db, &self.options).await;
         self.child = child;
         self.base_url = base_url;

@@ -1,0 +1,515 @@
+#!/usr/bin/env python3
+"""Federation interop checks between two homeservers, driven through their client APIs.
+
+    FED_CA=ca.pem interop.py A_CLIENT_URL A_SERVER_NAME B_CLIENT_URL B_SERVER_NAME
+
+Registers one user on each homeserver (A and B) and checks, in both directions, that what one
+side's user does is seen by the other side's user. The driver talks only to each side's own
+client-server API (plain HTTP), so everything that passes between the users crosses
+federation. Only the `version` and `server_keys` checks talk to a federation port directly,
+over TLS, trusting the CA in the file named by the FED_CA environment variable.
+
+Prints one line per check, `ok NAME ...` or `FAIL NAME: why`, then `N passed, N failed`,
+and exits 1 when any check failed (2 on bad arguments). `X->Y` in a name means that what
+the user on X did is looked for on Y.
+
+Needs signedjson, PyNaCl and requests (tests/federation/requirements-synapse.txt pins them).
+Every address involved must be a loopback one: the driver refuses anything else.
+"""
+
+import ipaddress
+import os
+import secrets
+import socket
+import sys
+import time
+import urllib.parse
+
+import nacl.public
+import requests
+from signedjson.key import (
+    decode_verify_key_bytes,
+    encode_verify_key_base64,
+    generate_signing_key,
+    get_verify_key,
+)
+from signedjson.sign import SignatureVerifyException, sign_json, verify_signed_json
+from unpaddedbase64 import decode_base64, encode_base64
+
+HTTP_TIMEOUT = 30  # seconds, for any one request
+EVENTUAL_TIMEOUT = 15  # seconds to wait for a remote answer that may come from a cache
+SYNC_WAIT = 30  # seconds to wait for something to arrive in /sync
+SYNC_POLL_MS = 5000  # long-poll timeout of each /sync request
+# Synapse keeps a remote server's public room list for 30 s (RoomListHandler's
+# remote_response_cache), so a list fetched before publication may hide the room that long.
+PUBLIC_ROOMS_WAIT = 40
+
+OTK_ALGORITHM = "signed_curve25519"
+TO_DEVICE_TYPE = "org.myelin.interop.test"
+
+
+class CheckFailed(Exception):
+    """A check's expectation was not met; the message says why."""
+
+
+class HttpError(CheckFailed):
+    """A request answered with something other than 200."""
+
+    def __init__(self, method, url, status, body):
+        super().__init__(f"{method} {url} -> {status}: {str(body)[:300]}")
+        self.status = status
+        self.body = body
+
+
+def request(method, url, *, token=None, body=None, params=None, verify=True, timeout=HTTP_TIMEOUT):
+    """Sends one request and returns (status, decoded JSON body, or text when not JSON)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    resp = requests.request(
+        method, url, headers=headers, json=body, params=params, verify=verify, timeout=timeout
+    )
+    try:
+        return resp.status_code, resp.json()
+    except ValueError:
+        return resp.status_code, resp.text
+
+
+def expect_200(method, url, **kwargs):
+    """Like request(), but returns only the body and raises HttpError unless the status is 200."""
+    status, data = request(method, url, **kwargs)
+    if status != 200:
+        raise HttpError(method, url, status, data)
+    return data
+
+
+# Retries of the check being run, counted by eventually() and reported by Report.run().
+_retries = 0
+
+
+def eventually(probe, timeout=EVENTUAL_TIMEOUT, interval=0.5):
+    """Calls probe() until it returns without raising CheckFailed, for at most timeout seconds.
+
+    Remote answers can lag: a server may answer from a cache (device lists, room lists) or
+    not have processed a federation transaction yet. Returns probe()'s result; after the
+    timeout, raises its last failure."""
+    global _retries
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return probe()
+        except CheckFailed:
+            if time.monotonic() >= deadline:
+                raise
+        _retries += 1
+        time.sleep(interval)
+
+
+def federation_url(server_name):
+    """The federation base URL of a server name, without .well-known or SRV discovery (which
+    loopback tests do not use): the explicit port, or 8448."""
+    host, port = split_server_name(server_name)
+    return f"https://{host}:{port or 8448}"
+
+
+def split_server_name(server_name):
+    """Splits `host[:port]`, `[v6]` or `[v6]:port` into (host, port or None)."""
+    if server_name.startswith("["):
+        host, _, rest = server_name.partition("]")
+        return host + "]", int(rest[1:]) if rest.startswith(":") else None
+    host, sep, port = server_name.rpartition(":")
+    return (host, int(port)) if sep else (server_name, None)
+
+
+def require_loopback(what, host):
+    """Exits with status 2 unless every address `host` resolves to is a loopback one."""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host.strip("[]"), None)}
+    except socket.gaierror as e:
+        usage_error(f"cannot resolve {what} host {host!r}: {e}")
+    for address in addresses:
+        if not ipaddress.ip_address(address.split("%")[0]).is_loopback:
+            usage_error(f"{what} host {host!r} is not a loopback address: refusing")
+
+
+def usage_error(message):
+    print(f"interop.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+class Side:
+    """One homeserver under test and the user the driver registers on it."""
+
+    def __init__(self, label, client_url, server_name):
+        self.label = label
+        self.client_url = client_url.rstrip("/")
+        self.server_name = server_name
+        self.user_id = None
+        self.access_token = None
+        self.device_id = None
+        self.signing_key = None  # the device's ed25519 key (signedjson SigningKey)
+        self.device_keys = None  # the signed device keys as uploaded
+        self.one_time_keys = {}  # key ID -> signed OTK object, as uploaded
+        self.fallback_key = None  # (key ID, signed object)
+        self.next_batch = None  # /sync position
+        self.to_device = []  # every to-device event seen in /sync so far
+
+    def api(self, method, path, body=None, params=None, timeout=HTTP_TIMEOUT):
+        """Calls this side's client API as its user; returns the body of a 200 answer."""
+        return expect_200(
+            method,
+            self.client_url + "/_matrix/client/v3" + path,
+            token=self.access_token,
+            body=body,
+            params=params,
+            timeout=timeout,
+        )
+
+    def register(self):
+        """Registers a fresh user with the m.login.dummy flow; the random suffix keeps reruns
+        against the same server from colliding."""
+        url = self.client_url + "/_matrix/client/v3/register"
+        body = {
+            "username": f"interop_{self.label.lower()}_{secrets.token_hex(4)}",
+            "password": secrets.token_urlsafe(18),
+            "auth": {"type": "m.login.dummy"},
+            "initial_device_display_name": "interop.py",
+        }
+        status, data = request("POST", url, body=body)
+        if status == 401 and isinstance(data, dict) and "session" in data:
+            # The server wants the user-interactive auth round trip: answer within its session.
+            body["auth"]["session"] = data["session"]
+            status, data = request("POST", url, body=body)
+        if status != 200:
+            raise HttpError("POST", url, status, data)
+        self.user_id = data["user_id"]
+        self.access_token = data["access_token"]
+        self.device_id = data["device_id"]
+        if not self.user_id.endswith(":" + self.server_name):
+            raise CheckFailed(f"registered {self.user_id}, not on {self.server_name}")
+        self.signing_key = generate_signing_key(self.device_id)
+        return self.user_id
+
+    def signed(self, obj):
+        """obj signed by this device's ed25519 key, as clients sign their keys."""
+        return sign_json(obj, self.user_id, self.signing_key)
+
+    def sync(self, timeout_ms):
+        """One incremental /sync; accumulates what the checks look for."""
+        params = {"timeout": str(timeout_ms)}
+        if self.next_batch:
+            params["since"] = self.next_batch
+        data = self.api("GET", "/sync", params=params, timeout=timeout_ms / 1000 + HTTP_TIMEOUT)
+        self.next_batch = data["next_batch"]
+        self.to_device.extend(data.get("to_device", {}).get("events", []))
+
+    def wait_for_to_device(self, matches):
+        """Polls /sync until a to-device event seen so far satisfies matches(event)."""
+        deadline = time.monotonic() + SYNC_WAIT
+        while True:
+            found = [event for event in self.to_device if matches(event)]
+            if found:
+                return found[0]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CheckFailed(f"not in {self.label}'s /sync within {SYNC_WAIT}s")
+            self.sync(int(min(SYNC_POLL_MS, remaining * 1000)))
+
+
+def curve25519_key():
+    """A fresh Curve25519 public key, unpadded base64, as an Olm account would publish."""
+    return encode_base64(bytes(nacl.public.PrivateKey.generate().public_key))
+
+
+def verify_device_signature(obj, owner):
+    """Raises CheckFailed unless obj carries a valid signature by owner's device key."""
+    try:
+        verify_signed_json(obj, owner.user_id, get_verify_key(owner.signing_key))
+    except SignatureVerifyException as e:
+        raise CheckFailed(
+            f"signature by {owner.user_id}/{owner.device_id} does not verify: {e}"
+        ) from None
+
+
+# ---- the checks: each returns a short detail for its `ok` line or raises -----------------
+
+
+def check_register(side):
+    return side.register()
+
+
+def check_version(side):
+    """The federation API's version endpoint answers over TLS with a certificate the CA signed."""
+    ca = os.environ.get("FED_CA")
+    if not ca:
+        raise CheckFailed("FED_CA (the test CA's PEM file) is not set")
+    url = federation_url(side.server_name) + "/_matrix/federation/v1/version"
+    server = expect_200("GET", url, verify=ca).get("server")
+    if not isinstance(server, dict) or not server.get("name"):
+        raise CheckFailed(f"no server name object in the answer: {server!r}")
+    return f"{server['name']} {server.get('version', '')}".strip()
+
+
+def check_server_keys(side):
+    """The server's published signing keys are its own and sign the document itself."""
+    ca = os.environ.get("FED_CA")
+    if not ca:
+        raise CheckFailed("FED_CA (the test CA's PEM file) is not set")
+    url = federation_url(side.server_name) + "/_matrix/key/v2/server"
+    doc = expect_200("GET", url, verify=ca)
+    if doc.get("server_name") != side.server_name:
+        raise CheckFailed(f"server_name is {doc.get('server_name')!r}, not {side.server_name!r}")
+    if doc.get("valid_until_ts", 0) <= time.time() * 1000:
+        raise CheckFailed(f"valid_until_ts {doc.get('valid_until_ts')} is not in the future")
+    verify_keys = doc.get("verify_keys") or {}
+    if not verify_keys:
+        raise CheckFailed("no verify_keys")
+    for key_id, key in verify_keys.items():
+        verify_key = decode_verify_key_bytes(key_id, decode_base64(key["key"]))
+        try:
+            verify_signed_json(doc, side.server_name, verify_key)
+        except SignatureVerifyException as e:
+            raise CheckFailed(f"self-signature with {key_id} does not verify: {e}") from None
+    return ", ".join(sorted(verify_keys))
+
+
+def check_keys_upload(side):
+    """Uploads properly self-signed device keys, two signed one-time keys and a fallback key."""
+    device = side.device_id
+    side.device_keys = side.signed(
+        {
+            "user_id": side.user_id,
+            "device_id": device,
+            "algorithms": ["m.olm.v1.curve25519-aes-sha2", "m.megolm.v1.aes-sha2"],
+            "keys": {
+                f"curve25519:{device}": curve25519_key(),
+                f"ed25519:{device}": encode_verify_key_base64(get_verify_key(side.signing_key)),
+            },
+        }
+    )
+    side.one_time_keys = {
+        f"{OTK_ALGORITHM}:AAAAA{i}": side.signed({"key": curve25519_key()}) for i in range(2)
+    }
+    side.fallback_key = (
+        f"{OTK_ALGORITHM}:AAAAFB",
+        side.signed({"key": curve25519_key(), "fallback": True}),
+    )
+    data = side.api(
+        "POST",
+        "/keys/upload",
+        {
+            "device_keys": side.device_keys,
+            "one_time_keys": side.one_time_keys,
+            "fallback_keys": dict([side.fallback_key]),
+        },
+    )
+    count = data.get("one_time_key_counts", {}).get(OTK_ALGORITHM)
+    if count != len(side.one_time_keys):
+        raise CheckFailed(f"one_time_key_counts says {count} {OTK_ALGORITHM}, expected 2")
+    return f"device {device}"
+
+
+def check_profile(src, dst):
+    """A display name set on src is what dst's profile lookup (query/profile) returns."""
+    name = f"Interop {src.label} {secrets.token_hex(3)}"
+    src.api("PUT", f"/profile/{quote(src.user_id)}/displayname", {"displayname": name})
+
+    def probe():
+        seen = dst.api("GET", f"/profile/{quote(src.user_id)}").get("displayname")
+        if seen != name:
+            raise CheckFailed(f"displayname is {seen!r}, expected {name!r}")
+
+    eventually(probe)
+    return name
+
+
+def check_alias(src, dst):
+    """An alias src makes for a room of its own resolves on dst (query/directory)."""
+    room_id = src.api("POST", "/createRoom", {})["room_id"]
+    alias = f"#interop_{secrets.token_hex(4)}:{src.server_name}"
+    src.api("PUT", f"/directory/room/{quote(alias)}", {"room_id": room_id})
+
+    def probe():
+        data = dst.api("GET", f"/directory/room/{quote(alias)}")
+        if data.get("room_id") != room_id:
+            raise CheckFailed(f"{alias} resolves to {data.get('room_id')!r}, expected {room_id}")
+        if src.server_name not in data.get("servers", []):
+            raise CheckFailed(f"servers {data.get('servers')!r} lack {src.server_name}")
+
+    eventually(probe)
+    return alias
+
+
+def check_public_rooms(src, dst):
+    """A room src publishes is in the list dst fetches from src (publicRooms?server=)."""
+    name = f"interop public {secrets.token_hex(4)}"
+    room_id = src.api(
+        "POST", "/createRoom", {"visibility": "public", "preset": "public_chat", "name": name}
+    )["room_id"]
+
+    def probe():
+        params = {"server": src.server_name}
+        for _ in range(50):  # pages; a long-lived server may list many rooms
+            data = dst.api("GET", "/publicRooms", params=params)
+            for room in data.get("chunk", []):
+                if room.get("room_id") == room_id:
+                    if room.get("name") != name:
+                        raise CheckFailed(f"listed with name {room.get('name')!r}, not {name!r}")
+                    return
+            if not data.get("next_batch"):
+                break
+            params["since"] = data["next_batch"]
+        raise CheckFailed(
+            f"{room_id} not in {src.server_name}'s public rooms as seen by {dst.label}"
+        )
+
+    eventually(probe, timeout=PUBLIC_ROOMS_WAIT, interval=1)
+    return room_id
+
+
+def check_keys_query(src, dst):
+    """dst's /keys/query for src's user returns src's device with the keys it uploaded."""
+
+    def probe():
+        data = dst.api("POST", "/keys/query", {"device_keys": {src.user_id: []}})
+        device = data.get("device_keys", {}).get(src.user_id, {}).get(src.device_id)
+        if device is None:
+            failures = data.get("failures") or {}
+            raise CheckFailed(f"device {src.device_id} not returned (failures: {failures})")
+        return device
+
+    device = eventually(probe)
+    for field in ("user_id", "device_id", "algorithms", "keys"):
+        if device.get(field) != src.device_keys[field]:
+            raise CheckFailed(
+                f"{field} is {device.get(field)!r}, uploaded {src.device_keys[field]!r}"
+            )
+    verify_device_signature(device, src)
+    return f"{src.user_id}/{src.device_id}"
+
+
+def check_keys_claim(src, dst):
+    """dst claims src's one-time keys: two different uploaded OTKs, then the fallback or none."""
+
+    def claim():
+        data = dst.api(
+            "POST", "/keys/claim", {"one_time_keys": {src.user_id: {src.device_id: OTK_ALGORITHM}}}
+        )
+        keys = data.get("one_time_keys", {}).get(src.user_id, {}).get(src.device_id, {})
+        if len(keys) > 1:
+            raise CheckFailed(f"one claim returned {len(keys)} keys")
+        for key_id, key in keys.items():
+            if not key_id.startswith(OTK_ALGORITHM + ":"):
+                raise CheckFailed(f"claimed key {key_id} is not {OTK_ALGORITHM}")
+            verify_device_signature(key, src)
+            return key_id, key
+        raise CheckFailed(f"no key returned (failures: {data.get('failures') or {}})")
+
+    first_id, first = claim()
+    if first_id not in src.one_time_keys or first["key"] != src.one_time_keys[first_id]["key"]:
+        raise CheckFailed(f"first claim returned {first_id}: {first!r}, not an uploaded OTK")
+    second_id, second = claim()
+    if second_id == first_id or second["key"] == first["key"]:
+        raise CheckFailed(f"second claim returned the first key again ({first_id})")
+    if second_id not in src.one_time_keys:
+        raise CheckFailed(f"second claim returned {second_id}, not the other uploaded OTK")
+    # Both one-time keys are gone: what is left is the fallback key, or nothing.
+    try:
+        third_id, third = claim()
+    except CheckFailed as e:
+        if "no key returned" not in str(e):
+            raise
+        return f"{first_id}, {second_id}, then none"
+    fallback_id, fallback = src.fallback_key
+    if (third_id, third.get("key")) != (fallback_id, fallback["key"]):
+        raise CheckFailed(f"third claim returned {third_id}: {third!r}, not the fallback key")
+    return f"{first_id}, {second_id}, then the fallback {third_id}"
+
+
+def check_to_device(src, dst):
+    """A to-device message src's user sends to dst's device shows up in dst's /sync."""
+    nonce = secrets.token_hex(8)
+    messages = {dst.user_id: {dst.device_id: {"nonce": nonce}}}
+    txn_id = f"interop-{secrets.token_hex(6)}"
+    src.api("PUT", f"/sendToDevice/{TO_DEVICE_TYPE}/{txn_id}", {"messages": messages})
+    event = dst.wait_for_to_device(lambda e: e.get("content", {}).get("nonce") == nonce)
+    if event.get("sender") != src.user_id:
+        raise CheckFailed(f"sender is {event.get('sender')!r}, expected {src.user_id}")
+    if event.get("type") != TO_DEVICE_TYPE:
+        raise CheckFailed(f"type is {event.get('type')!r}, expected {TO_DEVICE_TYPE}")
+    return f"nonce {nonce}"
+
+
+def quote(s):
+    """Percent-encodes a path segment (user IDs and aliases carry @, #, :)."""
+    return urllib.parse.quote(s, safe="")
+
+
+class Report:
+    """Runs checks, prints one line each and counts the outcomes."""
+
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def run(self, name, check, *args):
+        global _retries
+        _retries = 0
+        started = time.monotonic()
+        try:
+            detail = check(*args)
+        except Exception as e:  # a malformed answer (KeyError, ...) fails the check, not the run
+            why = str(e) if isinstance(e, CheckFailed) else f"{type(e).__name__}: {e}"
+            print(f"FAIL {name}: {why}", flush=True)
+            self.failed += 1
+            return False
+        took = time.monotonic() - started
+        retried = f", {_retries} retries" if _retries else ""
+        print(f"ok {name} ({detail}; {took:.2f}s{retried})", flush=True)
+        self.passed += 1
+        return True
+
+
+def main(argv):
+    if len(argv) != 5:
+        usage_error("usage: " + __doc__.strip().splitlines()[2].strip())
+    a = Side("A", argv[1], argv[2])
+    b = Side("B", argv[3], argv[4])
+    for side in (a, b):
+        require_loopback(
+            f"{side.label}'s client URL", urllib.parse.urlsplit(side.client_url).hostname or ""
+        )
+        require_loopback(f"{side.label}'s server name", split_server_name(side.server_name)[0])
+
+    report = Report()
+    started = time.monotonic()
+    if not all([report.run(f"register {s.label}", check_register, s) for s in (a, b)]):
+        print(f"{report.passed} passed, {report.failed} failed")
+        return 1
+    # An initial /sync now, so that every later wait polls incrementally.
+    for side in (a, b):
+        side.sync(0)
+
+    for name, check in [
+        ("version", check_version),
+        ("server_keys", check_server_keys),
+        ("keys_upload", check_keys_upload),
+    ]:
+        for side in (a, b):
+            report.run(f"{name} {side.label}", check, side)
+    for name, check in [
+        ("profile", check_profile),
+        ("alias", check_alias),
+        ("public_rooms", check_public_rooms),
+        ("keys_query", check_keys_query),
+        ("keys_claim", check_keys_claim),
+        ("to_device", check_to_device),
+    ]:
+        for src, dst in ((a, b), (b, a)):
+            report.run(f"{name} {src.label}->{dst.label}", check, src, dst)
+
+    print(f"checks took {time.monotonic() - started:.1f}s")
+    print(f"{report.passed} passed, {report.failed} failed")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,395 @@
+//! Federation test support: a test CA made at test time, pairs of `myelin` processes that
+//! federate over TLS on loopback, and a fake homeserver that signs requests with its own key.
+//! Each federation test file uses a different part of it.
+#![allow(dead_code)]
+
+use std::{
+    net::TcpListener,
+    path::PathBuf,
+    process::Command,
+    sync::{Arc, OnceLock},
+};
+
+use ruma::{
+    api::federation::authentication::{XMatrix, XMatrixSigningInput},
+    serde::Base64,
+    signatures::Ed25519KeyPair,
+    CanonicalJsonObject, CanonicalJsonValue, OwnedServerName,
+};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{ServerOptions, TestServer};
+
+/// A CA and a leaf certificate for `localhost`, `127.0.0.1` and `::1`, made once per test
+/// binary with openssl. Every server presents the leaf and trusts the CA.
+pub struct TestCa {
+    dir: PathBuf,
+}
+
+impl TestCa {
+    /// The CA certificate (PEM).
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+    /// The leaf certificate (PEM).
+    pub fn cert(&self) -> PathBuf {
+        self.dir.join("cert.pem")
+    }
+    /// The leaf's private key (PEM).
+    pub fn key(&self) -> PathBuf {
+        self.dir.join("key.pem")
+    }
+}
+
+/// The test CA (made on first use).
+pub fn test_ca() -> &'static TestCa {
+    static CA: OnceLock<TestCa> = OnceLock::new();
+    CA.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("myelin-test-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let openssl = |args: &[&str]| {
+            let output = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("openssl runs");
+            assert!(
+                output.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-sha256",
+            "-days",
+            "30",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-subj",
+            "/CN=myelin test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-sha256",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "leaf.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
+        // rustls refuses a CA certificate as an end entity: the leaf is CA:FALSE.
+        std::fs::write(
+            dir.join("leaf.ext"),
+            "basicConstraints=critical,CA:FALSE\n\
+             keyUsage=critical,digitalSignature,keyEncipherment\n\
+             extendedKeyUsage=serverAuth\n\
+             subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "30",
+            "-sha256",
+            "-extfile",
+            "leaf.ext",
+            "-out",
+            "cert.pem",
+        ]);
+        TestCa { dir }
+    })
+}
+
+/// A free loopback port (the server name carries it, so it is chosen before the server starts).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Settings for a server named `localhost:{port}` whose TLS federation listener is on that
+/// port, trusting the test CA, allowed to reach loopback.
+pub fn federated_options(port: u16) -> ServerOptions {
+    let ca = test_ca();
+    ServerOptions::default()
+        .env("MYELIN_SERVER_NAME", &format!("localhost:{port}"))
+        .env("MYELIN_FEDERATION_LISTEN", &format!("127.0.0.1:{port}"))
+        .env("MYELIN_TLS_CERT", ca.cert().to_str().unwrap())
+        .env("MYELIN_TLS_KEY", ca.key().to_str().unwrap())
+        .env("MYELIN_FEDERATION_CA_FILE", ca.ca().to_str().unwrap())
+        .env("MYELIN_OUTBOUND_ALLOW", "127.0.0.1/32, ::1/128")
+}
+
+/// Starts a server that federates (see [`federated_options`]).
+pub async fn federated_server() -> TestServer {
+    TestServer::start_with(federated_options(free_port())).await
+}
+
+/// Two federating servers with different names.
+pub async fn pair() -> (TestServer, TestServer) {
+    tokio::join!(federated_server(), federated_server())
+}
+
+/// An HTTPS client trusting the test CA (for requests straight to a federation listener).
+pub fn https_client() -> reqwest::Client {
+    let pem = std::fs::read(test_ca().ca()).unwrap();
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+impl TestServer {
+    /// The federation listener's base URL, `https://localhost:{port}`.
+    pub fn federation_url(&self) -> String {
+        format!("https://{}", self.server_name())
+    }
+}
+
+/// A homeserver of the test's own: a name `localhost:{port}`, an ed25519 key it publishes at
+/// `/_matrix/key/v2/server` over TLS on that port, and requests it signs with X-Matrix.
+pub struct FakeServer {
+    name: OwnedServerName,
+    key_pair: Arc<Ed25519KeyPair>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeServer {
+    /// Starts serving the key document, as `localhost:{port}`.
+    pub async fn start() -> FakeServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        Self::serving(listener, &format!("localhost:{port}"))
+    }
+
+    /// Starts serving the key document on `listener` under the name `name` (a name without
+    /// the port needs delegation, see [`StaticHttps`], to be found).
+    pub fn serving(listener: tokio::net::TcpListener, name: &str) -> FakeServer {
+        let name = OwnedServerName::try_from(name).unwrap();
+        let der = Ed25519KeyPair::generate();
+        let key_pair = Arc::new(Ed25519KeyPair::from_der(&der, "fake1".into()).unwrap());
+        let document = key_document(&name, &key_pair);
+        let task = serve_documents(listener, vec![("/_matrix/key/v2/server".into(), document)]);
+        FakeServer {
+            name,
+            key_pair,
+            task,
+        }
+    }
+
+    /// The fake server's name, `localhost:{port}`.
+    pub fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// `@{localpart}:{name}`.
+    pub fn user_id(&self, localpart: &str) -> String {
+        format!("@{localpart}:{}", self.name)
+    }
+
+    /// The X-Matrix header for a request to `destination` (`uri` is the path and query exactly
+    /// as sent).
+    pub fn sign(&self, destination: &str, method: &str, uri: &str, body: Option<&Value>) -> String {
+        let body = body
+            .map(|b| serde_json::to_vec(b).unwrap())
+            .unwrap_or_default();
+        let request = http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(body)
+            .unwrap();
+        let input = XMatrixSigningInput::new(
+            self.name.clone(),
+            destination.try_into().unwrap(),
+            &self.key_pair,
+        );
+        XMatrix::sign_http_request(&request, input)
+            .unwrap()
+            .to_string()
+    }
+
+    /// Sends a request signed by this server to `server`'s federation listener.
+    pub async fn request(
+        &self,
+        server: &TestServer,
+        method: &str,
+        uri: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let header = self.sign(server.server_name(), method, uri, body.as_ref());
+        let body = body.map(|b| serde_json::to_vec(&b).unwrap());
+        send_raw(server, method, uri, body, Some(header)).await
+    }
+}
+
+/// Sends a request to `server`'s federation listener with exactly the given body bytes and
+/// `Authorization` header; answers the status and the JSON body (`Null` when not JSON).
+pub async fn send_raw(
+    server: &TestServer,
+    method: &str,
+    uri: &str,
+    body: Option<Vec<u8>>,
+    authorization: Option<String>,
+) -> (u16, Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = https_client().request(method, format!("{}{uri}", server.federation_url()));
+    if let Some(header) = authorization {
+        request = request.header("authorization", header);
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body);
+    }
+    let response = request.send().await.expect("federation request");
+    let status = response.status().as_u16();
+    let body = response.bytes().await.unwrap_or_default();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// A self-signed key document for `name`.
+fn key_document(name: &OwnedServerName, key_pair: &Ed25519KeyPair) -> Vec<u8> {
+    let public = Base64::<ruma::serde::base64::Standard>::new(key_pair.public_key().to_vec());
+    let mut doc: CanonicalJsonObject = serde_json::from_value(serde_json::json!({
+        "server_name": name,
+        "verify_keys": { "ed25519:fake1": { "key": public.encode() } },
+        "old_verify_keys": {},
+        "valid_until_ts": 4_000_000_000_000u64,
+    }))
+    .unwrap();
+    ruma::signatures::sign_json(name.as_str(), key_pair, &mut doc).unwrap();
+    serde_json::to_vec(&CanonicalJsonValue::Object(doc)).unwrap()
+}
+
+fn tls_config(ca: &TestCa) -> rustls::ServerConfig {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(ca.cert())
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(ca.key()).unwrap();
+    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap()
+}
+
+/// Serves fixed JSON documents over TLS (the test certificate) on `listener`: `GET path`
+/// answers its document, anything else 404.
+fn serve_documents(
+    listener: tokio::net::TcpListener,
+    documents: Vec<(String, Vec<u8>)>,
+) -> tokio::task::JoinHandle<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(test_ca())));
+    let documents = Arc::new(documents);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let documents = documents.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                answer_one(&mut tls, &documents).await;
+            });
+        }
+    })
+}
+
+/// HTTPS on a fixed address serving fixed documents, e.g. `/.well-known/matrix/server` on
+/// 127.0.0.1:443 to delegate the name `localhost`.
+pub struct StaticHttps {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StaticHttps {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl StaticHttps {
+    /// Serves `documents` on `address`; `None` when the address cannot be bound (port 443
+    /// needs root).
+    pub async fn bind(address: &str, documents: Vec<(&str, Value)>) -> Option<StaticHttps> {
+        let listener = tokio::net::TcpListener::bind(address).await.ok()?;
+        let documents = documents
+            .into_iter()
+            .map(|(path, doc)| (path.to_owned(), serde_json::to_vec(&doc).unwrap()))
+            .collect();
+        Some(StaticHttps {
+            task: serve_documents(listener, documents),
+        })
+    }
+}
+
+/// Reads one request and answers it from `documents`, then closes the connection.
+async fn answer_one<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    stream: &mut S,
+    documents: &[(String, Vec<u8>)],
+) {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let found = documents.iter().find(|(path, _)| {
+        request.starts_with(format!("GET {path} ").as_bytes())
+            || request.starts_with(format!("GET {path}?").as_bytes())
+    });
+    let (status, body): (&str, &[u8]) = match found {
+        Some((_, document)) => ("200 OK", document),
+        None => (
+            "404 Not Found",
+            br#"{"errcode":"M_UNRECOGNIZED","error":"fake server"}"#,
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body).await;
+    let _ = stream.shutdown().await;
+}
