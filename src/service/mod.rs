@@ -90,6 +90,7 @@ impl Services {
             config.clone(),
             keys.clone(),
         )?);
+        let media_fetcher = federation.client.clone();
         Ok(Arc::new(Services {
             federation,
             sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
@@ -106,7 +107,7 @@ impl Services {
             e2ee_keys: e2ee::keys::Keys::new(db.clone()),
             to_device: e2ee::to_device::ToDevice::new(db.clone(), config.server_name.clone()),
             backup: e2ee::backup::Backup::new(db.clone()),
-            media: media::Media::new(db.clone(), config.clone()),
+            media: media::Media::new(db.clone(), config.clone(), media_fetcher),
             presence,
             push_sender,
             outbound,

@@ -11,6 +11,7 @@ pub mod devices;
 pub mod e2ee;
 pub mod federation;
 pub mod media;
+pub mod openid;
 pub mod presence;
 pub mod push;
 pub mod pushers;

@@ -3,10 +3,15 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{
-    client::enc,
-    federation::{pair, send_raw, FakeServer},
-    Client, TestServer,
+use reqwest::{header, Method, StatusCode};
+
+use crate::{
+    media::{png, send, upload},
+    support::{
+        client::enc,
+        federation::{federated_options, free_port, https_client, pair, send_raw, FakeServer},
+        Client, TestServer,
+    },
 };
 
 /// Registers `localpart` on `server` and sets its display name.
@@ -257,4 +262,150 @@ async fn public_rooms_of_another_server_are_listed_both_ways() {
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(room_ids(&body), vec![on_a.as_str()]);
+}
+
+/// `GET` of a client media path on the client's server.
+async fn get_media(client: &Client, path: &str) -> reqwest::Response {
+    send(client, Method::GET, path, Vec::new(), &[]).await
+}
+
+/// The `server/id` of an `mxc://` URI.
+fn mxc_path(uploaded: &Value) -> String {
+    uploaded["content_uri"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("mxc://")
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn remote_media_is_fetched_once_and_then_served_from_the_cache() {
+    let (mut a, b) = pair().await;
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    let picture = png(64, 48);
+    let uploaded = upload(&alice, picture.clone(), "image/png", "pic.png").await;
+    let path = mxc_path(&uploaded);
+    let (origin, media_id) = path.split_once('/').unwrap();
+    assert_eq!(origin, a.server_name());
+
+    let download = format!("/_matrix/client/v1/media/download/{path}");
+    let thumbnail = format!("/_matrix/client/v1/media/thumbnail/{path}?width=32&height=32&method=crop");
+    let check_download = |response: reqwest::Response| {
+        let picture = picture.clone();
+        async move {
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(response.headers()[header::CONTENT_TYPE], "image/png");
+            let disposition = response.headers()[header::CONTENT_DISPOSITION]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            assert!(disposition.contains("pic.png"), "{disposition}");
+            assert_eq!(response.bytes().await.unwrap().to_vec(), picture);
+        }
+    };
+    let check_thumbnail = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = response.bytes().await.unwrap();
+        let image = image::load_from_memory(&bytes).unwrap();
+        assert_eq!((image.width(), image.height()), (32, 32));
+    };
+
+    check_download(get_media(&bob, &download).await).await;
+    check_thumbnail(get_media(&bob, &thumbnail).await).await;
+    let cached = format!(
+        "SELECT count(*) AS n FROM remote_media WHERE origin = '{origin}' AND media_id = '{media_id}'"
+    );
+    assert_eq!(b.count(&cached).await, 1);
+    assert_eq!(
+        b.count("SELECT count(*) AS n FROM remote_media_thumbnails").await,
+        1
+    );
+
+    // Media A does not have: 404 from A is 404 here, and nothing is cached.
+    let missing = format!(
+        "/_matrix/client/v1/media/download/{}/doesnotexist",
+        a.server_name()
+    );
+    let response = get_media(&bob, &missing).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["errcode"], "M_NOT_FOUND");
+    assert_eq!(b.count("SELECT count(*) AS n FROM remote_media").await, 1);
+
+    // With A gone, B still serves what it fetched, and only that.
+    a.kill();
+    check_download(get_media(&bob, &download).await).await;
+    check_thumbnail(get_media(&bob, &thumbnail).await).await;
+    let other = format!(
+        "/_matrix/client/v1/media/thumbnail/{path}?width=96&height=96&method=crop"
+    );
+    let response = get_media(&bob, &other).await;
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["errcode"], "M_UNKNOWN");
+}
+
+#[tokio::test]
+async fn federation_media_answers_multipart_for_local_media_only() {
+    let (a, _b) = pair().await;
+    let alice = a.register("alice").await;
+    let uploaded = upload(&alice, b"hello there".to_vec(), "text/plain", "note.txt").await;
+    let path = mxc_path(&uploaded);
+    let (_, media_id) = path.split_once('/').unwrap();
+    let fake = FakeServer::start().await;
+
+    let uri = format!("/_matrix/federation/v1/media/download/{media_id}");
+    let response = https_client()
+        .get(format!("{}{uri}", a.federation_url()))
+        .header(
+            "authorization",
+            fake.sign(a.server_name(), "GET", &uri, None),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(content_type.starts_with("multipart/mixed; boundary="), "{content_type}");
+    let body = String::from_utf8(response.bytes().await.unwrap().to_vec()).unwrap();
+    assert!(body.contains("application/json"), "{body}");
+    assert!(body.contains("{}"), "{body}");
+    assert!(body.to_lowercase().contains("content-type: text/plain"), "{body}");
+    assert!(body.contains("note.txt"), "{body}");
+    assert!(body.contains("hello there"), "{body}");
+
+    for uri in [
+        "/_matrix/federation/v1/media/download/nothing".to_owned(),
+        "/_matrix/federation/v1/media/thumbnail/nothing?width=32&height=32".to_owned(),
+    ] {
+        let (status, body) = fake.request(&a, "GET", &uri, None).await;
+        assert_eq!((status, &body["errcode"]), (404, &json!("M_NOT_FOUND")), "{uri}");
+    }
+    let (status, body) = send_raw(&a, "GET", &uri, None, None).await;
+    assert_eq!((status, &body["errcode"]), (401, &json!("M_UNAUTHORIZED")));
+}
+
+#[tokio::test]
+async fn remote_media_over_the_upload_limit_is_refused_and_not_kept() {
+    let (a, b) = tokio::join!(
+        TestServer::start_with(federated_options(free_port())),
+        TestServer::start_with(
+            federated_options(free_port()).env("MYELIN_MAX_UPLOAD_SIZE", "1000")
+        ),
+    );
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    let uploaded = upload(&alice, vec![7u8; 5000], "application/octet-stream", "big").await;
+    let response = get_media(
+        &bob,
+        &format!("/_matrix/client/v1/media/download/{}", mxc_path(&uploaded)),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(b.count("SELECT count(*) AS n FROM remote_media").await, 0);
 }

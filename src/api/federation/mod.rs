@@ -4,6 +4,7 @@
 
 pub mod directory;
 pub mod discovery;
+pub mod media;
 pub mod query;
 
 use ::ruma::api::federation as f;
@@ -24,5 +25,9 @@ pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::directory::get_public_rooms::v1::Request, _, _>(directory::public_rooms_route);
     t.ruma::<f::directory::get_public_rooms_filtered::v1::Request, _, _>(
         directory::public_rooms_filtered_route,
+    );
+    t.ruma::<f::authenticated_media::get_content::v1::Request, _, _>(media::media_download_route);
+    t.ruma::<f::authenticated_media::get_content_thumbnail::v1::Request, _, _>(
+        media::media_thumbnail_route,
     );
 }
