@@ -92,6 +92,7 @@ impl Services {
             notifier.federation_wake.clone(),
         )?);
         let federation_sender = federation.sender.clone();
+        let media_fetcher = federation.client.clone();
         Ok(Arc::new(Services {
             federation,
             sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
@@ -112,7 +113,7 @@ impl Services {
                 federation_sender,
             ),
             backup: e2ee::backup::Backup::new(db.clone()),
-            media: media::Media::new(db.clone(), config.clone()),
+            media: media::Media::new(db.clone(), config.clone(), media_fetcher),
             presence,
             push_sender,
             outbound,

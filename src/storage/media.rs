@@ -3,7 +3,7 @@
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::schema::{media, media_thumbnails};
+use super::schema::{media, media_thumbnails, remote_media, remote_media_thumbnails};
 
 /// A media item.
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -125,6 +125,104 @@ pub async fn get_thumbnail(
 /// Stores a thumbnail (a concurrent twin is fine: the first one stays).
 pub async fn insert_thumbnail(mut conn: &AsyncPgConnection, row: &ThumbnailRow) -> QueryResult<()> {
     diesel::insert_into(media_thumbnails::table)
+        .values(row)
+        .on_conflict_do_nothing()
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
+/// A cached media item of another server.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = remote_media)]
+pub struct RemoteMediaRow {
+    /// The server in `mxc://server/ID`.
+    pub origin: String,
+    /// The ID in `mxc://server/ID`.
+    pub media_id: String,
+    /// Content type the server gave.
+    pub content_type: Option<String>,
+    /// File name the server gave.
+    pub filename: Option<String>,
+    /// Size in bytes.
+    pub size: i64,
+    /// SHA-256 of the bytes, hex.
+    pub sha256: String,
+    /// When it was fetched.
+    pub fetched_ts: i64,
+}
+
+/// A cached thumbnail of another server's media.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = remote_media_thumbnails)]
+pub struct RemoteThumbnailRow {
+    /// The media's server.
+    pub origin: String,
+    /// The media's ID.
+    pub media_id: String,
+    /// Requested box width (a standard size).
+    pub width: i32,
+    /// Requested box height (a standard size).
+    pub height: i32,
+    /// `crop` or `scale`.
+    pub method: String,
+    /// Content type of the thumbnail.
+    pub content_type: String,
+    /// SHA-256 of its bytes, hex.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: i64,
+}
+
+/// A cached remote media item.
+pub async fn get_remote_media(
+    mut conn: &AsyncPgConnection,
+    origin: &str,
+    media_id: &str,
+) -> QueryResult<Option<RemoteMediaRow>> {
+    remote_media::table
+        .find((origin, media_id))
+        .select(RemoteMediaRow::as_select())
+        .first(&mut conn)
+        .await
+        .optional()
+}
+
+/// Caches a remote media item (a concurrent fetch of the same one is fine: the first stays).
+pub async fn insert_remote_media(
+    mut conn: &AsyncPgConnection,
+    row: &RemoteMediaRow,
+) -> QueryResult<()> {
+    diesel::insert_into(remote_media::table)
+        .values(row)
+        .on_conflict_do_nothing()
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
+/// A cached thumbnail of remote media.
+pub async fn get_remote_thumbnail(
+    mut conn: &AsyncPgConnection,
+    (origin, media_id): (&str, &str),
+    width: i32,
+    height: i32,
+    method: &str,
+) -> QueryResult<Option<RemoteThumbnailRow>> {
+    remote_media_thumbnails::table
+        .find((origin, media_id, width, height, method))
+        .select(RemoteThumbnailRow::as_select())
+        .first(&mut conn)
+        .await
+        .optional()
+}
+
+/// Caches a thumbnail of remote media (the first of concurrent twins stays).
+pub async fn insert_remote_thumbnail(
+    mut conn: &AsyncPgConnection,
+    row: &RemoteThumbnailRow,
+) -> QueryResult<()> {
+    diesel::insert_into(remote_media_thumbnails::table)
         .values(row)
         .on_conflict_do_nothing()
         .execute(&mut conn)

@@ -13,6 +13,7 @@ pub mod federation;
 pub mod federation_received;
 pub mod federation_sending;
 pub mod media;
+pub mod openid;
 pub mod presence;
 pub mod push;
 pub mod pushers;

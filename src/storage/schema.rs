@@ -313,6 +313,14 @@ diesel::table! {
 }
 
 diesel::table! {
+    openid_tokens (token_hash) {
+        token_hash -> Bytea,
+        user_id -> Text,
+        expires_ts -> Int8,
+    }
+}
+
+diesel::table! {
     presence (user_id) {
         user_id -> Text,
         state -> Text,
@@ -350,6 +358,31 @@ diesel::table! {
         created_ts -> Int8,
         forward_extremities -> Array<Text>,
         tip_depth -> Int8,
+    }
+}
+
+diesel::table! {
+    remote_media (origin, media_id) {
+        origin -> Text,
+        media_id -> Text,
+        content_type -> Nullable<Text>,
+        filename -> Nullable<Text>,
+        size -> Int8,
+        sha256 -> Text,
+        fetched_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    remote_media_thumbnails (origin, media_id, width, height, method) {
+        origin -> Text,
+        media_id -> Text,
+        width -> Int4,
+        height -> Int4,
+        method -> Text,
+        content_type -> Text,
+        sha256 -> Text,
+        size -> Int8,
     }
 }
 
@@ -458,12 +491,15 @@ diesel::allow_tables_to_appear_in_same_query!(
     media,
     media_thumbnails,
     one_time_keys,
+    openid_tokens,
     presence,
     profile_fields,
     pushers,
     receipts,
     refresh_tokens,
     registration_tokens,
+    remote_media,
+    remote_media_thumbnails,
     remote_server_keys,
     room_aliases,
     room_current_state,

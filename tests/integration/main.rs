@@ -10,6 +10,8 @@ mod devices;
 mod e2ee;
 mod errors;
 mod federation;
+mod federation_auth;
+mod federation_queries;
 mod federation_sender;
 mod media;
 mod membership_paths;

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use crate::support::{client::enc, server_name, Client, ServerOptions, TestServer};
 
 /// Raw HTTP, for bodies that are not JSON.
-async fn send(
+pub(crate) async fn send(
     client: &Client,
     method: reqwest::Method,
     path: &str,
@@ -29,7 +29,7 @@ async fn send(
     request.send().await.expect("request failed")
 }
 
-async fn upload(client: &Client, bytes: Vec<u8>, content_type: &str, name: &str) -> Value {
+pub(crate) async fn upload(client: &Client, bytes: Vec<u8>, content_type: &str, name: &str) -> Value {
     let response = send(
         client,
         reqwest::Method::POST,
@@ -80,7 +80,7 @@ fn photo(width: u32, height: u32) -> Vec<u8> {
     bytes
 }
 
-fn png(width: u32, height: u32) -> Vec<u8> {
+pub(crate) fn png(width: u32, height: u32) -> Vec<u8> {
     let image = RgbImage::from_fn(width, height, |x, y| image::Rgb([x as u8, y as u8, 128]));
     let mut bytes = Vec::new();
     DynamicImage::ImageRgb8(image)

@@ -15,8 +15,8 @@ use ruma::{
         room::{aliases::v3 as room_aliases, Visibility},
         user_directory::search_users::v3 as search_users,
     },
-    directory::PublicRoomsChunk,
-    OwnedRoomAliasId, UInt,
+    directory::{Filter, PublicRoomsChunk},
+    OwnedRoomAliasId, ServerName, UInt,
 };
 use serde_json::Value;
 
@@ -44,8 +44,13 @@ pub async fn get_alias_route(
     services: Data<Services>,
     body: Ruma<get_alias::Request>,
 ) -> Result<RumaResponse<get_alias::Response>> {
-    let room_id = services.rooms.get_alias(&body.body.room_alias).await?;
-    Ok(get_alias::Response::new(room_id, vec![services.config.server_name.clone()]).into())
+    let alias = &body.body.room_alias;
+    let (room_id, servers) = if alias.server_name() == services.config.server_name {
+        services.rooms.resolve_local_alias(alias).await?
+    } else {
+        services.federation.remote_alias(alias).await?
+    };
+    Ok(get_alias::Response::new(room_id, servers).into())
 }
 
 /// `DELETE /_matrix/client/v3/directory/room/{roomAlias}`
@@ -120,12 +125,34 @@ fn page_limit(limit: Option<UInt>) -> Option<usize> {
     limit.map(|l| u64::from(l).clamp(1, 500) as usize)
 }
 
+/// The server of `?server=` when it is another one (our own name is the local directory).
+fn remote<'a>(services: &Services, server: Option<&'a ServerName>) -> Option<&'a ServerName> {
+    server.filter(|s| *s != services.config.server_name)
+}
+
 /// `GET /_matrix/client/v3/publicRooms`
 pub async fn public_rooms_route(
     services: Data<Services>,
     body: Ruma<public_rooms::Request>,
 ) -> Result<RumaResponse<public_rooms::Response>> {
     let request = &body.body;
+    if let Some(server) = remote(&services, request.server.as_deref()) {
+        let page = services
+            .federation
+            .remote_public_rooms(
+                server,
+                request.limit,
+                request.since.clone(),
+                Filter::new(),
+                ruma::directory::RoomNetwork::Matrix,
+            )
+            .await?;
+        let mut response = public_rooms::Response::new(page.chunk);
+        response.next_batch = page.next_batch;
+        response.prev_batch = page.prev_batch;
+        response.total_room_count_estimate = page.total_room_count_estimate;
+        return Ok(response.into());
+    }
     let (entries, next, prev, total) = services
         .rooms
         .public_rooms(None, page_limit(request.limit), request.since.as_deref())
@@ -143,6 +170,24 @@ pub async fn public_rooms_filtered_route(
     body: Ruma<public_rooms_filtered::Request>,
 ) -> Result<RumaResponse<public_rooms_filtered::Response>> {
     let request = &body.body;
+    if let Some(server) = remote(&services, request.server.as_deref()) {
+        let page = services
+            .federation
+            .remote_public_rooms(
+                server,
+                request.limit,
+                request.since.clone(),
+                request.filter.clone(),
+                request.room_network.clone(),
+            )
+            .await?;
+        let mut response = public_rooms_filtered::Response::new();
+        response.chunk = page.chunk;
+        response.next_batch = page.next_batch;
+        response.prev_batch = page.prev_batch;
+        response.total_room_count_estimate = page.total_room_count_estimate;
+        return Ok(response.into());
+    }
     let term = request.filter.generic_search_term.as_deref();
     let (entries, next, prev, total) = services
         .rooms

@@ -67,6 +67,13 @@ const INLINE_TYPES: &[&str] = &[
     "audio/x-flac",
 ];
 
+/// Whether content of this type may be shown inline (by its MIME essence).
+pub fn is_inline(content_type: &str) -> bool {
+    content_type
+        .parse::<mime::Mime>()
+        .is_ok_and(|m| INLINE_TYPES.contains(&m.essence_str()))
+}
+
 /// Even content served inline cannot run scripts or load anything.
 const CONTENT_SECURITY_POLICY: &str = "sandbox; default-src 'none'; script-src 'none'; \
      plugin-types application/pdf; style-src 'unsafe-inline'; media-src 'self'; object-src 'self';";

@@ -24,8 +24,14 @@ pub async fn get_profile_route(
     services: Data<Services>,
     body: Ruma<get_profile::Request>,
 ) -> Result<RumaResponse<get_profile::Response>> {
+    let user_id = &body.body.user_id;
+    let profile = if user_id.server_name() == services.config.server_name {
+        services.users.get_profile(user_id).await?
+    } else {
+        services.federation.remote_profile(user_id, None).await?
+    };
     let mut response = get_profile::Response::new();
-    for (field, value) in services.users.get_profile(&body.body.user_id).await? {
+    for (field, value) in profile {
         response.data.set(field, value);
     }
     Ok(response.into())
@@ -37,10 +43,18 @@ pub async fn get_profile_field_route(
     body: Ruma<get_field::Request>,
 ) -> Result<RumaResponse<get_field::Response>> {
     let field = body.body.field.as_str();
-    let value = services
-        .users
-        .get_profile_field(&body.body.user_id, field)
-        .await?;
+    let user_id = &body.body.user_id;
+    let value = if user_id.server_name() == services.config.server_name {
+        services.users.get_profile_field(user_id, field).await?
+    } else {
+        services
+            .federation
+            .remote_profile(user_id, Some(field))
+            .await?
+            .into_iter()
+            .find_map(|(name, value)| (name == field).then_some(value))
+            .ok_or_else(|| Error::not_found("Profile field not set"))?
+    };
     let value = ProfileFieldValue::new(field, value).map_err(Error::internal)?;
     Ok(get_field::Response::new(value).into())
 }

@@ -2,7 +2,10 @@
 //! key and version documents is authenticated by X-Matrix in the [`Ruma`] extractor, so a
 //! handler always knows the origin server.
 
+pub mod directory;
 pub mod discovery;
+pub mod media;
+pub mod query;
 pub mod send;
 
 use ::ruma::api::federation as f;
@@ -18,6 +21,16 @@ pub fn is_federation_path(path: &str) -> bool {
 pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::discovery::get_server_keys::v2::Request, _, _>(discovery::server_keys_route);
     t.ruma::<f::discovery::get_server_version::v1::Request, _, _>(discovery::version_route);
+    t.ruma::<f::query::get_profile_information::v1::Request, _, _>(query::query_profile_route);
+    t.ruma::<f::query::get_room_information::v1::Request, _, _>(query::query_directory_route);
+    t.ruma::<f::directory::get_public_rooms::v1::Request, _, _>(directory::public_rooms_route);
+    t.ruma::<f::directory::get_public_rooms_filtered::v1::Request, _, _>(
+        directory::public_rooms_filtered_route,
+    );
+    t.ruma::<f::authenticated_media::get_content::v1::Request, _, _>(media::media_download_route);
+    t.ruma::<f::authenticated_media::get_content_thumbnail::v1::Request, _, _>(
+        media::media_thumbnail_route,
+    );
     t.ruma::<f::transactions::send_transaction_message::v1::Request, _, _>(
         send::send_transaction_route,
     );

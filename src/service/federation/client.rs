@@ -245,9 +245,22 @@ impl FederationClient {
         R: OutgoingRequest<PathBuilder = SinglePath>,
         R::Authentication: FederationAuth,
     {
-        let raw = self
-            .send_raw(destination, request, MAX_JSON_RESPONSE)
-            .await?;
+        self.send_limited(destination, request, MAX_JSON_RESPONSE)
+            .await
+    }
+
+    /// Like [`send`](Self::send), reading at most `max_body` bytes of the answer (media).
+    pub async fn send_limited<R>(
+        &self,
+        destination: &ServerName,
+        request: R,
+        max_body: usize,
+    ) -> Result<R::IncomingResponse, FederationError>
+    where
+        R: OutgoingRequest<PathBuilder = SinglePath>,
+        R::Authentication: FederationAuth,
+    {
+        let raw = self.send_raw(destination, request, max_body).await?;
         let mut builder = http::Response::builder().status(raw.status);
         for (name, value) in &raw.headers {
             builder = builder.header(name, value);

@@ -2,6 +2,7 @@
 //! server keys, and authentication of requests from other servers.
 
 pub mod client;
+pub mod query;
 pub mod resolver;
 pub mod sender;
 pub mod server_keys;

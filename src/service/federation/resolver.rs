@@ -112,7 +112,11 @@ impl Resolver {
             }
         }
         if ttl > Duration::ZERO {
-            cache.insert(server.as_str().to_owned(), (dest.clone(), now + ttl));
+            // `Duration::MAX` (an IP literal or explicit port) would overflow an `Instant`.
+            let expires = now
+                .checked_add(ttl)
+                .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
+            cache.insert(server.as_str().to_owned(), (dest.clone(), expires));
         }
         dest
     }

@@ -6,6 +6,7 @@
 //! file under a live ID. PostgreSQL holds who uploaded what, under which type and name.
 
 pub mod imaging;
+mod remote;
 
 use std::{
     collections::HashMap,
@@ -25,6 +26,7 @@ use self::imaging::Method;
 use crate::{
     config::Config,
     error::{Error, Result},
+    service::federation::FederationClient,
     storage::{
         media::{self as store, MediaRow, ThumbnailRow},
         now_ms, Db,
@@ -124,6 +126,8 @@ impl Drop for FlightTurn<'_> {
 pub struct Media {
     db: Db,
     config: Arc<Config>,
+    /// Fetches media of other servers.
+    federation: Arc<FederationClient>,
     root: PathBuf,
     /// Image decodes running at once (one per core): each may take hundreds of MiB.
     decodes: Arc<Semaphore>,
@@ -132,7 +136,7 @@ pub struct Media {
 
 impl Media {
     /// Creates the service.
-    pub fn new(db: Db, config: Arc<Config>) -> Self {
+    pub fn new(db: Db, config: Arc<Config>, federation: Arc<FederationClient>) -> Self {
         let root = config.data_dir.join("media");
         // Uploads may be private attachments: other local users must not read them.
         let private = std::fs::create_dir_all(&root).and_then(|()| {
@@ -146,6 +150,7 @@ impl Media {
         Media {
             db,
             config,
+            federation,
             root,
             decodes: Arc::new(Semaphore::new(cores)),
             flights: Flights::default(),
@@ -406,7 +411,6 @@ impl Media {
     /// which serve only media from before the configured freeze.
     async fn ready(&self, server_name: &str, media_id: &str, legacy: bool) -> Result<MediaRow> {
         if server_name != self.config.server_name.as_str() {
-            // No federation yet: remote media cannot be fetched.
             return Err(not_found());
         }
         let conn = self.db.conn().await?;
@@ -433,6 +437,9 @@ impl Media {
         media_id: &str,
         legacy: bool,
     ) -> Result<Download> {
+        if server_name != self.config.server_name.as_str() {
+            return self.remote_download(server_name, media_id, legacy).await;
+        }
         let row = self.ready(server_name, media_id, legacy).await?;
         Ok(Download {
             path: self.path_of(row.sha256.as_deref().unwrap_or_default()),
@@ -456,8 +463,13 @@ impl Media {
         if width == 0 || height == 0 {
             return Err(Error::invalid_param("width and height must be positive"));
         }
-        let row = self.ready(server_name, media_id, legacy).await?;
         let (w, h, method) = imaging::standard_size(width, height, method);
+        if server_name != self.config.server_name.as_str() {
+            return self
+                .remote_thumbnail(server_name, media_id, (w, h, method), legacy)
+                .await;
+        }
+        let row = self.ready(server_name, media_id, legacy).await?;
         if let Some(made) = self.stored_thumbnail(media_id, w, h, method).await? {
             return Ok(made);
         }

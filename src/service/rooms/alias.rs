@@ -1,6 +1,8 @@
 //! Room aliases and the public room directory.
 
-use ruma::{OwnedRoomId, RoomAliasId, RoomId, UserId};
+use std::collections::BTreeSet;
+
+use ruma::{OwnedRoomId, OwnedServerName, RoomAliasId, RoomId, UserId};
 use serde_json::{json, Value};
 
 use super::Rooms;
@@ -58,6 +60,30 @@ impl Rooms {
             .await?
             .ok_or_else(|| Error::not_found("Room alias not found"))?;
         RoomId::parse(room_id).map_err(Error::internal)
+    }
+
+    /// Resolves a local alias to its room and the servers to join it through: this server
+    /// first, then every other server with a joined member.
+    pub async fn resolve_local_alias(
+        &self,
+        alias: &RoomAliasId,
+    ) -> Result<(OwnedRoomId, Vec<OwnedServerName>)> {
+        if alias.server_name() != self.config.server_name {
+            return Err(Error::not_found("Room alias not found"));
+        }
+        let room_id = self.get_alias(alias).await?;
+        let conn = self.db.conn().await?;
+        let members = store::get_room_members(&conn, room_id.as_str(), "join").await?;
+        let ours = &self.config.server_name;
+        let mut servers = vec![ours.clone()];
+        let others: BTreeSet<OwnedServerName> = members
+            .iter()
+            .filter_map(|m| UserId::parse(m.as_str()).ok())
+            .map(|u| u.server_name().to_owned())
+            .filter(|s| s != ours)
+            .collect();
+        servers.extend(others);
+        Ok((room_id, servers))
     }
 
     /// Deletes an alias: its creator, a server admin, or a current member of the room allowed

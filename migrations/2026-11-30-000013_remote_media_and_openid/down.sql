@@ -1,0 +1,3 @@
+DROP TABLE openid_tokens;
+DROP TABLE remote_media_thumbnails;
+DROP TABLE remote_media;
