@@ -182,6 +182,69 @@ async fn to_device_messages_survive_a_kill_of_the_receiver_and_arrive_exactly_on
     assert_eq!(seqs, (0..TOTAL).collect::<Vec<_>>());
 }
 
+#[tokio::test]
+async fn a_backed_off_server_gets_its_messages_as_soon_as_it_contacts_us() {
+    // A first retry 30 s to 2 min after a failure: far beyond this test's wait, unless the
+    // backoff ends when the destination shows up.
+    let sender_options = federated_options(free_port())
+        .env("MYELIN_FEDERATION_RETRY_MIN_MS", "60000")
+        .env("MYELIN_FEDERATION_RETRY_MAX_MS", "120000");
+    let (a, mut b) = tokio::join!(
+        TestServer::start_with(sender_options),
+        TestServer::start_with(federated_options(free_port())),
+    );
+    let alice = a.register("alice").await;
+    let mut bob = b.register("bob").await;
+    b.kill();
+    send_to_device(&alice, "t1", "m.test.late", &bob, json!({ "n": 1 })).await;
+    wait_until(
+        "the sender has failed once and backed off",
+        Duration::from_secs(30),
+        || async {
+            a.count("SELECT count(*) AS n FROM federation_destinations WHERE failures > 0")
+                .await
+                == 1
+        },
+    )
+    .await;
+    b.relaunch().await;
+    bob.base = b.base_url.clone();
+    // bob writes to alice: B's transaction authenticates at A, which ends B's backoff.
+    bob.put(
+        "/_matrix/client/v3/sendToDevice/m.test.ping/t1",
+        json!({ "messages": { &alice.user_id: { &alice.device_id: {} } } }),
+    )
+    .await
+    .ok();
+    let (events, _) = to_device_events(&bob, None, "m.test.late", 1, Duration::from_secs(20)).await;
+    assert_eq!(events[0]["content"], json!({ "n": 1 }));
+}
+
+#[tokio::test]
+async fn with_federation_off_nothing_is_queued_for_other_servers() {
+    let server =
+        TestServer::start_with(federated_options(free_port()).env("MYELIN_FEDERATION", "off"))
+            .await;
+    let alice = server.register("alice").await;
+    let remote = "@bob:remote.example.org";
+    alice
+        .put(
+            "/_matrix/client/v3/sendToDevice/m.test/t1",
+            json!({ "messages": { remote: { "*": {} }, &alice.user_id: { "*": { "own": 1 } } } }),
+        )
+        .await
+        .ok();
+    // The local part is delivered; nothing waits for the other server.
+    let (events, _) = to_device_events(&alice, None, "m.test", 1, Duration::ZERO).await;
+    assert_eq!(events[0]["content"], json!({ "own": 1 }));
+    assert_eq!(
+        server
+            .count("SELECT count(*) AS n FROM federation_outbox")
+            .await,
+        0
+    );
+}
+
 /// A `/send` body from `fake` with the given EDUs.
 fn txn_body(fake: &FakeServer, pdus: Vec<Value>, edus: Vec<Value>) -> Value {
     json!({

@@ -8,7 +8,8 @@
 //!   one to commit and then does the same, so effects apply once.
 //! - Every EDU is checked against the origin; a bad one is dropped and logged, never an error
 //!   for the transaction. To-device messages are committed before the 200 (a database failure
-//!   fails the whole transaction, which the sender retries).
+//!   fails the whole transaction, which the sender retries). Device-list and signing-key
+//!   updates go to the keys service after the commit, once.
 //! - PDUs are not accepted until rooms across servers exist: each gets a per-PDU error.
 
 use std::collections::BTreeMap;
@@ -33,6 +34,10 @@ pub const MAX_PDUS: usize = 50;
 pub const MAX_EDUS: usize = 100;
 /// Longest to-device `message_id` accepted (it is stored for deduplication).
 const MAX_MESSAGE_ID: usize = 255;
+/// A remote user's device list changed.
+const DEVICE_LIST_UPDATE: &str = "m.device_list_update";
+/// A remote user's cross-signing keys changed.
+const SIGNING_KEY_UPDATE: &str = "m.signing_key_update";
 /// The error every PDU gets until rooms across servers are supported.
 const PDU_UNSUPPORTED: &str = "This server does not accept events from other servers yet";
 
@@ -83,50 +88,48 @@ impl Federation {
             .filter_map(|raw| parse_edu(origin, raw))
             .collect();
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            let response = pdu_errors(conn, txn.pdus).await?;
-            let now = now_ms();
-            if !store::claim_txn(conn, origin.as_str(), txn.txn_id, &response, now).await? {
-                tracing::debug!(%origin, txn_id = txn.txn_id, "transaction replayed");
-                return store::get_txn_response(conn, origin.as_str(), txn.txn_id)
-                    .await?
-                    .ok_or_else(|| Error::internal("a claimed transaction has no response"));
-            }
+        let (response, first_time) = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let response = pdu_errors(conn, txn.pdus).await?;
+                let now = now_ms();
+                if !store::claim_txn(conn, origin.as_str(), txn.txn_id, &response, now).await? {
+                    tracing::debug!(%origin, txn_id = txn.txn_id, "transaction replayed");
+                    let stored = store::get_txn_response(conn, origin.as_str(), txn.txn_id)
+                        .await?
+                        .ok_or_else(|| Error::internal("a claimed transaction has no response"))?;
+                    return Ok((stored, false));
+                }
+                for edu in &edus {
+                    self.apply_edu(conn, origin, edu).await?;
+                }
+                Ok((response, true))
+            })
+            .await?;
+        drop(conn);
+        if first_time {
+            // Device-list and signing-key updates go to the keys service after the commit, on
+            // its own connections (holding ours meanwhile could exhaust the pool). Should the
+            // process die in between, the next update's `prev_id` gap makes us resync.
             for edu in &edus {
-                self.apply_edu(conn, keys, origin, edu).await?;
+                apply_key_edu(keys, origin, edu).await;
             }
-            Ok(response)
-        })
-        .await
+        }
+        Ok(response)
     }
 
-    /// Applies one EDU inside the transaction's database transaction. Bad EDUs are logged and
-    /// dropped (`Ok`); an error means the database failed and the transaction must not be
-    /// acknowledged.
+    /// Applies one EDU inside the transaction's database transaction (all but device-list and
+    /// signing-key updates, see [`apply_key_edu`]). Bad EDUs are logged and dropped (`Ok`); an
+    /// error means the database failed and the transaction must not be acknowledged.
     async fn apply_edu(
         &self,
         conn: &AsyncPgConnection,
-        keys: &Keys,
         origin: &ServerName,
         edu: &ParsedEdu,
     ) -> Result<()> {
         let content = &edu.content;
         match edu.edu_type.as_str() {
             to_device::DIRECT_TO_DEVICE => self.receive_to_device(conn, origin, content).await,
-            "m.device_list_update" | "m.signing_key_update" => {
-                if !user_is_on(origin, content.get("user_id")) {
-                    return drop_edu(origin, edu, "its user_id is not a user of the origin");
-                }
-                let applied = if edu.edu_type == "m.device_list_update" {
-                    keys.on_device_list_update(origin, content).await
-                } else {
-                    keys.on_signing_key_update(origin, content).await
-                };
-                if let Err(err) = applied {
-                    tracing::warn!(%origin, edu_type = %edu.edu_type, "EDU not applied: {err}");
-                }
-                Ok(())
-            }
+            DEVICE_LIST_UPDATE | SIGNING_KEY_UPDATE => Ok(()),
             "m.typing" => {
                 if !user_is_on(origin, content.get("user_id")) {
                     return drop_edu(origin, edu, "its user_id is not a user of the origin");
@@ -228,6 +231,31 @@ impl Federation {
         Ok(joined
             .iter()
             .any(|user| UserId::parse(user.as_str()).is_ok_and(|u| u.server_name() == origin)))
+    }
+}
+
+/// Hands a device-list or signing-key update whose user is on `origin` to the keys service;
+/// other EDUs are ignored here. Failures are logged: the EDU is dropped.
+async fn apply_key_edu(keys: &Keys, origin: &ServerName, edu: &ParsedEdu) {
+    let content = &edu.content;
+    let is_key_edu = matches!(
+        edu.edu_type.as_str(),
+        DEVICE_LIST_UPDATE | SIGNING_KEY_UPDATE
+    );
+    if !is_key_edu {
+        return;
+    }
+    if !user_is_on(origin, content.get("user_id")) {
+        let _ = drop_edu(origin, edu, "its user_id is not a user of the origin");
+        return;
+    }
+    let applied = if edu.edu_type == DEVICE_LIST_UPDATE {
+        keys.on_device_list_update(origin, content).await
+    } else {
+        keys.on_signing_key_update(origin, content).await
+    };
+    if let Err(err) = applied {
+        tracing::warn!(%origin, edu_type = %edu.edu_type, "EDU not applied: {err}");
     }
 }
 
