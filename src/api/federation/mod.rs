@@ -5,6 +5,7 @@
 pub mod directory;
 pub mod discovery;
 pub mod media;
+pub mod openid;
 pub mod query;
 
 use ::ruma::api::federation as f;
@@ -26,6 +27,7 @@ pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::directory::get_public_rooms_filtered::v1::Request, _, _>(
         directory::public_rooms_filtered_route,
     );
+    t.ruma::<f::openid::get_openid_userinfo::v1::Request, _, _>(openid::openid_userinfo_route);
     t.ruma::<f::authenticated_media::get_content::v1::Request, _, _>(media::media_download_route);
     t.ruma::<f::authenticated_media::get_content_thumbnail::v1::Request, _, _>(
         media::media_thumbnail_route,
