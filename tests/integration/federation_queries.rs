@@ -38,7 +38,10 @@ async fn profiles_are_read_across_servers_both_ways() {
 
     for (reader, other, name) in [(&alice, &bob, "Bob on B"), (&bob, &alice, "Alice on A")] {
         let whole = reader
-            .get(&format!("/_matrix/client/v3/profile/{}", enc(&other.user_id)))
+            .get(&format!(
+                "/_matrix/client/v3/profile/{}",
+                enc(&other.user_id)
+            ))
             .await
             .ok();
         assert_eq!(whole["displayname"], name, "{whole}");
@@ -103,9 +106,16 @@ async fn query_profile_answers_local_users_only_and_needs_a_signature() {
     assert_eq!((status, &body["errcode"]), (404, &json!("M_NOT_FOUND")));
 
     for user in [fake.user_id("alice"), a.user_id("nobody")] {
-        let uri = format!("/_matrix/federation/v1/query/profile?user_id={}", enc(&user));
+        let uri = format!(
+            "/_matrix/federation/v1/query/profile?user_id={}",
+            enc(&user)
+        );
         let (status, body) = fake.request(&a, "GET", &uri, None).await;
-        assert_eq!((status, &body["errcode"]), (404, &json!("M_NOT_FOUND")), "{user}");
+        assert_eq!(
+            (status, &body["errcode"]),
+            (404, &json!("M_NOT_FOUND")),
+            "{user}"
+        );
     }
 
     let (status, body) = send_raw(&a, "GET", &uri, None, None).await;
@@ -192,7 +202,11 @@ async fn public_rooms_of_another_server_are_listed_both_ways() {
     let also_b = published_room(&bob, "Berries on B").await;
 
     for (reader, server, expected) in [
-        (&alice, b.server_name(), vec![on_b.as_str(), also_b.as_str()]),
+        (
+            &alice,
+            b.server_name(),
+            vec![on_b.as_str(), also_b.as_str()],
+        ),
         (&bob, a.server_name(), vec![on_a.as_str()]),
     ] {
         let page = reader
@@ -234,6 +248,15 @@ async fn public_rooms_of_another_server_are_listed_both_ways() {
         .ok();
     assert_eq!(room_ids(&second).len(), 1);
     assert_ne!(room_ids(&first), room_ids(&second));
+
+    // Only a logged-in user may make A ask B.
+    a.client()
+        .get(&format!(
+            "/_matrix/client/v3/publicRooms?server={}",
+            b.server_name()
+        ))
+        .await
+        .assert_error(401, "M_MISSING_TOKEN");
 
     // Our own name is the local directory.
     let local = alice
@@ -291,7 +314,8 @@ async fn remote_media_is_fetched_once_and_then_served_from_the_cache() {
     assert_eq!(origin, a.server_name());
 
     let download = format!("/_matrix/client/v1/media/download/{path}");
-    let thumbnail = format!("/_matrix/client/v1/media/thumbnail/{path}?width=32&height=32&method=crop");
+    let thumbnail =
+        format!("/_matrix/client/v1/media/thumbnail/{path}?width=32&height=32&method=crop");
     let check_download = |response: reqwest::Response| {
         let picture = picture.clone();
         async move {
@@ -319,7 +343,8 @@ async fn remote_media_is_fetched_once_and_then_served_from_the_cache() {
     );
     assert_eq!(b.count(&cached).await, 1);
     assert_eq!(
-        b.count("SELECT count(*) AS n FROM remote_media_thumbnails").await,
+        b.count("SELECT count(*) AS n FROM remote_media_thumbnails")
+            .await,
         1
     );
 
@@ -338,9 +363,7 @@ async fn remote_media_is_fetched_once_and_then_served_from_the_cache() {
     a.kill();
     check_download(get_media(&bob, &download).await).await;
     check_thumbnail(get_media(&bob, &thumbnail).await).await;
-    let other = format!(
-        "/_matrix/client/v1/media/thumbnail/{path}?width=96&height=96&method=crop"
-    );
+    let other = format!("/_matrix/client/v1/media/thumbnail/{path}?width=96&height=96&method=crop");
     let response = get_media(&bob, &other).await;
     assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
     let body: Value = response.json().await.unwrap();
@@ -371,11 +394,17 @@ async fn federation_media_answers_multipart_for_local_media_only() {
         .to_str()
         .unwrap()
         .to_owned();
-    assert!(content_type.starts_with("multipart/mixed; boundary="), "{content_type}");
+    assert!(
+        content_type.starts_with("multipart/mixed; boundary="),
+        "{content_type}"
+    );
     let body = String::from_utf8(response.bytes().await.unwrap().to_vec()).unwrap();
     assert!(body.contains("application/json"), "{body}");
     assert!(body.contains("{}"), "{body}");
-    assert!(body.to_lowercase().contains("content-type: text/plain"), "{body}");
+    assert!(
+        body.to_lowercase().contains("content-type: text/plain"),
+        "{body}"
+    );
     assert!(body.contains("note.txt"), "{body}");
     assert!(body.contains("hello there"), "{body}");
 
@@ -384,7 +413,11 @@ async fn federation_media_answers_multipart_for_local_media_only() {
         "/_matrix/federation/v1/media/thumbnail/nothing?width=32&height=32".to_owned(),
     ] {
         let (status, body) = fake.request(&a, "GET", &uri, None).await;
-        assert_eq!((status, &body["errcode"]), (404, &json!("M_NOT_FOUND")), "{uri}");
+        assert_eq!(
+            (status, &body["errcode"]),
+            (404, &json!("M_NOT_FOUND")),
+            "{uri}"
+        );
     }
     let (status, body) = send_raw(&a, "GET", &uri, None, None).await;
     assert_eq!((status, &body["errcode"]), (401, &json!("M_UNAUTHORIZED")));

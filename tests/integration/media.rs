@@ -29,7 +29,12 @@ pub(crate) async fn send(
     request.send().await.expect("request failed")
 }
 
-pub(crate) async fn upload(client: &Client, bytes: Vec<u8>, content_type: &str, name: &str) -> Value {
+pub(crate) async fn upload(
+    client: &Client,
+    bytes: Vec<u8>,
+    content_type: &str,
+    name: &str,
+) -> Value {
     let response = send(
         client,
         reqwest::Method::POST,

@@ -3,8 +3,8 @@
 use actix_web::web::Data;
 use ruma::{
     api::client::account::{
-        change_password::v3 as change_password, deactivate::v3 as deactivate,
-        request_openid_token, whoami::v3 as whoami, ThirdPartyIdRemovalStatus,
+        change_password::v3 as change_password, deactivate::v3 as deactivate, request_openid_token,
+        whoami::v3 as whoami, ThirdPartyIdRemovalStatus,
     },
     authentication::TokenType,
 };
@@ -79,7 +79,10 @@ pub async fn request_openid_token_route(
 ) -> Result<RumaResponse<request_openid_token::v3::Response>> {
     let caller = body.caller()?;
     super::ensure_self(&caller.user_id, &body.body.user_id, "request OpenID tokens")?;
-    let token = services.sessions.create_openid_token(&caller.user_id).await?;
+    let token = services
+        .sessions
+        .create_openid_token(&caller.user_id)
+        .await?;
     Ok(request_openid_token::v3::Response::new(
         token,
         TokenType::Bearer,

@@ -47,7 +47,11 @@ pub async fn media_download_route(
     body.origin()?;
     let download = services
         .media
-        .download(services.config.server_name.as_str(), &body.body.media_id, false)
+        .download(
+            services.config.server_name.as_str(),
+            &body.body.media_id,
+            false,
+        )
         .await?;
     Ok(get_content::v1::Response::new(ContentMetadata::new(), file(download).await?).into())
 }

@@ -112,8 +112,11 @@ impl Media {
         if let Some(made) = self.cached_thumbnail(key, w, h, method).await? {
             return Ok(made);
         }
-        let mut request =
-            get_content_thumbnail::v1::Request::new(media_id.to_owned(), UInt::from(w), UInt::from(h));
+        let mut request = get_content_thumbnail::v1::Request::new(
+            media_id.to_owned(),
+            UInt::from(w),
+            UInt::from(h),
+        );
         request.method = Some(match method {
             Method::Crop => ruma::media::Method::Crop,
             Method::Scale => ruma::media::Method::Scale,
@@ -190,7 +193,7 @@ impl Media {
             _,
             std::convert::Infallible,
         >(Bytes::from(bytes))]))
-        .await
+            .await
     }
 
     async fn cached(&self, origin: &ServerName, media_id: &str) -> Result<Option<RemoteMediaRow>> {
