@@ -10,6 +10,7 @@ mod devices;
 mod e2ee;
 mod errors;
 mod federation;
+mod federation_auth;
 mod federation_queries;
 mod media;
 mod membership_paths;
