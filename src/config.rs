@@ -4,7 +4,7 @@
 //! `MALLOC_*` variables (`allocator.rs`) and `PATH` to find PostgreSQL (`embedded_pg.rs`).
 //! Invalid settings stop the server at start with one line that names the bad setting.
 
-use std::{collections::HashMap, net::SocketAddr, path::PathBuf};
+use std::{collections::HashMap, net::SocketAddr, path::PathBuf, time::Duration};
 
 use ruma::OwnedServerName;
 use serde::Deserialize;
@@ -118,6 +118,11 @@ pub struct FederationConfig {
     pub well_known_server: Option<String>,
     /// Servers allowed to federate with us; `None` allows every server.
     pub allowed_servers: Option<Vec<OwnedServerName>>,
+    /// The delay before the first retry to an unreachable server (doubled per failure,
+    /// jittered).
+    pub retry_min: Duration,
+    /// The longest delay between retries to an unreachable server.
+    pub retry_max: Duration,
 }
 
 impl FederationConfig {
@@ -176,6 +181,8 @@ struct FileConfig {
     federation_ca_file: Option<String>,
     well_known_server: Option<String>,
     federation_allowed_servers: Option<String>,
+    federation_retry_min_ms: Option<toml::Value>,
+    federation_retry_max_ms: Option<toml::Value>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -469,6 +476,14 @@ fn federation_config(src: &Sources) -> Result<FederationConfig, ConfigError> {
                 .collect::<Result<_, _>>()?,
         ),
     };
+    let retry_min = Duration::from_millis(integer(src, "federation_retry_min_ms", 2_000)?);
+    let retry_max = Duration::from_millis(integer(src, "federation_retry_max_ms", 3_600_000)?);
+    if retry_max < retry_min {
+        return Err(bad(
+            "MYELIN_FEDERATION_RETRY_MAX_MS",
+            "must not be less than MYELIN_FEDERATION_RETRY_MIN_MS",
+        ));
+    }
     Ok(FederationConfig {
         enabled: switch(src, "federation", true)?,
         listen,
@@ -479,6 +494,8 @@ fn federation_config(src: &Sources) -> Result<FederationConfig, ConfigError> {
             .map(|r| r.value)
             .filter(|v| !v.is_empty()),
         allowed_servers,
+        retry_min,
+        retry_max,
     })
 }
 
@@ -566,6 +583,8 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         federation_ca_file,
         well_known_server,
         federation_allowed_servers,
+        federation_retry_min_ms,
+        federation_retry_max_ms,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -615,6 +634,8 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("federation_ca_file", s(federation_ca_file)),
         ("well_known_server", s(well_known_server)),
         ("federation_allowed_servers", s(federation_allowed_servers)),
+        ("federation_retry_min_ms", federation_retry_min_ms),
+        ("federation_retry_max_ms", federation_retry_max_ms),
     ];
     Ok(entries
         .into_iter()

@@ -201,6 +201,7 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
             services.notifier.listen(database_url.to_owned());
             services.push_sender.start();
+            services.federation.sender.start();
             services.presence.start_sweeper();
             server::serve(services, listener, federation)
                 .await

@@ -89,7 +89,9 @@ impl Services {
             db.clone(),
             config.clone(),
             keys.clone(),
+            notifier.federation_wake.clone(),
         )?);
+        let federation_sender = federation.sender.clone();
         let media_fetcher = federation.client.clone();
         Ok(Arc::new(Services {
             federation,
@@ -105,7 +107,11 @@ impl Services {
             push_rules: push_rules::PushRules::new(db.clone()),
             pushers: pushers::Pushers::new(db.clone(), outbound.clone()),
             e2ee_keys: e2ee::keys::Keys::new(db.clone()),
-            to_device: e2ee::to_device::ToDevice::new(db.clone(), config.server_name.clone()),
+            to_device: e2ee::to_device::ToDevice::new(
+                db.clone(),
+                config.server_name.clone(),
+                federation_sender,
+            ),
             backup: e2ee::backup::Backup::new(db.clone()),
             media: media::Media::new(db.clone(), config.clone(), media_fetcher),
             presence,

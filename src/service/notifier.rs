@@ -31,6 +31,9 @@ pub const TYPING_CHANNEL: &str = "myelin_typing";
 /// Channel for changes everyone sharing a room with a user must see: presence, devices and
 /// keys (payload: user ID).
 pub const SHARERS_CHANNEL: &str = "myelin_sharers";
+/// Channel for EDUs queued for other servers (payload: the destination), for the federation
+/// sender.
+pub const FEDERATION_CHANNEL: &str = "myelin_federation";
 
 /// Per-user wake-up handles.
 pub struct Notifier {
@@ -41,6 +44,8 @@ pub struct Notifier {
     pub typing: Typing,
     /// Woken on every room write, for the push sender.
     pub push_wake: Arc<Notify>,
+    /// Woken whenever something is queued for another server, for the federation sender.
+    pub federation_wake: Arc<Notify>,
 }
 
 impl Notifier {
@@ -52,6 +57,7 @@ impl Notifier {
             waiters: Mutex::new(HashMap::new()),
             typing: Typing::default(),
             push_wake: Arc::default(),
+            federation_wake: Arc::default(),
         })
     }
 
@@ -184,7 +190,7 @@ impl Notifier {
         client
             .batch_execute(&format!(
                 "LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL}; LISTEN {TOKEN_CHANNEL}; \
-                 LISTEN {TYPING_CHANNEL}; LISTEN {SHARERS_CHANNEL};"
+                 LISTEN {TYPING_CHANNEL}; LISTEN {SHARERS_CHANNEL}; LISTEN {FEDERATION_CHANNEL};"
             ))
             .await?;
         while let Some((channel, payload)) = receiver.recv().await {
@@ -196,6 +202,8 @@ impl Notifier {
                 tokio::spawn(async move { notifier.wake_room_sharers(&payload).await });
             } else if channel == TYPING_CHANNEL {
                 notifier.typing_changed(&payload);
+            } else if channel == FEDERATION_CHANNEL {
+                notifier.federation_wake.notify_one();
             } else if channel == TOKEN_CHANNEL {
                 let hashes: Vec<String> = payload.split(',').map(str::to_owned).collect();
                 notifier.sessions.forget_cached_hex(&hashes);

@@ -10,6 +10,8 @@ pub mod backup;
 pub mod devices;
 pub mod e2ee;
 pub mod federation;
+pub mod federation_received;
+pub mod federation_sending;
 pub mod media;
 pub mod openid;
 pub mod presence;

@@ -398,6 +398,44 @@ diesel::table! {
 }
 
 diesel::table! {
+    federation_destinations (destination) {
+        destination -> Text,
+        failures -> Int4,
+        retry_at_ts -> Int8,
+        txn_id -> Nullable<Text>,
+        txn_body -> Nullable<Jsonb>,
+    }
+}
+
+diesel::table! {
+    federation_outbox (outbox_id) {
+        outbox_id -> Int8,
+        destination -> Text,
+        edu_type -> Text,
+        content -> Jsonb,
+        txn_id -> Nullable<Text>,
+        created_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    federation_received_txns (origin, txn_id) {
+        origin -> Text,
+        txn_id -> Text,
+        response -> Jsonb,
+        received_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    federation_received_to_device (origin, message_id) {
+        origin -> Text,
+        message_id -> Text,
+        received_ts -> Int8,
+    }
+}
+
+diesel::table! {
     server_signing_keys (key_id) {
         key_id -> Text,
         secret_der -> Bytea,
@@ -444,6 +482,10 @@ diesel::allow_tables_to_appear_in_same_query!(
     event_txns,
     events,
     fallback_keys,
+    federation_destinations,
+    federation_outbox,
+    federation_received_to_device,
+    federation_received_txns,
     filters,
     key_signatures,
     media,

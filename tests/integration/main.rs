@@ -12,6 +12,7 @@ mod errors;
 mod federation;
 mod federation_auth;
 mod federation_queries;
+mod federation_sender;
 mod media;
 mod membership_paths;
 mod migrations;

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod media;
 pub mod openid;
 pub mod query;
+pub mod send;
 
 use ::ruma::api::federation as f;
 
@@ -31,5 +32,8 @@ pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::authenticated_media::get_content::v1::Request, _, _>(media::media_download_route);
     t.ruma::<f::authenticated_media::get_content_thumbnail::v1::Request, _, _>(
         media::media_thumbnail_route,
+    );
+    t.ruma::<f::transactions::send_transaction_message::v1::Request, _, _>(
+        send::send_transaction_route,
     );
 }

@@ -502,6 +502,36 @@ impl Keys {
         let conn = self.db.conn().await?;
         device_list_delta(&conn, user_id.as_str(), device_lists, events).await
     }
+
+    /// An `m.device_list_update` EDU from `origin` (already checked: its user is on `origin`).
+    ///
+    /// PLACEHOLDER: the e2ee federation branch provides the real body (cache the remote
+    /// device, follow `prev_id`, resync on a gap); this only checks the user and logs.
+    pub async fn on_device_list_update(&self, origin: &ServerName, content: &Value) -> Result<()> {
+        let user = remote_user_of(origin, content)?;
+        tracing::debug!(%origin, %user, "m.device_list_update received (not applied yet)");
+        Ok(())
+    }
+
+    /// An `m.signing_key_update` EDU from `origin` (already checked: its user is on `origin`).
+    ///
+    /// PLACEHOLDER: the e2ee federation branch provides the real body (store the remote
+    /// cross-signing keys); this only checks the user and logs.
+    pub async fn on_signing_key_update(&self, origin: &ServerName, content: &Value) -> Result<()> {
+        let user = remote_user_of(origin, content)?;
+        tracing::debug!(%origin, %user, "m.signing_key_update received (not applied yet)");
+        Ok(())
+    }
+}
+
+/// The `user_id` of an EDU's content, which must belong to `origin`.
+fn remote_user_of(origin: &ServerName, content: &Value) -> Result<OwnedUserId> {
+    content
+        .get("user_id")
+        .and_then(Value::as_str)
+        .and_then(|u| UserId::parse(u).ok())
+        .filter(|u| u.server_name() == origin)
+        .ok_or_else(|| Error::forbidden(format!("the EDU's user_id is not a user of {origin}")))
 }
 
 /// What a key is, as a signer or as the key signed.

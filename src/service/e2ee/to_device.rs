@@ -1,85 +1,149 @@
 //! `sendToDevice` and the per-device inboxes `/sync` delivers from.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use ruma::{OwnedServerName, UserId};
-use serde_json::{json, Value};
+use rand::{distr::Alphanumeric, Rng};
+use ruma::{OwnedServerName, ServerName, UserId};
+use serde_json::{json, Map, Value};
 
 use crate::{
     error::{Error, Result},
-    service::notifier::USER_CHANNEL,
+    service::{federation::sender::Sender, notifier::USER_CHANNEL},
     storage::{devices, now_ms, rooms::notify, to_device as store, Db},
 };
 
 /// Messages a sync delivers at most; the rest come with the next sync.
 pub const SYNC_LIMIT: i64 = 100;
 
+/// The federation EDU that carries to-device messages.
+pub const DIRECT_TO_DEVICE: &str = "m.direct_to_device";
+
 /// The to-device service.
 pub struct ToDevice {
     db: Db,
     server_name: OwnedServerName,
+    federation: Arc<Sender>,
 }
 
 impl ToDevice {
-    /// Creates the service.
-    pub fn new(db: Db, server_name: OwnedServerName) -> Self {
-        ToDevice { db, server_name }
+    /// Creates the service; messages for other servers' users are queued on `federation`.
+    pub fn new(db: Db, server_name: OwnedServerName, federation: Arc<Sender>) -> Self {
+        ToDevice {
+            db,
+            server_name,
+            federation,
+        }
     }
 
     /// `PUT /sendToDevice/{eventType}/{txnId}`: `messages` is user -> device (or `*`) ->
     /// content; a device named as well as covered by `*` gets only its own message.
-    /// Idempotent per sending device and `txnId`. Messages for remote users are
-    /// dropped (no federation yet); unknown local devices are skipped.
+    /// Idempotent per sending device and `txnId`. Unknown local devices are skipped.
+    ///
+    /// Messages for other servers' users are queued as one `m.direct_to_device` EDU per
+    /// server, in the same transaction as the local deliveries and the `txnId` record, so a
+    /// retried request queues nothing twice and a queued message survives restarts. They are
+    /// dropped when that server may not be contacted (federation off, not allowed).
     pub async fn send(
         &self,
         sender: &UserId,
         sender_device: &str,
         event_type: &str,
         txn_id: &str,
-        messages: &serde_json::Map<String, Value>,
+        messages: &Map<String, Value>,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
         conn.transaction::<_, Error, _>(async |conn| {
             if !store::record_txn(conn, sender.as_str(), sender_device, txn_id, now_ms()).await? {
                 return Ok(());
             }
-            let mut deliveries = Vec::new();
+            deliver_local(
+                conn,
+                &self.server_name,
+                sender.as_str(),
+                event_type,
+                messages,
+            )
+            .await?;
+            let mut remote: BTreeMap<OwnedServerName, Map<String, Value>> = BTreeMap::new();
             for (user, per_device) in messages {
-                let is_local = UserId::parse(user.as_str())
-                    .is_ok_and(|user| user.server_name() == self.server_name);
-                if !is_local {
+                let Ok(user_id) = UserId::parse(user.as_str()) else {
                     continue;
-                }
-                let Some(per_device) = per_device.as_object() else {
-                    return Err(Error::bad_json("messages must map users to devices"));
                 };
-                let known = devices::get_device_ids(conn, user).await?;
-                // One message per device: one addressed to the device itself wins over `*`.
-                let mut for_user: BTreeMap<&String, &Value> = BTreeMap::new();
-                for (device, content) in per_device {
-                    if device == "*" {
-                        for target in &known {
-                            for_user.entry(target).or_insert(content);
-                        }
-                    } else if let Some(target) = known.iter().find(|d| *d == device) {
-                        for_user.insert(target, content);
-                    }
-                }
-                for (target, content) in for_user {
-                    deliveries.push((user.clone(), target.clone(), content.clone()));
+                if user_id.server_name() != self.server_name {
+                    remote
+                        .entry(user_id.server_name().to_owned())
+                        .or_default()
+                        .insert(user.clone(), per_device.clone());
                 }
             }
-            store::deliver(conn, sender.as_str(), event_type, &deliveries).await?;
-            let mut users: Vec<&String> = deliveries.iter().map(|(u, _, _)| u).collect();
-            users.dedup();
-            for user in users {
-                notify(conn, USER_CHANNEL, user).await?;
+            for (destination, messages) in remote {
+                let content = json!({
+                    "sender": sender,
+                    "type": event_type,
+                    "message_id": new_message_id(),
+                    "messages": messages,
+                });
+                self.federation
+                    .queue_edu(conn, &destination, DIRECT_TO_DEVICE, &content)
+                    .await?;
             }
             Ok(())
         })
         .await
     }
+}
+
+/// Delivers `messages` (user -> device or `*` -> content) from `sender` to this server's
+/// users' devices, inside the caller's transaction; other servers' users, unknown devices and
+/// malformed entries are skipped. A device named as well as covered by `*` gets only its own
+/// message. Wakes the recipients' syncs at commit.
+pub async fn deliver_local(
+    conn: &AsyncPgConnection,
+    server_name: &ServerName,
+    sender: &str,
+    event_type: &str,
+    messages: &Map<String, Value>,
+) -> Result<usize> {
+    let mut deliveries = Vec::new();
+    for (user, per_device) in messages {
+        let is_local =
+            UserId::parse(user.as_str()).is_ok_and(|user| user.server_name() == server_name);
+        let (true, Some(per_device)) = (is_local, per_device.as_object()) else {
+            continue;
+        };
+        let known = devices::get_device_ids(conn, user).await?;
+        // One message per device: one addressed to the device itself wins over `*`.
+        let mut for_user: BTreeMap<&String, &Value> = BTreeMap::new();
+        for (device, content) in per_device {
+            if device == "*" {
+                for target in &known {
+                    for_user.entry(target).or_insert(content);
+                }
+            } else if let Some(target) = known.iter().find(|d| *d == device) {
+                for_user.insert(target, content);
+            }
+        }
+        for (target, content) in for_user {
+            deliveries.push((user.clone(), target.clone(), content.clone()));
+        }
+    }
+    store::deliver(conn, sender, event_type, &deliveries).await?;
+    let mut users: Vec<&String> = deliveries.iter().map(|(u, _, _)| u).collect();
+    users.dedup();
+    for user in users {
+        notify(conn, USER_CHANNEL, user).await?;
+    }
+    Ok(deliveries.len())
+}
+
+/// A unique `message_id` for an outgoing `m.direct_to_device` EDU.
+fn new_message_id() -> String {
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(24)
+        .map(char::from)
+        .collect()
 }
 
 /// A device's to-device events for a sync from `since` (its previous token's position) up to

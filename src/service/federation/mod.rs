@@ -4,9 +4,13 @@
 pub mod client;
 pub mod query;
 pub mod resolver;
+pub mod sender;
 pub mod server_keys;
+pub mod transactions;
 
 use std::sync::Arc;
+
+use tokio::sync::Notify;
 
 use ruma::{
     api::federation::authentication::{XMatrix, XMatrixVerificationError},
@@ -28,12 +32,21 @@ pub struct Federation {
     pub client: Arc<FederationClient>,
     /// Other servers' keys.
     pub remote_keys: server_keys::RemoteKeys,
+    /// Sends queued EDUs to other servers (started by `serve`).
+    pub sender: Arc<sender::Sender>,
+    db: Db,
     config: Arc<Config>,
 }
 
 impl Federation {
-    /// Builds the service; fails on an unreadable `MYELIN_FEDERATION_CA_FILE`.
-    pub fn new(db: Db, config: Arc<Config>, keys: Arc<ServerKeys>) -> Result<Self> {
+    /// Builds the service; fails on an unreadable `MYELIN_FEDERATION_CA_FILE`. `sender_wake`
+    /// is notified whenever something is queued for another server.
+    pub fn new(
+        db: Db,
+        config: Arc<Config>,
+        keys: Arc<ServerKeys>,
+        sender_wake: Arc<Notify>,
+    ) -> Result<Self> {
         let client = Arc::new(
             FederationClient::new(
                 config.server_name.clone(),
@@ -43,9 +56,18 @@ impl Federation {
             )
             .map_err(Error::internal)?,
         );
+        let sender = sender::Sender::new(
+            db.clone(),
+            client.clone(),
+            config.federation.clone(),
+            config.server_name.clone(),
+            sender_wake,
+        );
         Ok(Federation {
-            remote_keys: server_keys::RemoteKeys::new(db, client.clone()),
+            remote_keys: server_keys::RemoteKeys::new(db.clone(), client.clone()),
             client,
+            sender,
+            db,
             config,
         })
     }
@@ -98,6 +120,7 @@ impl Federation {
                 }
                 other => unauthorized(format!("Bad X-Matrix signature: {other}")),
             })?;
+        self.sender.destination_is_up(&origin);
         Ok(origin)
     }
 

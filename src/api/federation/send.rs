@@ -1,0 +1,34 @@
+//! `PUT /_matrix/federation/v1/send/{txnId}`.
+
+use actix_web::{web::Data, HttpResponse};
+use ruma::api::federation::transactions::send_transaction_message;
+
+use crate::{
+    api::ruma::Ruma,
+    error::Result,
+    service::{federation::transactions::Transaction, Services},
+};
+
+/// `PUT /_matrix/federation/v1/send/{txnId}`: another server's PDUs and EDUs. The answer
+/// (also to a replay) is the stored one.
+pub async fn send_transaction_route(
+    services: Data<Services>,
+    body: Ruma<send_transaction_message::v1::Request>,
+) -> Result<HttpResponse> {
+    let origin = body.origin()?;
+    let request = &body.body;
+    let answer = services
+        .federation
+        .receive_transaction(
+            &services.e2ee_keys,
+            origin,
+            Transaction {
+                txn_id: request.transaction_id.as_str(),
+                origin: &request.origin,
+                pdus: &request.pdus,
+                edus: &request.edus,
+            },
+        )
+        .await?;
+    Ok(HttpResponse::Ok().json(answer))
+}

@@ -1,0 +1,435 @@
+//! Sends what is queued for other servers in `PUT /_matrix/federation/v1/send/{txnId}`
+//! transactions, in the background.
+//!
+//! Rules that keep delivery exactly-once on the receiver (FEDERATION.md §5, invariant 3):
+//! - One transaction in flight per destination (at most [`MAX_EDUS`] EDUs; PDUs come with
+//!   rooms across servers). Its ID and body are committed before the first attempt and resent
+//!   unchanged until the destination answers 200, so a crash mid-send resends the same
+//!   transaction and the receiver deduplicates it by `(origin, txnId)`.
+//! - Queued EDUs leave the outbox only after that 200 (invariant 8: durable).
+//! - A failure backs the destination off: jittered, doubling from `retry_min` up to
+//!   `retry_max`, stored in PostgreSQL so a restart keeps it. Any authenticated request from
+//!   the destination ends the backoff ([`Sender::destination_is_up`]).
+//! - One server process sends at a time (it holds a PostgreSQL advisory lock, distinct from
+//!   the push sender's), woken by `NOTIFY` on [`FEDERATION_CHANNEL`] from whichever process
+//!   queued, and by a tick for retries coming due.
+//! - With federation off nothing is sent.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use diesel::sql_types::{BigInt, Bool};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use rand::Rng;
+use ruma::{
+    api::federation::transactions::send_transaction_message, serde::Raw,
+    MilliSecondsSinceUnixEpoch, OwnedServerName, OwnedTransactionId, ServerName, UInt,
+};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use super::{FederationClient, FederationError};
+use crate::{
+    config::FederationConfig,
+    error::{Error, Result},
+    service::notifier::FEDERATION_CHANNEL,
+    storage::{federation_received, federation_sending as store, now_ms, rooms::notify, Db},
+};
+
+/// Most EDUs in one transaction (the spec's limit).
+pub const MAX_EDUS: i64 = 100;
+/// How often to look for work without being woken (retries coming due).
+const IDLE_TICK: Duration = Duration::from_secs(1);
+/// Advisory-lock key held by the sending process.
+const LEADER_LOCK: i64 = 0x6d79_656c_6665_6473; // "myelfeds"
+/// Most of a destination's answer to `/send` that is read.
+const MAX_SEND_RESPONSE: usize = 1024 * 1024;
+/// How long received transaction IDs and to-device message IDs are remembered.
+const RECEIVED_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// How often the leader forgets old received IDs.
+const CLEANUP_EVERY: Duration = Duration::from_secs(3600);
+/// How often one process resets a destination's backoff at most (each reset is a write).
+const RESET_THROTTLE: Duration = Duration::from_secs(5);
+
+/// The background federation sender.
+pub struct Sender {
+    db: Db,
+    client: Arc<FederationClient>,
+    config: FederationConfig,
+    origin: OwnedServerName,
+    wake: Arc<Notify>,
+    busy: Mutex<HashSet<String>>,
+    recently_up: Mutex<HashMap<OwnedServerName, Instant>>,
+}
+
+/// What became of one attempt to send a transaction.
+enum Outcome {
+    /// 200: the EDUs were delivered.
+    Delivered,
+    /// The destination refused the transaction itself (400) or may not be contacted: it will
+    /// never be accepted, so it is dropped rather than blocking the queue forever.
+    Undeliverable(String),
+    /// Try again after a backoff.
+    Failed(String),
+}
+
+impl Sender {
+    /// Creates the sender; `wake` is notified whenever something is queued.
+    pub fn new(
+        db: Db,
+        client: Arc<FederationClient>,
+        config: FederationConfig,
+        origin: OwnedServerName,
+        wake: Arc<Notify>,
+    ) -> Arc<Self> {
+        Arc::new(Sender {
+            db,
+            client,
+            config,
+            origin,
+            wake,
+            busy: Mutex::default(),
+            recently_up: Mutex::default(),
+        })
+    }
+
+    /// Runs until the process ends: waits to become the sending process, then sends. Does
+    /// nothing when federation is off.
+    pub fn start(self: &Arc<Self>) {
+        if !self.config.enabled {
+            return;
+        }
+        let sender = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(err) = sender.lead().await {
+                    tracing::warn!("federation sender: {err}");
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+    }
+
+    /// Queues an EDU for `destination` inside the caller's transaction and wakes the sender
+    /// at commit. Destinations we may not contact (federation off, not allowed, ourselves) get
+    /// nothing: false.
+    pub async fn queue_edu(
+        &self,
+        conn: &AsyncPgConnection,
+        destination: &ServerName,
+        edu_type: &str,
+        content: &Value,
+    ) -> Result<bool> {
+        if !self.config.enabled || !self.config.allows(destination) || destination == self.origin {
+            return Ok(false);
+        }
+        store::queue_edu(conn, destination.as_str(), edu_type, content, now_ms()).await?;
+        notify(conn, FEDERATION_CHANNEL, destination.as_str()).await?;
+        Ok(true)
+    }
+
+    /// `origin` just made an authenticated request to us, so it is up: its backoff ends and
+    /// what is queued for it goes now. Runs in the background (the request does not wait).
+    pub fn destination_is_up(self: &Arc<Self>, origin: &ServerName) {
+        if !self.config.enabled {
+            return;
+        }
+        {
+            let mut recent = self.recently_up.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if recent
+                .get(origin)
+                .is_some_and(|at| now.duration_since(*at) < RESET_THROTTLE)
+            {
+                return;
+            }
+            if recent.len() > 10_000 {
+                recent.retain(|_, at| now.duration_since(*at) < RESET_THROTTLE);
+            }
+            recent.insert(origin.to_owned(), now);
+        }
+        let sender = self.clone();
+        let origin = origin.to_owned();
+        tokio::spawn(async move {
+            let result = async {
+                let conn = sender.db.conn().await?;
+                if store::reset_backoff(&conn, origin.as_str()).await? {
+                    tracing::info!(%origin, "backed-off server contacted us; sending now");
+                    notify(&conn, FEDERATION_CHANNEL, origin.as_str()).await?;
+                }
+                Ok::<_, Error>(())
+            }
+            .await;
+            if let Err(err) = result {
+                tracing::warn!(%origin, "could not reset the backoff: {err}");
+            }
+        });
+    }
+
+    /// Takes the leader lock if free, then runs rounds for as long as its connection lives.
+    async fn lead(self: &Arc<Self>) -> Result<()> {
+        let mut lock_conn = self.db.conn().await?;
+        #[derive(diesel::QueryableByName)]
+        struct Locked {
+            #[diesel(sql_type = Bool)]
+            locked: bool,
+        }
+        let locked: Locked =
+            crate::storage::cached_sql("SELECT pg_try_advisory_lock($1) AS locked")
+                .bind::<BigInt, _>(LEADER_LOCK)
+                .get_result(&mut lock_conn)
+                .await?;
+        if !locked.locked {
+            return Ok(());
+        }
+        tracing::info!("this process sends to other servers");
+        let mut cleaned = None::<Instant>;
+        loop {
+            if cleaned.is_none_or(|at| at.elapsed() >= CLEANUP_EVERY) {
+                let conn = self.db.conn().await?;
+                let before = now_ms() - RECEIVED_KEPT.as_millis() as i64;
+                federation_received::delete_received_before(&conn, before).await?;
+                cleaned = Some(Instant::now());
+            }
+            self.round().await?;
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(IDLE_TICK) => {}
+            }
+            // The lock lives as long as this connection; stop if it died.
+            crate::storage::cached_sql("SELECT 1")
+                .execute(&mut lock_conn)
+                .await?;
+        }
+    }
+
+    /// Starts a drain for every destination with queued EDUs that is not already being
+    /// drained or backed off.
+    async fn round(self: &Arc<Self>) -> Result<()> {
+        let destinations = {
+            let conn = self.db.conn().await?;
+            store::get_ready_destinations(&conn, now_ms()).await?
+        };
+        for destination in destinations {
+            if !self
+                .busy
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(destination.clone())
+            {
+                continue;
+            }
+            let sender = self.clone();
+            tokio::spawn(async move {
+                if let Err(err) = sender.drain(&destination).await {
+                    tracing::warn!(%destination, "federation sender: {err}");
+                }
+                sender
+                    .busy
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&destination);
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends a destination's transactions one after the other until its queue is empty or an
+    /// attempt fails.
+    async fn drain(&self, destination: &str) -> Result<()> {
+        let Ok(server) = ServerName::parse(destination) else {
+            tracing::warn!(%destination, "queued EDUs for an invalid server name; dropping them");
+            return self.drop_queue(destination).await;
+        };
+        loop {
+            let Some((txn_id, body)) = self.next_txn(destination).await? else {
+                return Ok(());
+            };
+            match self.send(&server, &txn_id, &body).await {
+                Outcome::Delivered => {
+                    let conn = self.db.conn().await?;
+                    store::finish_txn(&conn, destination, &txn_id).await?;
+                }
+                Outcome::Undeliverable(reason) => {
+                    let edus = body["edus"].as_array().map_or(0, Vec::len);
+                    tracing::error!(%destination, %txn_id, %reason, "transaction refused; dropping its {edus} EDU(s)");
+                    let conn = self.db.conn().await?;
+                    store::finish_txn(&conn, destination, &txn_id).await?;
+                }
+                Outcome::Failed(reason) => {
+                    let conn = self.db.conn().await?;
+                    let failures = store::get_destination(&conn, destination)
+                        .await?
+                        .map_or(0, |d| d.failures)
+                        .saturating_add(1);
+                    let delay = backoff(self.config.retry_min, self.config.retry_max, failures);
+                    tracing::warn!(%destination, %txn_id, %reason, ?delay, "sending failed; will retry");
+                    let retry_at = now_ms() + delay.as_millis() as i64;
+                    store::set_backoff(&conn, destination, failures, retry_at).await?;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// The transaction in flight to `destination`, or a new one built from its oldest queued
+    /// EDUs (committed before it is first sent); `None` when nothing is queued.
+    async fn next_txn(&self, destination: &str) -> Result<Option<(String, Value)>> {
+        let mut conn = self.db.conn().await?;
+        let origin = self.origin.clone();
+        conn.transaction::<_, Error, _>(async |conn| {
+            if let Some(row) = store::get_destination(conn, destination).await? {
+                if let (Some(txn_id), Some(body)) = (row.txn_id, row.txn_body) {
+                    return Ok(Some((txn_id, body)));
+                }
+            }
+            let rows = store::get_unsent_edus(conn, destination, MAX_EDUS).await?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let txn_id = new_txn_id();
+            let edus: Vec<Value> = rows
+                .iter()
+                .map(|row| json!({ "edu_type": row.edu_type, "content": row.content }))
+                .collect();
+            let body = json!({
+                "origin": origin,
+                "origin_server_ts": now_ms(),
+                "pdus": [],
+                "edus": edus,
+            });
+            let ids: Vec<i64> = rows.iter().map(|row| row.outbox_id).collect();
+            store::set_txn_in_flight(conn, destination, &txn_id, &body, &ids).await?;
+            Ok(Some((txn_id, body)))
+        })
+        .await
+    }
+
+    /// One attempt at `PUT /send/{txn_id}` with the stored body.
+    async fn send(&self, destination: &ServerName, txn_id: &str, body: &Value) -> Outcome {
+        let request = match txn_request(txn_id, body) {
+            Ok(request) => request,
+            Err(reason) => return Outcome::Undeliverable(reason),
+        };
+        match self
+            .client
+            .send_raw(destination, request, MAX_SEND_RESPONSE)
+            .await
+        {
+            Ok(raw) if raw.status == 200 => Outcome::Delivered,
+            Ok(raw) => Outcome::Failed(format!("answered {}", raw.status)),
+            Err(FederationError::NotAllowed(reason)) => Outcome::Undeliverable(reason),
+            Err(err @ FederationError::Remote { status: 400, .. }) => {
+                Outcome::Undeliverable(err.to_string())
+            }
+            Err(err) => Outcome::Failed(err.to_string()),
+        }
+    }
+
+    /// Drops everything queued for a destination that can never be contacted.
+    async fn drop_queue(&self, destination: &str) -> Result<()> {
+        let conn = self.db.conn().await?;
+        loop {
+            let rows = store::get_unsent_edus(&conn, destination, MAX_EDUS).await?;
+            if rows.is_empty() {
+                break;
+            }
+            let txn_id = new_txn_id();
+            let ids: Vec<i64> = rows.iter().map(|row| row.outbox_id).collect();
+            store::set_txn_in_flight(&conn, destination, &txn_id, &Value::Null, &ids).await?;
+            store::finish_txn(&conn, destination, &txn_id).await?;
+        }
+        if let Some(txn_id) = store::get_destination(&conn, destination)
+            .await?
+            .and_then(|d| d.txn_id)
+        {
+            store::finish_txn(&conn, destination, &txn_id).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The ruma request for a stored transaction body.
+fn txn_request(
+    txn_id: &str,
+    body: &Value,
+) -> std::result::Result<send_transaction_message::v1::Request, String> {
+    let origin = body["origin"]
+        .as_str()
+        .and_then(|o| OwnedServerName::try_from(o).ok())
+        .ok_or("stored transaction without an origin")?;
+    let ts = body["origin_server_ts"]
+        .as_u64()
+        .and_then(|ts| UInt::try_from(ts).ok())
+        .ok_or("stored transaction without a timestamp")?;
+    let mut request = send_transaction_message::v1::Request::new(
+        OwnedTransactionId::from(txn_id),
+        origin,
+        MilliSecondsSinceUnixEpoch(ts),
+    );
+    for edu in body["edus"].as_array().into_iter().flatten() {
+        let raw = serde_json::value::to_raw_value(edu).map_err(|e| e.to_string())?;
+        request.edus.push(Raw::from_json(raw));
+    }
+    for pdu in body["pdus"].as_array().into_iter().flatten() {
+        request
+            .pdus
+            .push(serde_json::value::to_raw_value(pdu).map_err(|e| e.to_string())?);
+    }
+    Ok(request)
+}
+
+/// A new transaction ID: the time and 64 random bits, unique per destination.
+fn new_txn_id() -> String {
+    format!("{}.{:016x}", now_ms(), rand::rng().random::<u64>())
+}
+
+/// The delay before the next attempt after `failures` failures in a row: `min` doubled per
+/// earlier failure, times a random factor in [0.5, 2) so servers that failed together do not
+/// retry in lockstep, at most `max`.
+pub fn backoff(min: Duration, max: Duration, failures: i32) -> Duration {
+    let doublings = failures.saturating_sub(1).clamp(0, 30) as u32;
+    let nominal = min.saturating_mul(1u32 << doublings).min(max);
+    let factor = rand::rng().random_range(0.5..2.0);
+    nominal.mul_f64(factor).min(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_the_cap() {
+        let min = Duration::from_secs(2);
+        let max = Duration::from_secs(3600);
+        for _ in 0..100 {
+            let first = backoff(min, max, 1);
+            assert!(first >= Duration::from_secs(1) && first < Duration::from_secs(4));
+            let fourth = backoff(min, max, 4);
+            assert!(fourth >= Duration::from_secs(8) && fourth < Duration::from_secs(32));
+            assert!(backoff(min, max, 40) <= max);
+            assert!(backoff(min, max, i32::MAX) <= max);
+        }
+    }
+
+    #[test]
+    fn a_stored_body_becomes_its_request() {
+        let body = json!({
+            "origin": "example.org",
+            "origin_server_ts": 1234,
+            "pdus": [],
+            "edus": [{ "edu_type": "m.direct_to_device", "content": { "message_id": "m1" } }],
+        });
+        let request = txn_request("t1", &body).unwrap();
+        assert_eq!(request.transaction_id.as_str(), "t1");
+        assert_eq!(request.origin.as_str(), "example.org");
+        assert_eq!(request.edus.len(), 1);
+        assert_eq!(
+            request.edus[0].json().get(),
+            serde_json::to_string(&body["edus"][0]).unwrap()
+        );
+    }
+}

@@ -1,0 +1,322 @@
+//! Receiving `PUT /_matrix/federation/v1/send/{txnId}` (FEDERATION.md §1.4).
+//!
+//! - At most [`MAX_PDUS`] PDUs and [`MAX_EDUS`] EDUs (400 `M_TOO_LARGE`); the body's `origin`
+//!   must be the authenticated server (403 `M_FORBIDDEN`).
+//! - Idempotent per `(origin, txnId)`: the answer is stored in the same database transaction
+//!   that applies the effects, with the `(origin, txnId)` row inserted first. A replay finds
+//!   the row and gets the stored answer; a concurrent duplicate's insert waits for the first
+//!   one to commit and then does the same, so effects apply once.
+//! - Every EDU is checked against the origin; a bad one is dropped and logged, never an error
+//!   for the transaction. To-device messages are committed before the 200 (a database failure
+//!   fails the whole transaction, which the sender retries).
+//! - PDUs are not accepted until rooms across servers exist: each gets a per-PDU error.
+
+use std::collections::BTreeMap;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use ruma::{
+    api::federation::transactions::edu::Edu, serde::Raw, CanonicalJsonObject, CanonicalJsonValue,
+    RoomId, RoomVersionId, ServerName, UserId,
+};
+use serde_json::{json, value::RawValue as RawJsonValue, Map, Value};
+
+use super::Federation;
+use crate::{
+    error::{Error, Result},
+    service::e2ee::{keys::Keys, to_device},
+    storage::{federation_received as store, now_ms, rooms as rooms_store},
+};
+
+/// Most PDUs in one transaction.
+pub const MAX_PDUS: usize = 50;
+/// Most EDUs in one transaction.
+pub const MAX_EDUS: usize = 100;
+/// Longest to-device `message_id` accepted (it is stored for deduplication).
+const MAX_MESSAGE_ID: usize = 255;
+/// The error every PDU gets until rooms across servers are supported.
+const PDU_UNSUPPORTED: &str = "This server does not accept events from other servers yet";
+
+/// A transaction as received (the parts the Server-Server API defines).
+pub struct Transaction<'a> {
+    /// The `txnId` path parameter.
+    pub txn_id: &'a str,
+    /// The body's `origin`.
+    pub origin: &'a ServerName,
+    /// The PDUs, unparsed.
+    pub pdus: &'a [Box<RawJsonValue>],
+    /// The EDUs, each parsed on its own.
+    pub edus: &'a [Raw<Edu>],
+}
+
+/// One EDU that passed the shape check.
+struct ParsedEdu {
+    edu_type: String,
+    content: Value,
+}
+
+impl Federation {
+    /// Applies a transaction from `origin` (the authenticated server) once, and answers the
+    /// `/send` response body (the same one for every replay).
+    pub async fn receive_transaction(
+        &self,
+        keys: &Keys,
+        origin: &ServerName,
+        txn: Transaction<'_>,
+    ) -> Result<Value> {
+        if txn.origin != origin {
+            return Err(Error::forbidden(format!(
+                "The transaction's origin {} is not the server that sent it ({origin})",
+                txn.origin
+            )));
+        }
+        if txn.pdus.len() > MAX_PDUS || txn.edus.len() > MAX_EDUS {
+            return Err(Error::too_large(format!(
+                "A transaction carries at most {MAX_PDUS} PDUs and {MAX_EDUS} EDUs"
+            )));
+        }
+        let edus: Vec<ParsedEdu> = txn
+            .edus
+            .iter()
+            .filter_map(|raw| parse_edu(origin, raw))
+            .collect();
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let response = pdu_errors(conn, txn.pdus).await?;
+            let now = now_ms();
+            if !store::claim_txn(conn, origin.as_str(), txn.txn_id, &response, now).await? {
+                tracing::debug!(%origin, txn_id = txn.txn_id, "transaction replayed");
+                return store::get_txn_response(conn, origin.as_str(), txn.txn_id)
+                    .await?
+                    .ok_or_else(|| Error::internal("a claimed transaction has no response"));
+            }
+            for edu in &edus {
+                self.apply_edu(conn, keys, origin, edu).await?;
+            }
+            Ok(response)
+        })
+        .await
+    }
+
+    /// Applies one EDU inside the transaction's database transaction. Bad EDUs are logged and
+    /// dropped (`Ok`); an error means the database failed and the transaction must not be
+    /// acknowledged.
+    async fn apply_edu(
+        &self,
+        conn: &AsyncPgConnection,
+        keys: &Keys,
+        origin: &ServerName,
+        edu: &ParsedEdu,
+    ) -> Result<()> {
+        let content = &edu.content;
+        match edu.edu_type.as_str() {
+            to_device::DIRECT_TO_DEVICE => self.receive_to_device(conn, origin, content).await,
+            "m.device_list_update" | "m.signing_key_update" => {
+                if !user_is_on(origin, content.get("user_id")) {
+                    return drop_edu(origin, edu, "its user_id is not a user of the origin");
+                }
+                let applied = if edu.edu_type == "m.device_list_update" {
+                    keys.on_device_list_update(origin, content).await
+                } else {
+                    keys.on_signing_key_update(origin, content).await
+                };
+                if let Err(err) = applied {
+                    tracing::warn!(%origin, edu_type = %edu.edu_type, "EDU not applied: {err}");
+                }
+                Ok(())
+            }
+            "m.typing" => {
+                if !user_is_on(origin, content.get("user_id")) {
+                    return drop_edu(origin, edu, "its user_id is not a user of the origin");
+                }
+                let room = content.get("room_id").and_then(Value::as_str);
+                if !self.origin_is_in_room(conn, origin, room).await? {
+                    return drop_edu(origin, edu, "the origin has no member in the room");
+                }
+                drop_edu(origin, edu, "rooms across servers are not supported yet")
+            }
+            "m.receipt" => {
+                let Some(rooms) = content.as_object() else {
+                    return drop_edu(origin, edu, "its content is not an object");
+                };
+                for (room_id, receipts) in rooms {
+                    let users = receipts
+                        .as_object()
+                        .into_iter()
+                        .flat_map(|by_type| by_type.values())
+                        .filter_map(Value::as_object)
+                        .flat_map(|by_user| by_user.keys());
+                    let mut all_on_origin = true;
+                    for user in users {
+                        all_on_origin &= user_is_on(origin, Some(&Value::from(user.as_str())));
+                    }
+                    if !all_on_origin {
+                        drop_edu(origin, edu, "a receipt's user is not a user of the origin")?;
+                    } else if !self.origin_is_in_room(conn, origin, Some(room_id)).await? {
+                        drop_edu(origin, edu, "the origin has no member in the room")?;
+                    } else {
+                        drop_edu(origin, edu, "rooms across servers are not supported yet")?;
+                    }
+                }
+                Ok(())
+            }
+            "m.presence" => {
+                let pushes = content.get("push").and_then(Value::as_array);
+                let valid = pushes.is_some_and(|pushes| {
+                    pushes
+                        .iter()
+                        .all(|push| user_is_on(origin, push.get("user_id")))
+                });
+                if !valid {
+                    return drop_edu(origin, edu, "a presence user is not a user of the origin");
+                }
+                // Presence of remote users is shown to those sharing a room with them: none yet.
+                drop_edu(origin, edu, "remote presence is not kept yet")
+            }
+            _ => drop_edu(origin, edu, "unknown EDU type"),
+        }
+    }
+
+    /// `m.direct_to_device`: the sender must be on the origin; delivered to this server's
+    /// users only, once per `(origin, message_id)`.
+    async fn receive_to_device(
+        &self,
+        conn: &AsyncPgConnection,
+        origin: &ServerName,
+        content: &Value,
+    ) -> Result<()> {
+        let why = |reason: &str| {
+            tracing::info!(%origin, %reason, "to-device EDU dropped");
+            Ok(())
+        };
+        if !user_is_on(origin, content.get("sender")) {
+            return why("its sender is not a user of the origin");
+        }
+        let (Some(sender), Some(event_type), Some(message_id), Some(messages)) = (
+            content.get("sender").and_then(Value::as_str),
+            content.get("type").and_then(Value::as_str),
+            content.get("message_id").and_then(Value::as_str),
+            content.get("messages").and_then(Value::as_object),
+        ) else {
+            return why("sender, type, message_id or messages missing or malformed");
+        };
+        if message_id.is_empty() || message_id.len() > MAX_MESSAGE_ID {
+            return why("message_id empty or too long");
+        }
+        if !store::claim_to_device_message(conn, origin.as_str(), message_id, now_ms()).await? {
+            tracing::debug!(%origin, %message_id, "to-device EDU already delivered");
+            return Ok(());
+        }
+        to_device::deliver_local(conn, &self.config.server_name, sender, event_type, messages)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether `origin` has a joined member in the room (for typing and receipts).
+    async fn origin_is_in_room(
+        &self,
+        conn: &AsyncPgConnection,
+        origin: &ServerName,
+        room_id: Option<&str>,
+    ) -> Result<bool> {
+        let Some(room_id) = room_id.and_then(|r| RoomId::parse(r).ok()) else {
+            return Ok(false);
+        };
+        let joined = rooms_store::get_room_members_in(conn, room_id.as_str(), &["join"]).await?;
+        Ok(joined
+            .iter()
+            .any(|user| UserId::parse(user.as_str()).is_ok_and(|u| u.server_name() == origin)))
+    }
+}
+
+/// Whether `user` is a user ID of `origin`.
+fn user_is_on(origin: &ServerName, user: Option<&Value>) -> bool {
+    user.and_then(Value::as_str)
+        .and_then(|u| UserId::parse(u).ok())
+        .is_some_and(|u| u.server_name() == origin)
+}
+
+/// Logs an EDU that is dropped.
+fn drop_edu(origin: &ServerName, edu: &ParsedEdu, reason: &str) -> Result<()> {
+    tracing::debug!(%origin, edu_type = %edu.edu_type, %reason, "EDU dropped");
+    Ok(())
+}
+
+/// An EDU's type and content, or `None` (logged) when it is not `{edu_type, content}`.
+fn parse_edu(origin: &ServerName, raw: &Raw<Edu>) -> Option<ParsedEdu> {
+    let parsed = serde_json::from_str::<Map<String, Value>>(raw.json().get())
+        .ok()
+        .and_then(|mut edu| {
+            let edu_type = edu.get("edu_type")?.as_str()?.to_owned();
+            let content = edu.remove("content").filter(Value::is_object)?;
+            Some(ParsedEdu { edu_type, content })
+        });
+    if parsed.is_none() {
+        tracing::info!(%origin, "malformed EDU dropped");
+    }
+    parsed
+}
+
+/// The `/send` answer for `pdus`: an error for each (no rooms across servers yet), keyed by
+/// its event ID. A PDU whose ID cannot be computed gets no entry.
+async fn pdu_errors(conn: &AsyncPgConnection, pdus: &[Box<RawJsonValue>]) -> Result<Value> {
+    let mut answers = BTreeMap::new();
+    for pdu in pdus {
+        if let Some(event_id) = pdu_event_id(conn, pdu).await? {
+            answers.insert(event_id, json!({ "error": PDU_UNSUPPORTED }));
+        }
+    }
+    Ok(json!({ "pdus": answers }))
+}
+
+/// A PDU's event ID: its `event_id` in room versions 1 and 2, otherwise its reference hash
+/// under its room's version (a room we do not know is taken as version 11, or 12 for a
+/// create event without `room_id`; their redaction rules agree with older versions for
+/// ordinary events).
+async fn pdu_event_id(conn: &AsyncPgConnection, pdu: &RawJsonValue) -> Result<Option<String>> {
+    let Ok(object) = serde_json::from_str::<CanonicalJsonObject>(pdu.get()) else {
+        return Ok(None);
+    };
+    if let Some(CanonicalJsonValue::String(id)) = object.get("event_id") {
+        return Ok(Some(id.clone()));
+    }
+    let version = match object.get("room_id") {
+        Some(CanonicalJsonValue::String(room_id)) => rooms_store::get_room(conn, room_id)
+            .await?
+            .and_then(|room| RoomVersionId::try_from(room.room_version.as_str()).ok())
+            .unwrap_or(RoomVersionId::V11),
+        _ => RoomVersionId::V12,
+    };
+    let Some(rules) = version.rules() else {
+        return Ok(None);
+    };
+    Ok(ruma::signatures::reference_hash(&object, &rules)
+        .ok()
+        .map(|hash| format!("${hash}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_edu_must_have_a_type_and_an_object_content() {
+        let origin = ServerName::parse("example.org").unwrap();
+        let raw =
+            |json: &str| Raw::<Edu>::from_json(RawJsonValue::from_string(json.into()).unwrap());
+        assert!(parse_edu(&origin, &raw(r#"{"edu_type":"m.typing","content":{}}"#)).is_some());
+        assert!(parse_edu(&origin, &raw(r#"{"edu_type":"m.typing"}"#)).is_none());
+        assert!(parse_edu(&origin, &raw(r#"{"edu_type":"m.typing","content":[]}"#)).is_none());
+        assert!(parse_edu(&origin, &raw(r#"{"edu_type":7,"content":{}}"#)).is_none());
+        assert!(parse_edu(&origin, &raw("[1]")).is_none());
+    }
+
+    #[test]
+    fn a_user_belongs_to_its_server_only() {
+        let origin = ServerName::parse("example.org:8448").unwrap();
+        assert!(user_is_on(&origin, Some(&json!("@a:example.org:8448"))));
+        assert!(!user_is_on(&origin, Some(&json!("@a:example.org"))));
+        assert!(!user_is_on(&origin, Some(&json!("not a user"))));
+        assert!(!user_is_on(&origin, Some(&json!(1))));
+        assert!(!user_is_on(&origin, None));
+    }
+}
