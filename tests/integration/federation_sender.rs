@@ -76,8 +76,16 @@ async fn to_device_messages_cross_servers_both_ways() {
     let alice = a.register("alice").await;
     let bob = b.register("bob").await;
 
-    send_to_device(&alice, "t1", "m.test.hello", &bob, json!({ "from": "alice" })).await;
-    let (events, _) = to_device_events(&bob, None, "m.test.hello", 1, Duration::from_secs(30)).await;
+    send_to_device(
+        &alice,
+        "t1",
+        "m.test.hello",
+        &bob,
+        json!({ "from": "alice" }),
+    )
+    .await;
+    let (events, _) =
+        to_device_events(&bob, None, "m.test.hello", 1, Duration::from_secs(30)).await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["sender"], a.user_id("alice"));
     assert_eq!(events[0]["content"], json!({ "from": "alice" }));
@@ -96,7 +104,14 @@ async fn to_device_messages_cross_servers_both_ways() {
     assert_eq!(events[0]["content"], json!({ "from": "bob" }));
 
     // A retried request (same txnId) queues nothing twice.
-    send_to_device(&alice, "t1", "m.test.hello", &bob, json!({ "from": "alice" })).await;
+    send_to_device(
+        &alice,
+        "t1",
+        "m.test.hello",
+        &bob,
+        json!({ "from": "alice" }),
+    )
+    .await;
     wait_until_outbox_empty(&a).await;
     let synced = bob.sync(None, 0, None).await;
     let hellos = synced["to_device"]["events"]
@@ -127,8 +142,14 @@ async fn to_device_messages_survive_a_kill_of_the_receiver_and_arrive_exactly_on
             // Some were delivered, some are queued or in flight: the receiver dies.
             b.kill();
         }
-        send_to_device(&alice, &format!("txn{seq}"), "m.test.seq", &bob, json!({ "seq": seq }))
-            .await;
+        send_to_device(
+            &alice,
+            &format!("txn{seq}"),
+            "m.test.seq",
+            &bob,
+            json!({ "seq": seq }),
+        )
+        .await;
     }
     assert!(
         a.count("SELECT count(*) AS n FROM federation_outbox").await > 0,
@@ -138,9 +159,14 @@ async fn to_device_messages_survive_a_kill_of_the_receiver_and_arrive_exactly_on
     b.relaunch().await;
     bob.base = b.base_url.clone();
 
-    let (events, since) =
-        to_device_events(&bob, None, "m.test.seq", TOTAL as usize, Duration::from_secs(120))
-            .await;
+    let (events, since) = to_device_events(
+        &bob,
+        None,
+        "m.test.seq",
+        TOTAL as usize,
+        Duration::from_secs(120),
+    )
+    .await;
     wait_until_outbox_empty(&a).await;
     // Nothing more arrives once the sender has nothing left: no duplicates.
     let (late, _) = to_device_events(&bob, Some(since), "m.test.seq", 0, Duration::ZERO).await;
@@ -217,14 +243,24 @@ async fn send_replayed_and_concurrent_applies_once_with_the_same_answer() {
         vec![to_device_edu(&eve, "m1", &bob, json!({ "n": 1 }))],
     );
     let first = fake
-        .request(&server, "PUT", "/_matrix/federation/v1/send/txn1", Some(body.clone()))
+        .request(
+            &server,
+            "PUT",
+            "/_matrix/federation/v1/send/txn1",
+            Some(body.clone()),
+        )
         .await;
     assert_eq!(first.0, 200, "{first:?}");
     let pdus = first.1["pdus"].as_object().unwrap();
     assert_eq!(pdus.len(), 1, "{first:?}");
     assert!(pdus.values().all(|v| v["error"].is_string()), "{first:?}");
     let again = fake
-        .request(&server, "PUT", "/_matrix/federation/v1/send/txn1", Some(body))
+        .request(
+            &server,
+            "PUT",
+            "/_matrix/federation/v1/send/txn1",
+            Some(body),
+        )
         .await;
     assert_eq!(again, first);
 
@@ -254,7 +290,12 @@ async fn send_replayed_and_concurrent_applies_once_with_the_same_answer() {
         vec![to_device_edu(&eve, "m2", &bob, json!({ "n": 2 }))],
     );
     let third = fake
-        .request(&server, "PUT", "/_matrix/federation/v1/send/txn3", Some(body))
+        .request(
+            &server,
+            "PUT",
+            "/_matrix/federation/v1/send/txn3",
+            Some(body),
+        )
         .await;
     assert_eq!(third.0, 200, "{third:?}");
 
@@ -280,7 +321,10 @@ async fn send_refuses_too_many_pdus_or_edus_and_a_foreign_origin() {
             Some(txn_body(&fake, pdus, vec![good.clone()])),
         )
         .await;
-    assert_eq!((status, answer["errcode"].as_str()), (400, Some("M_TOO_LARGE")));
+    assert_eq!(
+        (status, answer["errcode"].as_str()),
+        (400, Some("M_TOO_LARGE"))
+    );
 
     let edus = vec![good.clone(); 101];
     let (status, answer) = fake
@@ -291,14 +335,25 @@ async fn send_refuses_too_many_pdus_or_edus_and_a_foreign_origin() {
             Some(txn_body(&fake, vec![], edus)),
         )
         .await;
-    assert_eq!((status, answer["errcode"].as_str()), (400, Some("M_TOO_LARGE")));
+    assert_eq!(
+        (status, answer["errcode"].as_str()),
+        (400, Some("M_TOO_LARGE"))
+    );
 
     let mut body = txn_body(&fake, vec![], vec![good.clone()]);
     body["origin"] = json!("someone-else.example.org");
     let (status, answer) = fake
-        .request(&server, "PUT", "/_matrix/federation/v1/send/other", Some(body))
+        .request(
+            &server,
+            "PUT",
+            "/_matrix/federation/v1/send/other",
+            Some(body),
+        )
         .await;
-    assert_eq!((status, answer["errcode"].as_str()), (403, Some("M_FORBIDDEN")));
+    assert_eq!(
+        (status, answer["errcode"].as_str()),
+        (403, Some("M_FORBIDDEN"))
+    );
     assert!(answer["error"].is_string());
 
     // Nothing of a refused transaction was applied or remembered: the same txnId, now
@@ -324,7 +379,12 @@ async fn send_drops_bad_edus_and_applies_the_good_ones() {
     let eve = fake.user_id("eve");
 
     // A sender on another server (here: the receiver itself) is not the origin's to claim.
-    let forged = to_device_edu(&server.user_id("mallory"), "f1", &bob, json!({ "forged": 1 }));
+    let forged = to_device_edu(
+        &server.user_id("mallory"),
+        "f1",
+        &bob,
+        json!({ "forged": 1 }),
+    );
     let (status, answer) = fake
         .request(
             &server,

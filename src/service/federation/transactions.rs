@@ -70,9 +70,12 @@ impl Federation {
             )));
         }
         if txn.pdus.len() > MAX_PDUS || txn.edus.len() > MAX_EDUS {
-            return Err(Error::too_large(format!(
-                "A transaction carries at most {MAX_PDUS} PDUs and {MAX_EDUS} EDUs"
-            )));
+            // 400, not the 413 of an oversized body: the spec's answer for these limits.
+            return Err(Error::matrix(
+                actix_web::http::StatusCode::BAD_REQUEST,
+                "M_TOO_LARGE",
+                format!("A transaction carries at most {MAX_PDUS} PDUs and {MAX_EDUS} EDUs"),
+            ));
         }
         let edus: Vec<ParsedEdu> = txn
             .edus
