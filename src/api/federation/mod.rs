@@ -4,6 +4,7 @@
 
 pub mod directory;
 pub mod discovery;
+pub mod keys;
 pub mod media;
 pub mod openid;
 pub mod query;
@@ -33,6 +34,9 @@ pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::authenticated_media::get_content_thumbnail::v1::Request, _, _>(
         media::media_thumbnail_route,
     );
+    t.ruma::<f::device::get_devices::v1::Request, _, _>(keys::user_devices_route);
+    t.ruma::<f::keys::get_keys::v1::Request, _, _>(keys::keys_query_route);
+    t.ruma::<f::keys::claim_keys::v1::Request, _, _>(keys::keys_claim_route);
     t.ruma::<f::transactions::send_transaction_message::v1::Request, _, _>(
         send::send_transaction_route,
     );
