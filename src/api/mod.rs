@@ -166,6 +166,9 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::session::logout_all::v3::Request, _, _>(session::logout_all_route);
     t.ruma::<r::session::refresh_token::v3::Request, _, _>(session::refresh_route);
     t.ruma::<r::account::whoami::v3::Request, _, _>(account::whoami_route);
+    t.ruma::<r::account::request_openid_token::v3::Request, _, _>(
+        account::request_openid_token_route,
+    );
 
     t.ruma::<r::account::change_password::v3::Request, _, _>(account::change_password_route);
     t.ruma::<r::account::deactivate::v3::Request, _, _>(account::deactivate_route);

@@ -92,6 +92,7 @@ impl Services {
             notifier.federation_wake.clone(),
         )?);
         let federation_sender = federation.sender.clone();
+        let federation_client = federation.client.clone();
         let media_fetcher = federation.client.clone();
         Ok(Arc::new(Services {
             federation,
@@ -106,7 +107,7 @@ impl Services {
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),
             pushers: pushers::Pushers::new(db.clone(), outbound.clone()),
-            e2ee_keys: e2ee::keys::Keys::new(db.clone()),
+            e2ee_keys: e2ee::keys::Keys::new(db.clone(), federation_client),
             to_device: e2ee::to_device::ToDevice::new(
                 db.clone(),
                 config.server_name.clone(),

@@ -240,3 +240,42 @@ impl Sessions {
         Ok(issued)
     }
 }
+
+/// How long an OpenID token is good for (as Synapse).
+pub const OPENID_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+
+impl Sessions {
+    /// A new OpenID token for `user_id`, good for [`OPENID_TOKEN_LIFETIME`]; only its hash is
+    /// stored.
+    pub async fn create_openid_token(&self, user_id: &ruma::UserId) -> Result<String> {
+        let token = generate_token("oid");
+        let now = now_ms();
+        let conn = self.db.conn().await?;
+        crate::storage::openid::insert_openid_token(
+            &conn,
+            &hash_token(&token),
+            user_id.as_str(),
+            now + OPENID_TOKEN_LIFETIME.as_millis() as i64,
+            now,
+        )
+        .await?;
+        Ok(token)
+    }
+
+    /// The user an OpenID token was issued to; 401 `M_UNKNOWN_TOKEN` when it is unknown or
+    /// has expired.
+    pub async fn openid_user(&self, token: &str) -> Result<OwnedUserId> {
+        let unknown = || {
+            Error::matrix(
+                actix_web::http::StatusCode::UNAUTHORIZED,
+                "M_UNKNOWN_TOKEN",
+                "Unknown or expired OpenID token",
+            )
+        };
+        let conn = self.db.conn().await?;
+        let user = crate::storage::openid::get_openid_user(&conn, &hash_token(token), now_ms())
+            .await?
+            .ok_or_else(unknown)?;
+        OwnedUserId::try_from(user).map_err(Error::internal)
+    }
+}

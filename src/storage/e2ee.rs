@@ -344,6 +344,18 @@ pub async fn record_device_list_change(
     Ok(position)
 }
 
+/// The position of a user's latest device-list change, if any.
+pub async fn latest_device_list_change(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Option<i64>> {
+    device_list_changes::table
+        .filter(device_list_changes::user_id.eq(user_id))
+        .select(diesel::dsl::max(device_list_changes::stream_ordering))
+        .first(&mut conn)
+        .await
+}
+
 #[derive(QueryableByName)]
 struct UserRow {
     #[diesel(sql_type = Text)]

@@ -13,13 +13,13 @@ use crate::support::{client::enc, room_id, user_id, Client, TestServer};
 
 /// An ed25519 key whose signatures name it `ed25519:{name}` (a device ID, or for cross-signing
 /// keys the public key itself).
-struct Signer {
+pub(crate) struct Signer {
     pair: Ed25519KeyPair,
-    public: String,
+    pub(crate) public: String,
 }
 
 impl Signer {
-    fn new(name: Option<&str>) -> Signer {
+    pub(crate) fn new(name: Option<&str>) -> Signer {
         let document = Ed25519KeyPair::generate();
         let probe = Ed25519KeyPair::from_der(&document, "x".into()).unwrap();
         let public = STANDARD_NO_PAD.encode(probe.public_key());
@@ -30,18 +30,18 @@ impl Signer {
         }
     }
 
-    fn key_id(&self) -> String {
+    pub(crate) fn key_id(&self) -> String {
         format!("ed25519:{}", self.pair.version())
     }
 
-    fn sign(&self, user: &str, value: Value) -> Value {
+    pub(crate) fn sign(&self, user: &str, value: Value) -> Value {
         let mut object: CanonicalJsonObject = serde_json::from_value(value).unwrap();
         sign_json(user, &self.pair, &mut object).unwrap();
         serde_json::to_value(object).unwrap()
     }
 }
 
-fn device_keys(client: &Client, signer: &Signer) -> Value {
+pub(crate) fn device_keys(client: &Client, signer: &Signer) -> Value {
     let keys = json!({
         "user_id": client.user_id,
         "device_id": client.device_id,
@@ -54,7 +54,7 @@ fn device_keys(client: &Client, signer: &Signer) -> Value {
     signer.sign(&client.user_id, keys)
 }
 
-fn one_time_keys(client: &Client, signer: &Signer, ids: std::ops::Range<u32>) -> Value {
+pub(crate) fn one_time_keys(client: &Client, signer: &Signer, ids: std::ops::Range<u32>) -> Value {
     let mut keys = serde_json::Map::new();
     for i in ids {
         let key = signer.sign(&client.user_id, json!({ "key": format!("otk{i:040}") }));
@@ -63,7 +63,7 @@ fn one_time_keys(client: &Client, signer: &Signer, ids: std::ops::Range<u32>) ->
     Value::Object(keys)
 }
 
-async fn upload(client: &Client, body: Value) -> crate::support::client::Response {
+pub(crate) async fn upload(client: &Client, body: Value) -> crate::support::client::Response {
     client.post("/_matrix/client/v3/keys/upload", body).await
 }
 
@@ -531,14 +531,14 @@ async fn key_backup_keeps_the_better_copy_of_each_session() {
 }
 
 /// A user's device key and cross-signing keys, uploaded.
-struct CrossSigning {
-    device: Signer,
-    master: Signer,
+pub(crate) struct CrossSigning {
+    pub(crate) device: Signer,
+    pub(crate) master: Signer,
     self_signing: Signer,
     user_signing: Signer,
 }
 
-async fn set_up_cross_signing(client: &Client) -> CrossSigning {
+pub(crate) async fn set_up_cross_signing(client: &Client) -> CrossSigning {
     let keys = CrossSigning {
         device: Signer::new(Some(&client.device_id)),
         master: Signer::new(None),

@@ -249,6 +249,15 @@ async fn public_rooms_of_another_server_are_listed_both_ways() {
     assert_eq!(room_ids(&second).len(), 1);
     assert_ne!(room_ids(&first), room_ids(&second));
 
+    // Only a logged-in user may make A ask B.
+    a.client()
+        .get(&format!(
+            "/_matrix/client/v3/publicRooms?server={}",
+            b.server_name()
+        ))
+        .await
+        .assert_error(401, "M_MISSING_TOKEN");
+
     // Our own name is the local directory.
     let local = alice
         .get(&format!(
@@ -432,4 +441,48 @@ async fn remote_media_over_the_upload_limit_is_refused_and_not_kept() {
     .await;
     assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
     assert_eq!(b.count("SELECT count(*) AS n FROM remote_media").await, 0);
+}
+
+#[tokio::test]
+async fn openid_tokens_name_their_user_until_they_expire() {
+    use diesel_async::RunQueryDsl;
+
+    let (a, _b) = pair().await;
+    let alice = a.register("alice").await;
+    let bob = a.register("bob").await;
+    let request = |client: &Client, user: &str| {
+        let client = client.clone();
+        let path = format!("/_matrix/client/v3/user/{}/openid/request_token", enc(user));
+        async move { client.post(&path, json!({})).await }
+    };
+    let granted = request(&alice, &alice.user_id).await.ok();
+    assert_eq!(granted["token_type"], "Bearer");
+    assert_eq!(granted["matrix_server_name"], a.server_name());
+    assert_eq!(granted["expires_in"], 3600);
+    let token = granted["access_token"].as_str().unwrap();
+
+    // No X-Matrix: the token is the authentication.
+    let userinfo = |token: &str| {
+        let uri = format!(
+            "/_matrix/federation/v1/openid/userinfo?access_token={}",
+            enc(token)
+        );
+        let a = &a;
+        async move { send_raw(a, "GET", &uri, None, None).await }
+    };
+    let (status, body) = userinfo(token).await;
+    assert_eq!((status, body), (200, json!({ "sub": alice.user_id })));
+
+    request(&bob, &alice.user_id)
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    let (status, body) = userinfo("not-a-token").await;
+    assert_eq!((status, &body["errcode"]), (401, &json!("M_UNKNOWN_TOKEN")));
+
+    diesel::sql_query("UPDATE openid_tokens SET expires_ts = 0")
+        .execute(&mut a.db().await)
+        .await
+        .unwrap();
+    let (status, body) = userinfo(token).await;
+    assert_eq!((status, &body["errcode"]), (401, &json!("M_UNKNOWN_TOKEN")));
 }

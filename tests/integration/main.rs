@@ -11,6 +11,7 @@ mod e2ee;
 mod errors;
 mod federation;
 mod federation_auth;
+mod federation_e2ee;
 mod federation_queries;
 mod federation_sender;
 mod media;

@@ -1,9 +1,12 @@
-//! `whoami`, password change and deactivation.
+//! `whoami`, password change, deactivation and OpenID tokens.
 
 use actix_web::web::Data;
-use ruma::api::client::account::{
-    change_password::v3 as change_password, deactivate::v3 as deactivate, whoami::v3 as whoami,
-    ThirdPartyIdRemovalStatus,
+use ruma::{
+    api::client::account::{
+        change_password::v3 as change_password, deactivate::v3 as deactivate, request_openid_token,
+        whoami::v3 as whoami, ThirdPartyIdRemovalStatus,
+    },
+    authentication::TokenType,
 };
 
 use crate::{
@@ -65,4 +68,26 @@ pub async fn deactivate_route(
         .await?;
     services.rooms.leave_all_rooms(&caller.user_id).await?;
     Ok(deactivate::Response::new(ThirdPartyIdRemovalStatus::NoSupport).into())
+}
+
+/// `POST /_matrix/client/v3/user/{userId}/openid/request_token`: an OpenID token for the
+/// caller (403 for anyone else's user ID), for a third party to check at
+/// `/_matrix/federation/v1/openid/userinfo`.
+pub async fn request_openid_token_route(
+    services: Data<Services>,
+    body: Ruma<request_openid_token::v3::Request>,
+) -> Result<RumaResponse<request_openid_token::v3::Response>> {
+    let caller = body.caller()?;
+    super::ensure_self(&caller.user_id, &body.body.user_id, "request OpenID tokens")?;
+    let token = services
+        .sessions
+        .create_openid_token(&caller.user_id)
+        .await?;
+    Ok(request_openid_token::v3::Response::new(
+        token,
+        TokenType::Bearer,
+        services.config.server_name.clone(),
+        crate::service::sessions::OPENID_TOKEN_LIFETIME,
+    )
+    .into())
 }

@@ -1,6 +1,6 @@
 //! Room aliases, the public room directory and the user directory.
 
-use actix_web::web::Data;
+use actix_web::{web::Data, HttpRequest};
 use ruma::{
     api::client::{
         alias::{
@@ -21,7 +21,7 @@ use ruma::{
 use serde_json::Value;
 
 use crate::{
-    api::ruma::{Ruma, RumaResponse},
+    api::ruma::{authenticate, Ruma, RumaResponse},
     error::{Error, Result},
     service::Services,
 };
@@ -134,9 +134,15 @@ fn remote<'a>(services: &Services, server: Option<&'a ServerName>) -> Option<&'a
 pub async fn public_rooms_route(
     services: Data<Services>,
     body: Ruma<public_rooms::Request>,
+    req: HttpRequest,
 ) -> Result<RumaResponse<public_rooms::Response>> {
     let request = &body.body;
     if let Some(server) = remote(&services, request.server.as_deref()) {
+        // Only a logged-in user may make us ask another server (as Synapse); the endpoint
+        // itself needs no token, so the extractor did not look for one.
+        authenticate(&req, &services, true)
+            .await?
+            .ok_or_else(Error::missing_token)?;
         let page = services
             .federation
             .remote_public_rooms(

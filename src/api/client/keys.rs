@@ -19,7 +19,10 @@ use crate::{
     api::ruma::{Ruma, RumaResponse},
     error::{Error, Result},
     service::{
-        e2ee::keys::{SigningKeys, Upload},
+        e2ee::{
+            keys::{SigningKeys, Upload},
+            remote::DEFAULT_REMOTE_TIMEOUT,
+        },
         sync::token::SyncToken,
         uia::Purpose,
         Services,
@@ -33,6 +36,31 @@ fn to_json<T: Serialize>(value: &T) -> Result<Value> {
 
 fn to_json_map<T: Serialize>(value: &T) -> Result<BTreeMap<String, Value>> {
     serde_json::from_value(to_json(value)?).map_err(|e| Error::bad_json(e.to_string()))
+}
+
+/// How long to wait for other servers: the request's `timeout`, at most a minute.
+fn remote_timeout(requested: Option<std::time::Duration>) -> std::time::Duration {
+    requested
+        .unwrap_or(DEFAULT_REMOTE_TIMEOUT)
+        .min(std::time::Duration::from_secs(60))
+}
+
+/// A claim request as `user -> device -> algorithm`.
+pub fn claims_of(
+    claims: &BTreeMap<OwnedUserId, BTreeMap<ruma::OwnedDeviceId, ruma::OneTimeKeyAlgorithm>>,
+) -> BTreeMap<OwnedUserId, BTreeMap<String, String>> {
+    claims
+        .iter()
+        .map(|(user, devices)| {
+            (
+                user.clone(),
+                devices
+                    .iter()
+                    .map(|(device, algorithm)| (device.to_string(), algorithm.to_string()))
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 /// `POST /_matrix/client/v3/keys/upload`
@@ -71,9 +99,15 @@ pub async fn query_keys_route(
             )
         })
         .collect();
+    let timeout = remote_timeout(body.body.timeout);
     let answer = services
         .e2ee_keys
-        .query(&caller.user_id, &wanted, &services.config.server_name)
+        .query_everywhere(
+            &caller.user_id,
+            &wanted,
+            &services.config.server_name,
+            timeout,
+        )
         .await?;
     Ok(HttpResponse::Ok().json(answer))
 }
@@ -84,21 +118,12 @@ pub async fn claim_keys_route(
     body: Ruma<claim_keys::Request>,
 ) -> Result<HttpResponse> {
     body.caller()?;
-    let wanted: BTreeMap<String, BTreeMap<String, String>> = body
-        .body
-        .one_time_keys
-        .iter()
-        .map(|(user, devices)| {
-            (
-                user.to_string(),
-                devices
-                    .iter()
-                    .map(|(device, algorithm)| (device.to_string(), algorithm.to_string()))
-                    .collect(),
-            )
-        })
-        .collect();
-    let answer = services.e2ee_keys.claim(&wanted).await?;
+    let wanted = claims_of(&body.body.one_time_keys);
+    let timeout = remote_timeout(body.body.timeout);
+    let answer = services
+        .e2ee_keys
+        .claim_everywhere(&wanted, &services.config.server_name, timeout)
+        .await?;
     Ok(HttpResponse::Ok().json(answer))
 }
 

@@ -4,7 +4,9 @@
 
 pub mod directory;
 pub mod discovery;
+pub mod keys;
 pub mod media;
+pub mod openid;
 pub mod query;
 pub mod send;
 
@@ -27,10 +29,14 @@ pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::directory::get_public_rooms_filtered::v1::Request, _, _>(
         directory::public_rooms_filtered_route,
     );
+    t.ruma::<f::openid::get_openid_userinfo::v1::Request, _, _>(openid::openid_userinfo_route);
     t.ruma::<f::authenticated_media::get_content::v1::Request, _, _>(media::media_download_route);
     t.ruma::<f::authenticated_media::get_content_thumbnail::v1::Request, _, _>(
         media::media_thumbnail_route,
     );
+    t.ruma::<f::device::get_devices::v1::Request, _, _>(keys::user_devices_route);
+    t.ruma::<f::keys::get_keys::v1::Request, _, _>(keys::keys_query_route);
+    t.ruma::<f::keys::claim_keys::v1::Request, _, _>(keys::keys_claim_route);
     t.ruma::<f::transactions::send_transaction_message::v1::Request, _, _>(
         send::send_transaction_route,
     );

@@ -25,7 +25,9 @@ const USER_SIGNING: &str = "user_signing";
 
 /// The keys service.
 pub struct Keys {
-    db: Db,
+    pub(super) db: Db,
+    /// Asks other servers about their users' keys (`service/e2ee/remote.rs`).
+    pub(super) federation: std::sync::Arc<crate::service::federation::FederationClient>,
 }
 
 /// What `/keys/upload` carries, as JSON.
@@ -88,8 +90,11 @@ fn check_cross_signing_key(key: &Value, user_id: &UserId, usage: &str) -> Result
 
 impl Keys {
     /// Creates the service.
-    pub fn new(db: Db) -> Self {
-        Keys { db }
+    pub fn new(
+        db: Db,
+        federation: std::sync::Arc<crate::service::federation::FederationClient>,
+    ) -> Self {
+        Keys { db, federation }
     }
 
     /// `/keys/upload`: stores what the device sent after checking it is the device's own and
@@ -175,7 +180,7 @@ impl Keys {
     /// requester's own account.
     pub async fn query(
         &self,
-        requester: &UserId,
+        requester: Option<&UserId>,
         wanted: &BTreeMap<OwnedUserId, Vec<String>>,
         server_name: &ServerName,
     ) -> Result<Value> {
@@ -198,7 +203,8 @@ impl Keys {
         // key: only its signer sees it (the spec keeps the user-signing key's work private).
         let with_signatures = |user: &str, key_id: &str, mut key: Value| {
             let visible = |row: &&&SignatureRow| {
-                row.signer_user_id == row.target_user_id || row.signer_user_id == requester.as_str()
+                row.signer_user_id == row.target_user_id
+                    || requester.is_some_and(|r| row.signer_user_id == r.as_str())
             };
             for row in extra
                 .get(&(user, key_id))
@@ -234,7 +240,9 @@ impl Keys {
             match kind.as_str() {
                 MASTER => master.insert(user, key),
                 SELF_SIGNING => self_signing.insert(user, key),
-                _ if user == requester.as_str() => user_signing.insert(user, key),
+                _ if requester.is_some_and(|r| user == r.as_str()) => {
+                    user_signing.insert(user, key)
+                }
                 _ => None,
             };
         }
@@ -502,36 +510,6 @@ impl Keys {
         let conn = self.db.conn().await?;
         device_list_delta(&conn, user_id.as_str(), device_lists, events).await
     }
-
-    /// An `m.device_list_update` EDU from `origin` (already checked: its user is on `origin`).
-    ///
-    /// PLACEHOLDER: the e2ee federation branch provides the real body (cache the remote
-    /// device, follow `prev_id`, resync on a gap); this only checks the user and logs.
-    pub async fn on_device_list_update(&self, origin: &ServerName, content: &Value) -> Result<()> {
-        let user = remote_user_of(origin, content)?;
-        tracing::debug!(%origin, %user, "m.device_list_update received (not applied yet)");
-        Ok(())
-    }
-
-    /// An `m.signing_key_update` EDU from `origin` (already checked: its user is on `origin`).
-    ///
-    /// PLACEHOLDER: the e2ee federation branch provides the real body (store the remote
-    /// cross-signing keys); this only checks the user and logs.
-    pub async fn on_signing_key_update(&self, origin: &ServerName, content: &Value) -> Result<()> {
-        let user = remote_user_of(origin, content)?;
-        tracing::debug!(%origin, %user, "m.signing_key_update received (not applied yet)");
-        Ok(())
-    }
-}
-
-/// The `user_id` of an EDU's content, which must belong to `origin`.
-fn remote_user_of(origin: &ServerName, content: &Value) -> Result<OwnedUserId> {
-    content
-        .get("user_id")
-        .and_then(Value::as_str)
-        .and_then(|u| UserId::parse(u).ok())
-        .filter(|u| u.server_name() == origin)
-        .ok_or_else(|| Error::forbidden(format!("the EDU's user_id is not a user of {origin}")))
 }
 
 /// What a key is, as a signer or as the key signed.

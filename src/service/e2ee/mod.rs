@@ -3,6 +3,7 @@
 
 pub mod backup;
 pub mod keys;
+pub mod remote;
 pub mod to_device;
 
 use base64::{engine::general_purpose::STANDARD_NO_PAD, Engine};
