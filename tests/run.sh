@@ -5,7 +5,10 @@
 #   3. real clients against one freshly started server using its embedded PostgreSQL:
 #      the matrix-nio scripts (tests/clients/nio_*.py), then the matrix-js-sdk scripts
 #      (tests/clients/js/*.mjs, Node.js as package.json's engines field says);
-#   4. a `myelin-bench --scale smoke` run against that server.
+#   4. federation interop (tests/federation/run_interop.sh): two more Myelins and a Synapse
+#      from PyPI, each with a TLS federation listener and a test CA made for the run: the
+#      interop driver both ways and matrix-js-sdk Olm sessions across servers;
+#   5. a `myelin-bench --scale smoke` run against the first server.
 #
 # PostgreSQL: TEST_DATABASE_URL when set, otherwise the test harness starts a throwaway
 # cluster with the machine's PostgreSQL binaries (`initdb`, `pg_ctl`).
@@ -83,6 +86,9 @@ for script in tests/clients/js/*.mjs; do
     [ "$(basename "$script")" = harness.mjs ] && continue
     node "$script" "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
 done
+
+echo "== federation: two Myelins and a Synapse on loopback"
+bash tests/federation/run_interop.sh "$CARGO_TARGET_DIR/debug/myelin" || { cat "$workdir/server.log"; exit 1; }
 
 echo "== myelin-bench (smoke)"
 "$CARGO_TARGET_DIR/debug/myelin-bench" --url "http://127.0.0.1:$port" --scale smoke \
