@@ -12,14 +12,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use diesel::sql_types::{BigInt, Bool};
-use diesel_async::RunQueryDsl;
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
 use crate::{
     error::{Error, Result},
     service::outbound::Outbound,
+    storage::leader::Leadership,
     storage::{
         pushers::{self as store, PusherRow},
         rooms as rooms_store, Db,
@@ -99,20 +98,9 @@ impl PushSender {
 
     /// Takes the leader lock if free, then runs rounds for as long as its connection lives.
     async fn lead(self: &Arc<Self>) -> Result<()> {
-        let mut lock_conn = self.db.conn().await?;
-        #[derive(diesel::QueryableByName)]
-        struct Locked {
-            #[diesel(sql_type = Bool)]
-            locked: bool,
-        }
-        let locked: Locked =
-            crate::storage::cached_sql("SELECT pg_try_advisory_lock($1) AS locked")
-                .bind::<BigInt, _>(LEADER_LOCK)
-                .get_result(&mut lock_conn)
-                .await?;
-        if !locked.locked {
+        let Some(mut leadership) = Leadership::try_acquire(&self.db, LEADER_LOCK).await? else {
             return Ok(());
-        }
+        };
         tracing::info!("this process sends push notifications");
         loop {
             self.round().await?;
@@ -120,10 +108,7 @@ impl PushSender {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(IDLE_TICK) => {}
             }
-            // The lock lives as long as this connection; stop if it died.
-            crate::storage::cached_sql("SELECT 1")
-                .execute(&mut lock_conn)
-                .await?;
+            leadership.check().await?;
         }
     }
 

@@ -1,6 +1,6 @@
 //! PostgreSQL storage: the connection pool, migrations and the SQL queries. The exceptions sit
 //! where the lock they take matters: the room's advisory lock (`service/rooms/writer.rs`) and
-//! the push sender's leader lock (`service/push_sender.rs`).
+//! the leader lock of background senders (`storage/leader.rs`).
 //!
 //! Query functions take a connection so services can compose several into one transaction.
 //! Lookups return `Option`; the service decides what a missing row means.
@@ -12,6 +12,7 @@ pub mod e2ee;
 pub mod federation;
 pub mod federation_received;
 pub mod federation_sending;
+pub mod leader;
 pub mod media;
 pub mod openid;
 pub mod presence;

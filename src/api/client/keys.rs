@@ -45,6 +45,21 @@ fn remote_timeout(requested: Option<std::time::Duration>) -> std::time::Duration
         .min(std::time::Duration::from_secs(60))
 }
 
+/// A key query as `user -> devices` (none: all of them).
+pub fn device_lists_of(
+    wanted: &BTreeMap<OwnedUserId, Vec<ruma::OwnedDeviceId>>,
+) -> BTreeMap<OwnedUserId, Vec<String>> {
+    wanted
+        .iter()
+        .map(|(user, devices)| {
+            (
+                user.clone(),
+                devices.iter().map(|d| d.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
 /// A claim request as `user -> device -> algorithm`.
 pub fn claims_of(
     claims: &BTreeMap<OwnedUserId, BTreeMap<ruma::OwnedDeviceId, ruma::OneTimeKeyAlgorithm>>,
@@ -88,17 +103,7 @@ pub async fn query_keys_route(
     body: Ruma<get_keys::Request>,
 ) -> Result<HttpResponse> {
     let caller = body.caller()?;
-    let wanted: BTreeMap<OwnedUserId, Vec<String>> = body
-        .body
-        .device_keys
-        .iter()
-        .map(|(user, devices)| {
-            (
-                user.clone(),
-                devices.iter().map(|d| d.to_string()).collect(),
-            )
-        })
-        .collect();
+    let wanted = device_lists_of(&body.body.device_keys);
     let timeout = remote_timeout(body.body.timeout);
     let answer = services
         .e2ee_keys

@@ -1,18 +1,16 @@
 //! E2EE over federation: `user/devices`, `user/keys/query` and `user/keys/claim` for our users.
 
-use std::collections::BTreeMap;
-
 use actix_web::{web::Data, HttpResponse};
-use ruma::{
-    api::federation::{
-        device::get_devices::v1 as get_devices,
-        keys::{claim_keys::v1 as claim_keys, get_keys::v1 as get_keys},
-    },
-    OwnedUserId,
+use ruma::api::federation::{
+    device::get_devices::v1 as get_devices,
+    keys::{claim_keys::v1 as claim_keys, get_keys::v1 as get_keys},
 };
 
 use crate::{
-    api::{client::keys::claims_of, ruma::Ruma},
+    api::{
+        client::keys::{claims_of, device_lists_of},
+        ruma::Ruma,
+    },
     error::Result,
     service::Services,
 };
@@ -34,17 +32,7 @@ pub async fn keys_query_route(
     services: Data<Services>,
     body: Ruma<get_keys::Request>,
 ) -> Result<HttpResponse> {
-    let wanted: BTreeMap<OwnedUserId, Vec<String>> = body
-        .body
-        .device_keys
-        .iter()
-        .map(|(user, devices)| {
-            (
-                user.clone(),
-                devices.iter().map(|d| d.to_string()).collect(),
-            )
-        })
-        .collect();
+    let wanted = device_lists_of(&body.body.device_keys);
     let answer = services
         .e2ee_keys
         .query_for_server(&wanted, &services.config.server_name)

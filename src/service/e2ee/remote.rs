@@ -10,7 +10,11 @@ use std::{collections::BTreeMap, time::Duration};
 
 use futures_util::future::join_all;
 use ruma::{
-    api::federation::keys::{claim_keys::v1 as claim_keys, get_keys::v1 as get_keys},
+    api::{
+        federation::keys::{claim_keys::v1 as claim_keys, get_keys::v1 as get_keys},
+        path_builder::SinglePath,
+        OutgoingRequest,
+    },
     OneTimeKeyAlgorithm, OwnedDeviceId, OwnedServerName, OwnedUserId, ServerName, UserId,
 };
 use serde_json::{json, Map, Value};
@@ -18,7 +22,7 @@ use serde_json::{json, Map, Value};
 use super::{cross_signing_public_key, keys::Keys};
 use crate::{
     error::{Error, Result},
-    service::federation::FederationError,
+    service::federation::{client::FederationAuth, FederationError},
     storage::e2ee as store,
 };
 
@@ -74,39 +78,26 @@ impl Keys {
         timeout: Duration,
     ) -> Result<Value> {
         let mut answer = self.query(Some(requester), wanted, ours).await?;
-        let asks = by_server(wanted, ours)
-            .into_iter()
-            .map(|(server, users)| async move {
-                let request = get_keys::Request::new(
-                    users
-                        .iter()
-                        .map(|(user, devices)| {
-                            (
-                                user.clone(),
-                                devices
-                                    .iter()
-                                    .map(|d| OwnedDeviceId::from(d.as_str()))
-                                    .collect(),
-                            )
-                        })
-                        .collect(),
-                );
-                let result =
-                    tokio::time::timeout(timeout, self.federation.send(&server, request)).await;
-                (server, users, result)
-            });
-        for (server, users, result) in join_all(asks).await {
-            let response = match result {
-                Err(_) => {
-                    answer["failures"][server.as_str()] = failure("timed out");
-                    continue;
-                }
-                Ok(Err(error)) => {
-                    answer["failures"][server.as_str()] = remote_failure(error);
-                    continue;
-                }
-                Ok(Ok(response)) => response,
-            };
+        let to_request = |users: &BTreeMap<OwnedUserId, Vec<String>>| {
+            get_keys::Request::new(
+                users
+                    .iter()
+                    .map(|(user, devices)| {
+                        let devices = devices.iter().map(|d| OwnedDeviceId::from(d.as_str()));
+                        (user.clone(), devices.collect())
+                    })
+                    .collect(),
+            )
+        };
+        let answers = self
+            .ask_each_server(
+                by_server(wanted, ours),
+                timeout,
+                to_request,
+                &mut answer["failures"],
+            )
+            .await;
+        for (users, response) in answers {
             let remote = json!({
                 "device_keys": response.device_keys,
                 "master_keys": response.master_keys,
@@ -131,44 +122,31 @@ impl Keys {
             .map(|(user, devices)| (user.to_string(), devices.clone()))
             .collect();
         let mut answer = self.claim(&local).await?;
-        let asks = by_server(wanted, ours)
-            .into_iter()
-            .map(|(server, users)| async move {
-                let request = claim_keys::Request::new(
-                    users
-                        .iter()
-                        .map(|(user, devices)| {
+        let to_request = |users: &BTreeMap<OwnedUserId, BTreeMap<String, String>>| {
+            claim_keys::Request::new(
+                users
+                    .iter()
+                    .map(|(user, devices)| {
+                        let devices = devices.iter().map(|(device, algorithm)| {
                             (
-                                user.clone(),
-                                devices
-                                    .iter()
-                                    .map(|(device, algorithm)| {
-                                        (
-                                            OwnedDeviceId::from(device.as_str()),
-                                            OneTimeKeyAlgorithm::from(algorithm.as_str()),
-                                        )
-                                    })
-                                    .collect(),
+                                OwnedDeviceId::from(device.as_str()),
+                                OneTimeKeyAlgorithm::from(algorithm.as_str()),
                             )
-                        })
-                        .collect(),
-                );
-                let result =
-                    tokio::time::timeout(timeout, self.federation.send(&server, request)).await;
-                (server, users, result)
-            });
-        for (server, users, result) in join_all(asks).await {
-            let response = match result {
-                Err(_) => {
-                    answer["failures"][server.as_str()] = failure("timed out");
-                    continue;
-                }
-                Ok(Err(error)) => {
-                    answer["failures"][server.as_str()] = remote_failure(error);
-                    continue;
-                }
-                Ok(Ok(response)) => response,
-            };
+                        });
+                        (user.clone(), devices.collect())
+                    })
+                    .collect(),
+            )
+        };
+        let answers = self
+            .ask_each_server(
+                by_server(wanted, ours),
+                timeout,
+                to_request,
+                &mut answer["failures"],
+            )
+            .await;
+        for (users, response) in answers {
             let remote = serde_json::to_value(&response.one_time_keys).unwrap_or_default();
             // Only what was asked for: the users and devices of the request.
             for (user, devices) in &users {
@@ -182,6 +160,39 @@ impl Keys {
             }
         }
         Ok(answer)
+    }
+
+    /// Sends each server the request `to_request` makes for its users, all at once, and waits
+    /// at most `timeout`; a server that fails or does not answer in time is named in
+    /// `failures`, the others' answers come back with the users they were asked about.
+    async fn ask_each_server<V, R>(
+        &self,
+        grouped: BTreeMap<OwnedServerName, BTreeMap<OwnedUserId, V>>,
+        timeout: Duration,
+        to_request: impl Fn(&BTreeMap<OwnedUserId, V>) -> R,
+        failures: &mut Value,
+    ) -> Vec<(BTreeMap<OwnedUserId, V>, R::IncomingResponse)>
+    where
+        R: OutgoingRequest<PathBuilder = SinglePath>,
+        R::Authentication: FederationAuth,
+    {
+        let asks = grouped.into_iter().map(|(server, users)| {
+            let request = to_request(&users);
+            async move {
+                let result =
+                    tokio::time::timeout(timeout, self.federation.send(&server, request)).await;
+                (server, users, result)
+            }
+        });
+        let mut answers = Vec::new();
+        for (server, users, result) in join_all(asks).await {
+            match result {
+                Err(_) => failures[server.as_str()] = failure("timed out"),
+                Ok(Err(error)) => failures[server.as_str()] = remote_failure(error),
+                Ok(Ok(response)) => answers.push((users, response)),
+            }
+        }
+        answers
     }
 
     /// `POST /_matrix/federation/v1/user/keys/query` from `origin`: our users' device and

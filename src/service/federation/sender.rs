@@ -21,8 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use diesel::sql_types::{BigInt, Bool};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use rand::Rng;
 use ruma::{
     api::federation::transactions::send_transaction_message, serde::Raw,
@@ -36,7 +35,10 @@ use crate::{
     config::FederationConfig,
     error::{Error, Result},
     service::notifier::FEDERATION_CHANNEL,
-    storage::{federation_received, federation_sending as store, now_ms, rooms::notify, Db},
+    storage::{
+        federation_received, federation_sending as store, leader::Leadership, now_ms,
+        rooms::notify, Db,
+    },
 };
 
 /// Most EDUs in one transaction (the spec's limit).
@@ -171,20 +173,9 @@ impl Sender {
 
     /// Takes the leader lock if free, then runs rounds for as long as its connection lives.
     async fn lead(self: &Arc<Self>) -> Result<()> {
-        let mut lock_conn = self.db.conn().await?;
-        #[derive(diesel::QueryableByName)]
-        struct Locked {
-            #[diesel(sql_type = Bool)]
-            locked: bool,
-        }
-        let locked: Locked =
-            crate::storage::cached_sql("SELECT pg_try_advisory_lock($1) AS locked")
-                .bind::<BigInt, _>(LEADER_LOCK)
-                .get_result(&mut lock_conn)
-                .await?;
-        if !locked.locked {
+        let Some(mut leadership) = Leadership::try_acquire(&self.db, LEADER_LOCK).await? else {
             return Ok(());
-        }
+        };
         tracing::info!("this process sends to other servers");
         let mut cleaned = None::<Instant>;
         loop {
@@ -199,10 +190,7 @@ impl Sender {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(IDLE_TICK) => {}
             }
-            // The lock lives as long as this connection; stop if it died.
-            crate::storage::cached_sql("SELECT 1")
-                .execute(&mut lock_conn)
-                .await?;
+            leadership.check().await?;
         }
     }
 

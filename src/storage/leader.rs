@@ -1,0 +1,38 @@
+//! One process of a scale-out leads a kind of background work (push delivery, federation
+//! sending): it holds a PostgreSQL session-level advisory lock on a connection of its own for
+//! as long as it leads, and stops leading when that connection dies.
+
+use diesel::sql_types::{BigInt, Bool};
+use diesel_async::RunQueryDsl;
+
+use super::{cached_sql, Conn, Db};
+use crate::error::Result;
+
+/// The lock held by the leading process.
+pub struct Leadership {
+    conn: Conn,
+}
+
+#[derive(diesel::QueryableByName)]
+struct Locked {
+    #[diesel(sql_type = Bool)]
+    locked: bool,
+}
+
+impl Leadership {
+    /// Takes advisory lock `key` when no other session holds it.
+    pub async fn try_acquire(db: &Db, key: i64) -> Result<Option<Leadership>> {
+        let mut conn = db.conn().await?;
+        let locked: Locked = cached_sql("SELECT pg_try_advisory_lock($1) AS locked")
+            .bind::<BigInt, _>(key)
+            .get_result(&mut conn)
+            .await?;
+        Ok(locked.locked.then_some(Leadership { conn }))
+    }
+
+    /// Fails when the lock's connection has died (and the lock with it).
+    pub async fn check(&mut self) -> Result<()> {
+        cached_sql("SELECT 1").execute(&mut self.conn).await?;
+        Ok(())
+    }
+}
