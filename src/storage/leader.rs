@@ -1,16 +1,16 @@
 //! One process of a scale-out leads a kind of background work (push delivery, federation
-//! sending): it holds a PostgreSQL session-level advisory lock on a connection of its own for
-//! as long as it leads, and stops leading when that connection dies.
+//! sending): it holds a PostgreSQL session-level advisory lock on a connection of its own,
+//! outside the pools, for as long as it leads, and stops leading when that connection dies.
 
 use diesel::sql_types::{BigInt, Bool};
-use diesel_async::RunQueryDsl;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::{cached_sql, Conn, Db};
+use super::{cached_sql, Db};
 use crate::error::Result;
 
 /// The lock held by the leading process.
 pub struct Leadership {
-    conn: Conn,
+    conn: AsyncPgConnection,
 }
 
 #[derive(diesel::QueryableByName)]
@@ -22,7 +22,7 @@ struct Locked {
 impl Leadership {
     /// Takes advisory lock `key` when no other session holds it.
     pub async fn try_acquire(db: &Db, key: i64) -> Result<Option<Leadership>> {
-        let mut conn = db.conn().await?;
+        let mut conn = db.dedicated_conn().await?;
         let locked: Locked = cached_sql("SELECT pg_try_advisory_lock($1) AS locked")
             .bind::<BigInt, _>(key)
             .get_result(&mut conn)

@@ -154,6 +154,7 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// other threads (background tasks, commands) uses the shared pool.
 #[derive(Clone)]
 pub struct Db {
+    url: Arc<str>,
     shared: Pool<AsyncPgConnection>,
     /// Handed out to HTTP worker threads by [`Db::adopt_for_this_thread`].
     worker_pools: Arc<[Pool<AsyncPgConnection>]>,
@@ -176,6 +177,7 @@ impl Db {
             .map(|_| build_pool(url, per_worker))
             .collect::<Result<_>>()?;
         Ok(Db {
+            url: url.into(),
             shared: build_pool(url, shared_size)?,
             worker_pools,
             next_worker_pool: Arc::default(),
@@ -203,6 +205,16 @@ impl Db {
     /// Takes a connection from this thread's pool.
     pub async fn conn(&self) -> Result<Conn> {
         Ok(self.pool().get().await?)
+    }
+
+    /// A connection of its own, outside every pool, for a session that lasts as long as the
+    /// process (a leader's advisory lock): held in a pool it would take a connection from
+    /// everyone else for good.
+    pub async fn dedicated_conn(&self) -> Result<AsyncPgConnection> {
+        use diesel_async::AsyncConnection;
+        AsyncPgConnection::establish(&self.url)
+            .await
+            .map_err(|e| Error::internal(format!("database connection: {e}")))
     }
 
     /// Whether requests on this thread are queueing for a connection: the moment to shed work
