@@ -21,6 +21,7 @@ pub mod pushers;
 pub mod receipts;
 pub mod registration;
 pub mod relations;
+pub mod remote_devices;
 pub mod rooms;
 pub mod schema;
 pub mod search;

@@ -398,6 +398,26 @@ diesel::table! {
 }
 
 diesel::table! {
+    remote_device_lists (user_id) {
+        user_id -> Text,
+        stream_id -> Int8,
+        stale -> Bool,
+        master_key -> Nullable<Jsonb>,
+        self_signing_key -> Nullable<Jsonb>,
+        updated_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    remote_devices (user_id, device_id) {
+        user_id -> Text,
+        device_id -> Text,
+        keys -> Nullable<Jsonb>,
+        display_name -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
     federation_destinations (destination) {
         destination -> Text,
         failures -> Int4,
@@ -498,6 +518,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     receipts,
     refresh_tokens,
     registration_tokens,
+    remote_device_lists,
+    remote_devices,
     remote_media,
     remote_media_thumbnails,
     remote_server_keys,

@@ -2,6 +2,7 @@
 //! who may store what and routes it exactly; it never sees plaintext.
 
 pub mod backup;
+pub mod device_lists;
 pub mod keys;
 pub mod remote;
 pub mod to_device;

@@ -2,9 +2,9 @@
 //! requests for our users, and asking other servers about theirs for our clients'
 //! `/keys/query` and `/keys/claim`.
 //!
-//! Remote users' device lists are not cached: every query asks the user's server, as Synapse
-//! does for users it shares no room with. Tracking a list (and keeping it fresh through
-//! `m.device_list_update`) starts with rooms shared across servers.
+//! Remote users whose device lists we track (they share a room with one of ours) are answered
+//! from the cache in `device_lists.rs`; the others are asked of their servers every time, as
+//! Synapse does for users it shares no room with.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -78,6 +78,14 @@ impl Keys {
         timeout: Duration,
     ) -> Result<Value> {
         let mut answer = self.query(Some(requester), wanted, ours).await?;
+        let answered = self
+            .answer_from_device_lists(&mut answer, wanted, ours, timeout)
+            .await?;
+        let wanted: BTreeMap<OwnedUserId, Vec<String>> = wanted
+            .iter()
+            .filter(|(user, _)| !answered.contains(*user))
+            .map(|(user, devices)| (user.clone(), devices.clone()))
+            .collect();
         let to_request = |users: &BTreeMap<OwnedUserId, Vec<String>>| {
             get_keys::Request::new(
                 users
@@ -91,7 +99,7 @@ impl Keys {
         };
         let answers = self
             .ask_each_server(
-                by_server(wanted, ours),
+                by_server(&wanted, ours),
                 timeout,
                 to_request,
                 &mut answer["failures"],
@@ -268,30 +276,6 @@ impl Keys {
         }
         Ok(answer)
     }
-
-    /// An `m.device_list_update` EDU from `origin`: its user must be a user of `origin`. We
-    /// track no remote device list yet (see the module comment), so nothing else is kept.
-    pub async fn on_device_list_update(&self, origin: &ServerName, content: &Value) -> Result<()> {
-        let user = remote_user_of(origin, content)?;
-        tracing::debug!(%origin, %user, "m.device_list_update for an untracked user");
-        Ok(())
-    }
-
-    /// An `m.signing_key_update` EDU from `origin`: its user must be a user of `origin`; as
-    /// for device lists, nothing is kept for untracked users.
-    pub async fn on_signing_key_update(&self, origin: &ServerName, content: &Value) -> Result<()> {
-        let user = remote_user_of(origin, content)?;
-        tracing::debug!(%origin, %user, "m.signing_key_update for an untracked user");
-        Ok(())
-    }
-}
-
-/// The `user_id` of an EDU's content, which must belong to `origin`.
-fn remote_user_of(origin: &ServerName, content: &Value) -> Result<OwnedUserId> {
-    field(content, "user_id")
-        .and_then(|u| UserId::parse(u).ok())
-        .filter(|u| u.server_name() == origin)
-        .ok_or_else(|| Error::forbidden(format!("the EDU's user_id is not a user of {origin}")))
 }
 
 /// Adds a remote server's `/user/keys/query` answer to a client's answer, keeping only keys

@@ -198,11 +198,34 @@ impl FakeServer {
     /// Starts serving the key document on `listener` under the name `name` (a name without
     /// the port needs delegation, see [`StaticHttps`], to be found).
     pub fn serving(listener: tokio::net::TcpListener, name: &str) -> FakeServer {
+        Self::serving_with(listener, name, Vec::new())
+    }
+
+    /// Starts serving the key document and the documents `documents(name)` makes (`GET path`
+    /// answers its JSON), as `localhost:{port}`.
+    pub async fn start_with(documents: impl FnOnce(&str) -> Vec<(String, Value)>) -> FakeServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let name = format!("localhost:{port}");
+        let documents = documents(&name);
+        Self::serving_with(listener, &name, documents)
+    }
+
+    fn serving_with(
+        listener: tokio::net::TcpListener,
+        name: &str,
+        documents: Vec<(String, Value)>,
+    ) -> FakeServer {
         let name = OwnedServerName::try_from(name).unwrap();
         let der = Ed25519KeyPair::generate();
         let key_pair = Arc::new(Ed25519KeyPair::from_der(&der, "fake1".into()).unwrap());
         let document = key_document(&name, &key_pair);
-        let task = serve_documents(listener, vec![("/_matrix/key/v2/server".into(), document)]);
+        let mut documents: Vec<(String, Vec<u8>)> = documents
+            .into_iter()
+            .map(|(path, json)| (path, serde_json::to_vec(&json).unwrap()))
+            .collect();
+        documents.push(("/_matrix/key/v2/server".into(), document));
+        let task = serve_documents(listener, documents);
         FakeServer {
             name,
             key_pair,

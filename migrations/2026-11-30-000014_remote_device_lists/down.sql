@@ -1,0 +1,2 @@
+DROP TABLE remote_devices;
+DROP TABLE remote_device_lists;
