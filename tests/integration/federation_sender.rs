@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::{
-    federation::{federated_options, free_port, pair, FakeServer},
+    federation::{federated_options, federated_server, free_port, pair, FakeServer},
     wait_until, Client, TestServer,
 };
 
@@ -480,4 +480,91 @@ async fn send_drops_bad_edus_and_applies_the_good_ones() {
         .await;
     assert_eq!((status, answer), (200, json!({ "pdus": {} })));
     assert_eq!(fed_messages(&bob).await, vec![json!({ "good": true })]);
+}
+
+/// How many sessions of `server`'s database hold the federation sender's leader lock
+/// (`pg_locks` shows a bigint advisory key as its high and low halves).
+async fn federation_leaders(server: &TestServer) -> i64 {
+    server
+        .count(
+            "SELECT count(*) AS n FROM pg_locks
+             WHERE locktype = 'advisory' AND granted AND objsubid = 1
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND ((classid::bigint << 32) | objid::bigint) = 7888447738564928627",
+        )
+        .await
+}
+
+#[tokio::test]
+async fn one_process_of_a_scale_out_sends_and_another_takes_over_when_it_dies() {
+    let mut a = federated_server().await;
+    let b = federated_server().await;
+    wait_until("A's sender leads", Duration::from_secs(20), || async {
+        federation_leaders(&a).await == 1
+    })
+    .await;
+    // A second process on A's database, without the federation listener the first one holds.
+    let port: u16 = a.server_name().rsplit_once(':').unwrap().1.parse().unwrap();
+    let second = a
+        .second_process_with(
+            federated_options(port)
+                .without("MYELIN_FEDERATION_LISTEN")
+                .without("MYELIN_TLS_CERT")
+                .without("MYELIN_TLS_KEY"),
+        )
+        .await;
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    // The second process tried for the lock as it started; give it a moment to have failed.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(federation_leaders(&a).await, 1, "two processes lead");
+
+    for i in 0..5 {
+        send_to_device(
+            &alice,
+            &format!("first{i}"),
+            "m.test.scale",
+            &bob,
+            json!({ "n": i }),
+        )
+        .await;
+    }
+    let (events, since) =
+        to_device_events(&bob, None, "m.test.scale", 5, Duration::from_secs(30)).await;
+    assert_eq!(events.len(), 5);
+
+    // The leading process dies; the other one takes the lock and sends what it is given.
+    a.kill();
+    wait_until(
+        "the second process leads",
+        Duration::from_secs(20),
+        || async { federation_leaders(&a).await == 1 },
+    )
+    .await;
+    let alice_there = Client::new(&second.base_url)
+        .login(&alice.user_id, "password")
+        .await;
+    for i in 5..10 {
+        send_to_device(
+            &alice_there,
+            &format!("then{i}"),
+            "m.test.scale",
+            &bob,
+            json!({ "n": i }),
+        )
+        .await;
+    }
+    let (events, _) = to_device_events(
+        &bob,
+        Some(since),
+        "m.test.scale",
+        5,
+        Duration::from_secs(30),
+    )
+    .await;
+    let numbers: Vec<_> = events
+        .iter()
+        .map(|e| e["content"]["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, (5..10).collect::<Vec<_>>());
 }

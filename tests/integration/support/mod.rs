@@ -362,6 +362,12 @@ impl Default for ServerOptions {
 }
 
 impl ServerOptions {
+    /// Leaves one environment variable unset.
+    pub fn without(mut self, key: &str) -> Self {
+        self.env.retain(|(k, _)| k != key);
+        self
+    }
+
     /// Sets one environment variable for the server process.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.retain(|(k, _)| k != key);
@@ -412,7 +418,13 @@ impl TestServer {
 
     /// Starts another server process on the same database (scale-out), stopped when dropped.
     pub async fn second_process(&self) -> ExtraProcess {
-        let (child, base_url) = spawn_server(&self._db, &self.options).await;
+        self.second_process_with(self.options.clone()).await
+    }
+
+    /// Starts another process on the same database with other settings (say, without the
+    /// federation listener the first process holds).
+    pub async fn second_process_with(&self, options: ServerOptions) -> ExtraProcess {
+        let (child, base_url) = spawn_server(&self._db, &options).await;
         ExtraProcess { base_url, child }
     }
 
