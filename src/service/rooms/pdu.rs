@@ -13,8 +13,10 @@ use serde_json::{value::RawValue as RawJsonValue, Map, Value};
 
 use crate::error::{Error, Result};
 
-/// Largest allowed PDU, in bytes of canonical JSON (spec).
-pub const MAX_PDU_BYTES: usize = 65_536;
+/// Largest PDU we create, in bytes of canonical JSON. The spec allows 65,536, but ruma's
+/// format check (and so every ruma-based server) drops anything over 65,535: one byte less
+/// keeps our events acceptable everywhere.
+pub const MAX_PDU_BYTES: usize = 65_535;
 
 /// A parsed PDU, as the auth rules and readers need it.
 #[derive(Debug, Clone)]
@@ -236,16 +238,18 @@ pub fn build_pdu(
     let event_id = EventId::parse(format!("${hash}")).map_err(Error::internal)?;
     let json = serde_json::to_value(&object).map_err(Error::internal)?;
     if json.to_string().len() > MAX_PDU_BYTES {
-        return Err(Error::too_large("Event is larger than 65536 bytes"));
+        return Err(too_large());
     }
     Ok((event_id, json))
 }
 
+fn too_large() -> Error {
+    Error::too_large(format!("Event is larger than {MAX_PDU_BYTES} bytes"))
+}
+
 fn pdu_error(err: ruma::signatures::JsonError) -> Error {
     match err {
-        ruma::signatures::JsonError::PduTooLarge => {
-            Error::too_large("Event is larger than 65536 bytes")
-        }
+        ruma::signatures::JsonError::PduTooLarge => too_large(),
         other => Error::bad_json(format!("Invalid event: {other}")),
     }
 }
@@ -331,4 +335,42 @@ pub fn prune(pdu: &Value, rules: &RoomVersionRules) -> Value {
 /// Milliseconds as `MilliSecondsSinceUnixEpoch`.
 pub fn millis(ms: i64) -> MilliSecondsSinceUnixEpoch {
     MilliSecondsSinceUnixEpoch(UInt::new(ms.max(0) as u64).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds a v11 message whose body is `len` bytes; answers its size or the error.
+    fn message_of(len: usize) -> Result<usize> {
+        let der = Ed25519KeyPair::generate();
+        let key_pair = Ed25519KeyPair::from_der(&der, "a".into()).unwrap();
+        let room: &RoomId = "!room:example.org".try_into().unwrap();
+        let sender: &UserId = "@alice:example.org".try_into().unwrap();
+        let content = serde_json::json!({ "msgtype": "m.text", "body": "x".repeat(len) });
+        let template = PduTemplate {
+            room_id: Some(room),
+            sender,
+            kind: "m.room.message",
+            state_key: None,
+            content: &content,
+            redacts: None,
+            prev_events: &[],
+            auth_events: &[],
+            depth: 1,
+            origin_server_ts: 1_700_000_000_000,
+        };
+        let server: &ServerName = "example.org".try_into().unwrap();
+        build_pdu(&template, &RoomVersionRules::V11, server, &key_pair)
+            .map(|(_, json)| json.to_string().len())
+    }
+
+    #[test]
+    fn events_stop_one_byte_under_the_spec_limit_where_ruma_peers_do() {
+        let sample = message_of(1_000).unwrap();
+        let largest = 1_000 + (MAX_PDU_BYTES - sample);
+        assert_eq!(message_of(largest).unwrap(), 65_535);
+        let err = message_of(largest + 1).unwrap_err();
+        assert_eq!(err.errcode(), "M_TOO_LARGE");
+    }
 }
