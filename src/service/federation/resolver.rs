@@ -9,12 +9,11 @@
 
 use std::{
     collections::HashMap,
-    net::IpAddr,
     sync::Mutex,
     time::{Duration, Instant},
 };
 
-use ruma::ServerName;
+use ruma::{OwnedServerName, ServerName};
 
 /// The default federation port.
 pub const DEFAULT_PORT: u16 = 8448;
@@ -66,20 +65,9 @@ pub trait Lookups {
     fn srv(&self, name: &str) -> impl std::future::Future<Output = Vec<(String, u16)>> + Send;
 }
 
-/// A host and an optional port, split the way server names are (`[v6]:port`, `host:port`).
-fn split_host_port(name: &str) -> Option<(&str, Option<u16>)> {
-    if let Some(rest) = name.strip_prefix('[') {
-        let (ip, after) = rest.split_once(']')?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':')?.parse().ok()?),
-        };
-        return Some((ip, port));
-    }
-    match name.rsplit_once(':') {
-        Some((host, port)) => Some((host, Some(port.parse().ok()?))),
-        None => Some((name, None)),
-    }
+/// The host of a server name as the certificate names it: an IPv6 literal without brackets.
+fn bare_host(name: &ServerName) -> &str {
+    name.host().trim_start_matches('[').trim_end_matches(']')
 }
 
 /// Caches resolutions per server name.
@@ -102,7 +90,7 @@ impl Resolver {
                 return dest.clone();
             }
         }
-        let (dest, ttl) = resolve_uncached(server.as_str(), lookups).await;
+        let (dest, ttl) = resolve_uncached(server, lookups).await;
         let mut cache = self.cache.lock().expect("not poisoned");
         // Bounded: an attacker naming many servers must not grow it forever.
         if cache.len() > 10_000 {
@@ -111,13 +99,7 @@ impl Resolver {
                 cache.clear();
             }
         }
-        if ttl > Duration::ZERO {
-            // `Duration::MAX` (an IP literal or explicit port) would overflow an `Instant`.
-            let expires = now
-                .checked_add(ttl)
-                .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
-            cache.insert(server.as_str().to_owned(), (dest.clone(), expires));
-        }
+        cache.insert(server.as_str().to_owned(), (dest.clone(), now + ttl));
         dest
     }
 
@@ -131,35 +113,31 @@ impl Resolver {
 }
 
 /// The spec's algorithm, and how long its answer may be cached.
-async fn resolve_uncached<L: Lookups>(server: &str, lookups: &L) -> (Destination, Duration) {
-    let Some((host, port)) = split_host_port(server) else {
-        // ServerName validated it; nothing sensible to do with something else.
-        return (direct(server, DEFAULT_PORT, server), Duration::ZERO);
-    };
-    // Steps 1 and 2: IP literals and explicit ports are used as they are.
-    if host.parse::<IpAddr>().is_ok() || port.is_some() {
-        return (
-            direct(host, port.unwrap_or(DEFAULT_PORT), server),
-            Duration::MAX,
-        );
+async fn resolve_uncached<L: Lookups>(server: &ServerName, lookups: &L) -> (Destination, Duration) {
+    let host = bare_host(server);
+    // Steps 1 and 2: IP literals and explicit ports are used as they are (nothing was looked
+    // up, so the answer is good for as long as anything is cached).
+    if server.is_ip_literal() || server.port().is_some() {
+        let port = server.port().unwrap_or(DEFAULT_PORT);
+        return (direct(host, port, server.as_str()), WELL_KNOWN_MAX_TTL);
     }
-    // Step 3: delegation.
-    match lookups.well_known(host).await {
+    // Step 3: delegation; an `m.server` that is not a server name counts as none.
+    let delegated = lookups
+        .well_known(host)
+        .await
+        .and_then(|(name, ttl)| Some((OwnedServerName::try_from(name).ok()?, ttl)));
+    match delegated {
         Some((delegated, ttl)) => {
             let ttl = ttl
                 .unwrap_or(WELL_KNOWN_DEFAULT_TTL)
                 .min(WELL_KNOWN_MAX_TTL);
-            match split_host_port(&delegated) {
-                Some((d_host, d_port)) if d_host.parse::<IpAddr>().is_ok() || d_port.is_some() => (
-                    direct(d_host, d_port.unwrap_or(DEFAULT_PORT), &delegated),
-                    ttl,
-                ),
-                Some((d_host, _)) => {
-                    let (dest, srv_ttl) = by_srv(d_host, lookups).await;
-                    (dest, ttl.min(srv_ttl))
-                }
-                // An unusable delegation is treated as none.
-                None => by_srv(host, lookups).await,
+            let d_host = bare_host(&delegated);
+            if delegated.is_ip_literal() || delegated.port().is_some() {
+                let port = delegated.port().unwrap_or(DEFAULT_PORT);
+                (direct(d_host, port, delegated.as_str()), ttl)
+            } else {
+                let (dest, srv_ttl) = by_srv(d_host, lookups).await;
+                (dest, ttl.min(srv_ttl))
             }
         }
         None => {
@@ -221,7 +199,8 @@ mod tests {
     }
 
     async fn resolve(name: &str, fake: &Fake) -> Destination {
-        resolve_uncached(name, fake).await.0
+        let name = OwnedServerName::try_from(name).unwrap();
+        resolve_uncached(&name, fake).await.0
     }
 
     fn dest(tls: &str, connect: Option<&str>, port: u16, host: &str) -> Destination {
