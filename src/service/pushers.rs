@@ -99,7 +99,7 @@ impl Pushers {
         let append = post.append;
         conn.transaction::<_, Error, _>(async |conn| {
             let mut row = row;
-            row.last_stream_ordering = streams::current_position(conn, streams::EVENTS).await?;
+            row.last_stream_ordering = streams::persisted(conn, streams::EVENTS).await?;
             if !append {
                 store::delete_pushers_of_others(conn, &row.user_id, &row.app_id, &row.pushkey)
                     .await?;

@@ -207,11 +207,15 @@ pub async fn insert_event(
     .map(drop)
 }
 
+/// Provisional positions (see [`renumber_provisional_positions`]) are at or below this; the
+/// positions of backfilled events, also negative, stay above it.
+pub const PROVISIONAL_POSITIONS_BELOW: i64 = -(1 << 40);
+
 /// Gives the events a multi-event transaction (createRoom, an upgrade) stored at provisional
-/// (negative) positions their real positions, in the order they were stored, with one bump
-/// of the event counter: its row lock, which every writer waits on, is then held for this
-/// one round trip and the commit, not from the transaction's first event on. Rows that copy
-/// an event's position (relations, push actions, memberships) follow it.
+/// positions their real positions, in the order they were stored, all taken at once just
+/// before commit: readers are held below a transaction's positions until it commits, so they
+/// are taken as late as possible, not at the transaction's first event. Rows that copy an
+/// event's position (relations, push actions, memberships) follow it.
 pub async fn renumber_provisional_positions(
     mut conn: &AsyncPgConnection,
     room_ids: &[&str],
@@ -221,37 +225,35 @@ pub async fn renumber_provisional_positions(
     if count == 0 {
         return Ok(());
     }
-    let bump = crate::storage::cached_sql(
-        "UPDATE stream_positions SET position = position + $1 WHERE stream = 'events'",
-    )
-    .bind::<BigInt, _>(count)
-    .execute(&mut conn);
     let events = crate::storage::cached_sql(
-        "UPDATE events e SET stream_ordering = \
-             (SELECT position FROM stream_positions WHERE stream = 'events') - $2 + r.rn \
-         FROM (SELECT event_id, row_number() OVER (ORDER BY stream_ordering DESC) AS rn \
-               FROM events WHERE room_id = ANY($1) AND stream_ordering < 0) r \
+        "WITH taken AS (SELECT myelin_take_positions('events', $2::INT) AS positions) \
+         UPDATE events e SET stream_ordering = taken.positions[r.rn] \
+         FROM taken, (SELECT event_id, row_number() OVER (ORDER BY stream_ordering DESC) AS rn \
+               FROM events WHERE room_id = ANY($1) AND stream_ordering <= $3) r \
          WHERE e.event_id = r.event_id",
     )
     .bind::<Array<Text>, _>(room_ids)
     .bind::<BigInt, _>(count)
+    .bind::<BigInt, _>(PROVISIONAL_POSITIONS_BELOW)
     .execute(&mut conn);
     let (relations, push_actions, memberships) = (
         follow_event_positions(conn, FOLLOW_RELATIONS, room_ids),
         follow_event_positions(conn, FOLLOW_PUSH_ACTIONS, room_ids),
         follow_event_positions(conn, FOLLOW_MEMBERSHIPS, room_ids),
     );
-    tokio::try_join!(bump, events, relations, push_actions, memberships).map(drop)
+    tokio::try_join!(events, relations, push_actions, memberships).map(drop)
 }
 
 const FOLLOW_RELATIONS: &str = "UPDATE event_relations t SET stream_ordering = e.stream_ordering \
-    FROM events e WHERE t.event_id = e.event_id AND t.room_id = ANY($1) AND t.stream_ordering < 0";
+    FROM events e WHERE t.event_id = e.event_id AND t.room_id = ANY($1) \
+    AND t.stream_ordering <= $2";
 const FOLLOW_PUSH_ACTIONS: &str = "UPDATE event_push_actions t \
     SET stream_ordering = e.stream_ordering FROM events e \
-    WHERE t.event_id = e.event_id AND t.room_id = ANY($1) AND t.stream_ordering < 0";
+    WHERE t.event_id = e.event_id AND t.room_id = ANY($1) AND t.stream_ordering <= $2";
 const FOLLOW_MEMBERSHIPS: &str =
     "UPDATE room_memberships t SET stream_ordering = e.stream_ordering \
-    FROM events e WHERE t.event_id = e.event_id AND t.room_id = ANY($1) AND t.stream_ordering < 0";
+    FROM events e WHERE t.event_id = e.event_id AND t.room_id = ANY($1) \
+    AND t.stream_ordering <= $2";
 
 /// Moves rows that copy a provisionally stored event's position to its real one.
 async fn follow_event_positions(
@@ -261,6 +263,7 @@ async fn follow_event_positions(
 ) -> QueryResult<usize> {
     crate::storage::cached_sql(sql)
         .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(room_ids)
+        .bind::<diesel::sql_types::BigInt, _>(PROVISIONAL_POSITIONS_BELOW)
         .execute(&mut conn)
         .await
 }

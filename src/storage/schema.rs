@@ -484,7 +484,7 @@ diesel::table! {
 diesel::table! {
     stream_positions (stream) {
         stream -> Text,
-        position -> Int8,
+        stream_no -> Int4,
     }
 }
 

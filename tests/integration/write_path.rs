@@ -37,15 +37,26 @@ struct PduRow {
 }
 
 /// Pages the event stream the way a sync reader does: "everything after the last position I
-/// saw", until `done` is set and nothing newer exists. Returns what it saw, in order.
+/// saw, up to the persisted-up-to position", until `done` is set and nothing newer exists.
+/// Returns what it saw, in order.
 async fn read_stream(server: &TestServer, start: i64, done: Arc<AtomicBool>) -> Vec<StreamRow> {
     let mut conn = server.db().await;
     let mut seen = Vec::new();
     let mut since = start;
     loop {
         let finished = AtomicBool::load(&done, Ordering::SeqCst);
+        // The persisted-up-to position first, then the rows in a later statement (a later
+        // snapshot): everything at or below it was committed before that snapshot.
+        let persisted: PositionRow = diesel::sql_query(
+            "SELECT persisted AS n FROM myelin_stream_positions() WHERE stream = 'events'",
+        )
+        .get_result(&mut conn)
+        .await
+        .unwrap();
         let page: Vec<StreamRow> = diesel::sql_query(format!(
-            "SELECT event_id, stream_ordering FROM events WHERE stream_ordering > {since} ORDER BY stream_ordering LIMIT 100"
+            "SELECT event_id, stream_ordering FROM events WHERE stream_ordering > {since} \
+             AND stream_ordering <= {} ORDER BY stream_ordering LIMIT 100",
+            persisted.n
         ))
         .load(&mut conn)
         .await
@@ -298,7 +309,7 @@ async fn multi_event_transactions_leave_their_events_in_order_at_real_positions(
         .count("SELECT max(stream_ordering) AS n FROM events")
         .await;
     let counter = server
-        .count("SELECT position AS n FROM stream_positions WHERE stream = 'events'")
+        .count("SELECT persisted AS n FROM myelin_stream_positions() WHERE stream = 'events'")
         .await;
     assert_eq!(highest, counter);
     // Depth grows with position in both rooms: the events kept the order they were written in.
@@ -318,4 +329,87 @@ async fn multi_event_transactions_leave_their_events_in_order_at_real_positions(
         timeline.iter().any(|e| e["type"] == "m.room.tombstone"),
         "{sync}"
     );
+}
+
+/// Readers never pass a position some transaction has taken and not committed: a message
+/// committed above it waits, and `/sync` hands it out (without being woken again) once that
+/// transaction is gone, here by rolling back.
+#[tokio::test]
+async fn a_position_taken_and_not_committed_holds_sync_back_until_its_transaction_ends() {
+    use diesel_async::SimpleAsyncConnection;
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    let since = alice.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Another writer takes a position and stays in its transaction.
+    let mut writer = server.db().await;
+    writer.batch_execute("BEGIN").await.unwrap();
+    let held: PositionRow =
+        diesel::sql_query("SELECT (myelin_take_positions('events', 1))[1] AS n")
+            .get_result(&mut writer)
+            .await
+            .unwrap();
+    let sent = alice
+        .send_text(&room, "t1", "after the held one")
+        .await
+        .ok();
+    let event_id = sent["event_id"].as_str().unwrap().to_owned();
+    let stored = server
+        .count(&format!(
+            "SELECT stream_ordering AS n FROM events WHERE event_id = '{event_id}'"
+        ))
+        .await;
+    assert!(stored > held.n, "the message is above the held position");
+
+    let now = alice.sync(Some(&since), 0, None).await;
+    assert!(
+        crate::support::client::timeline(&now, &room).is_empty(),
+        "a message above an uncommitted position was handed out: {now}"
+    );
+    let events_position: i64 = now["next_batch"].as_str().unwrap()[1..]
+        .split('_')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(events_position < held.n, "{now}");
+
+    // A long poll started now is not woken by anything else: it must find the message itself
+    // once the holder is gone.
+    let waiting = {
+        let (alice, since) = (alice.clone(), since.clone());
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            (
+                alice.sync(Some(&since), 20_000, None).await,
+                started.elapsed(),
+            )
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the long poll returned while held back"
+    );
+    writer.batch_execute("ROLLBACK").await.unwrap();
+    let (after, waited) = waiting.await.unwrap();
+    let timeline = crate::support::client::timeline(&after, &room);
+    assert!(
+        timeline.iter().any(|e| e["event_id"] == event_id.as_str()),
+        "{after}"
+    );
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "the message waited {waited:?} for the long poll's timeout"
+    );
+}
+
+#[derive(diesel::QueryableByName)]
+struct PositionRow {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
 }

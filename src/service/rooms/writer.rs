@@ -1,8 +1,8 @@
 //! The write path: one room at a time, inside one transaction.
 //!
 //! Lock order: the in-process room lock ([`super::RoomLocks`]), then the PostgreSQL advisory
-//! lock for the room (taken by [`RoomWriter::open`]), then the event stream counter (taken by
-//! each append). Never the other way round. The advisory lock keeps writes to one room
+//! lock for the room (taken by [`RoomWriter::open`]), then the lock on the event stream position
+//! each append takes (unique to the transaction, so never waited for). Never the other way round. The advisory lock keeps writes to one room
 //! serialised across server processes; `prev_events` are always the room's forward extremities.
 
 use std::{
@@ -121,7 +121,8 @@ pub fn is_room_id_taken(err: &Error) -> bool {
 /// Provisional positions for the events of one multi-event transaction (createRoom, an
 /// upgrade): each append takes the next (negative, unique across transactions, decreasing in
 /// append order), and [`DeferredPositions::finish`] turns them into real positions just
-/// before commit, so the event counter's row lock is not held from the first event on.
+/// before commit, so readers are not held below the transaction's positions from its first
+/// event on.
 pub struct DeferredPositions {
     next: AtomicI64,
     count: AtomicI64,
@@ -130,9 +131,9 @@ pub struct DeferredPositions {
 impl Default for DeferredPositions {
     fn default() -> Self {
         use rand::Rng;
-        // Far below zero and random, so concurrent transactions' provisional positions never
-        // meet (positions are unique).
-        let start = -rand::rng().random_range(1_i64 << 40..1_i64 << 61);
+        // Far below zero (below any backfilled event's position) and random, so concurrent
+        // transactions' provisional positions never meet (positions are unique).
+        let start = -rand::rng().random_range(-store::PROVISIONAL_POSITIONS_BELOW..1_i64 << 61);
         DeferredPositions {
             next: AtomicI64::new(start),
             count: AtomicI64::new(0),
@@ -641,8 +642,7 @@ impl<'c> RoomWriter<'c> {
             .map(|target| (target, super::pdu::prune(&target.pdu, &self.rules)));
         // The stream position, then the event's rows (written at that position), the state
         // and redaction it changes, and its notifications (delivered at commit), sent together:
-        // the counter's row lock, which every writer of every room waits on, spans this one
-        // round trip and the commit.
+        // readers are held below the position from this one round trip to the commit.
         let provisional = self.deferred.map(DeferredPositions::take);
         let push_rows = match provisional {
             Some(position) => push_rows

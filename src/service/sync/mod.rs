@@ -87,6 +87,20 @@ const HEROES: usize = 5;
 /// How many rooms' sections are built at once (their queries pipelined on one connection).
 const ROOMS_IN_FLIGHT: usize = 32;
 
+/// How soon a sync that found nothing looks again while the positions taken when it read are
+/// not all persisted; doubled each time up to [`HELD_BACK_RECHECK_MAX`].
+const HELD_BACK_RECHECK_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+const HELD_BACK_RECHECK_MAX: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// One computed sync response.
+struct Computed {
+    response: SyncResponse,
+    /// Whether it carries nothing.
+    empty: bool,
+    /// Where the streams stood when it was read.
+    positions: streams::Positions,
+}
+
 /// One room of a sync response, to be built.
 struct RoomJob<'r> {
     room_id: &'r str,
@@ -118,7 +132,7 @@ impl Sync {
     /// Creates the service.
     pub fn new(db: Db, notifier: Arc<Notifier>, presence: Arc<Presence>) -> Self {
         Sync {
-            index: RoomIndex::new(db.clone()),
+            index: RoomIndex::default(),
             db,
             notifier,
             presence,
@@ -129,51 +143,68 @@ impl Sync {
     pub async fn sync(&self, rooms: &Rooms, request: &SyncRequest<'_>) -> Result<SyncResponse> {
         let deadline = tokio::time::Instant::now() + request.timeout.min(MAX_TIMEOUT);
         let notify = self.notifier.subscribe(request.user_id.as_str());
+        // The positions taken when this sync last started reading after a wake-up, while
+        // some of them were not yet persisted: a write it was woken for may be committed but
+        // still behind another writer's uncommitted position, whose commit (or rollback, or
+        // crash) wakes nobody here. It looks again shortly until they are all persisted.
+        let mut held_below: Option<streams::Positions> = None;
+        let mut fresh = true;
+        let mut recheck = HELD_BACK_RECHECK_FIRST;
         loop {
             // Registered before reading, so a commit between the read and the wait still wakes us.
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let (response, empty) = self.compute(rooms, request).await?;
-            if !empty
+            let computed = self.compute(rooms, request).await?;
+            if !computed.empty
                 || request.since.is_none()
                 || request.full_state
                 || tokio::time::Instant::now() >= deadline
             {
-                return Ok(response);
+                return Ok(computed.response);
             }
+            if fresh {
+                held_below = computed.positions.held_back().then_some(computed.positions);
+                recheck = HELD_BACK_RECHECK_FIRST;
+            } else if held_below
+                .as_ref()
+                .is_some_and(|taken| computed.positions.covers(taken))
+            {
+                held_below = None;
+            }
+            let wake_at = match held_below {
+                Some(_) => (tokio::time::Instant::now() + recheck).min(deadline),
+                None => deadline,
+            };
+            recheck = (recheck * 2).min(HELD_BACK_RECHECK_MAX);
             tokio::select! {
-                _ = woken => {}
-                _ = tokio::time::sleep_until(deadline) => {
-                    return Ok(self.compute(rooms, request).await?.0);
+                _ = woken => fresh = true,
+                _ = tokio::time::sleep_until(wake_at) => {
+                    if wake_at >= deadline {
+                        return Ok(self.compute(rooms, request).await?.response);
+                    }
+                    fresh = false;
                 }
             }
         }
     }
 
-    /// Builds one response; returns whether it carries nothing.
-    async fn compute(
-        &self,
-        rooms: &Rooms,
-        request: &SyncRequest<'_>,
-    ) -> Result<(SyncResponse, bool)> {
-        let events_position = self.index.refresh().await?;
+    /// Builds one response.
+    async fn compute(&self, rooms: &Rooms, request: &SyncRequest<'_>) -> Result<Computed> {
         let pooled = self.db.conn().await?;
         // Shared: independent queries are pipelined (one round trip for many).
         let conn: &AsyncPgConnection = &pooled;
-        let (
-            account_position,
-            receipts_position,
-            presence_position,
-            device_lists_position,
-            to_device_position,
-        ) = tokio::try_join!(
-            streams::current_position(conn, streams::ACCOUNT_DATA),
-            streams::current_position(conn, streams::RECEIPTS),
-            streams::current_position(conn, streams::PRESENCE),
-            streams::current_position(conn, e2ee_store::DEVICE_LISTS),
-            streams::current_position(conn, to_device_store::TO_DEVICE),
-        )?;
+        // Every stream up to its persisted-up-to position: nothing below it is still to come.
+        let positions = streams::positions(conn).await?;
+        let events_position = self
+            .index
+            .refresh(conn, positions.persisted(streams::EVENTS))
+            .await?;
+        let account_position = positions.persisted(streams::ACCOUNT_DATA);
+        let receipts_position = positions.persisted(streams::RECEIPTS);
+        let presence_position = positions.persisted(streams::PRESENCE);
+        let device_lists_position = positions.persisted(e2ee_store::DEVICE_LISTS);
+        let to_device_position = positions.persisted(to_device_store::TO_DEVICE);
         let typing = &self.notifier.typing;
         let mut next = SyncToken {
             events: events_position,
@@ -452,13 +483,14 @@ impl Sync {
         let Value::Object(rest) = rest else {
             unreachable!("json! of an object literal is an object")
         };
-        Ok((
-            SyncResponse {
+        Ok(Computed {
+            response: SyncResponse {
                 rooms: sync_rooms,
                 rest,
             },
             empty,
-        ))
+            positions,
+        })
     }
 
     /// Builds one room's section: `("join" | "invite" | "knock" | "leave", room, section)`, or

@@ -10,13 +10,12 @@
 
 use std::collections::HashMap;
 
+use diesel_async::AsyncPgConnection;
 use tokio::sync::Mutex;
 
-use crate::{
-    error::Result,
-    storage::{rooms as store, streams, Db},
-};
+use crate::{error::Result, storage::rooms as store};
 
+#[derive(Default)]
 struct Index {
     /// Every event at or below this position is reflected in `rooms`.
     up_to: i64,
@@ -37,43 +36,32 @@ pub struct Changes<'a> {
     pub memberships: bool,
 }
 
-/// The room-change index.
+/// The room-change index (empty at first: filled on first use).
+#[derive(Default)]
 pub struct RoomIndex {
-    db: Db,
     index: Mutex<Index>,
 }
 
 impl RoomIndex {
-    /// An empty index (filled on first use).
-    pub fn new(db: Db) -> Self {
-        RoomIndex {
-            db,
-            index: Mutex::new(Index {
-                up_to: 0,
-                rooms: HashMap::new(),
-            }),
-        }
-    }
-
-    /// Brings the index up to the current stream position and returns that position.
-    pub async fn refresh(&self) -> Result<i64> {
-        // Connection first, then the lock: a sync holds its connection while it waits for the
-        // lock in `changed_since`, so taking them in the other order here deadlocks once
-        // more syncs run than the pool has connections (found by the fan-out benchmark).
-        let conn = self.db.conn().await?;
+    /// Brings the index up to `persisted` (the event stream's persisted-up-to position, read
+    /// on `conn`) and returns the position the index is at (never lower than before).
+    pub async fn refresh(&self, conn: &AsyncPgConnection, persisted: i64) -> Result<i64> {
+        // The caller holds its connection before this lock: a sync holds its connection while
+        // it waits for the lock in `changed_since`, so taking them in the other order
+        // deadlocks once more syncs run than the pool has connections (found by the fan-out
+        // benchmark).
         let mut index = self.index.lock().await;
-        // Positions commit in order: reading the counter first, then events at or below it,
-        // sees every event up to that position.
-        let current = streams::current_position(&conn, streams::EVENTS).await?;
-        if current > index.up_to {
-            for change in store::get_rooms_changed_between(&conn, index.up_to, current).await? {
+        // Everything at or below the persisted-up-to position is committed: reading events up
+        // to it sees every one.
+        if persisted > index.up_to {
+            for change in store::get_rooms_changed_between(conn, index.up_to, persisted).await? {
                 let last = index.rooms.entry(change.room_id).or_default();
                 last.event = change.last_event;
                 if let Some(membership) = change.last_membership {
                     last.membership = membership;
                 }
             }
-            index.up_to = current;
+            index.up_to = persisted;
         }
         Ok(index.up_to)
     }
