@@ -26,6 +26,7 @@ mod relations;
 mod rooms;
 mod search;
 mod startup;
+mod state_resolution;
 mod support;
 mod sync;
 mod sync_concurrency;

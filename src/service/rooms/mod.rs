@@ -12,6 +12,7 @@ pub mod receipts;
 pub mod relations;
 pub mod search;
 pub mod send;
+pub mod state_res;
 pub mod upgrade;
 pub mod visibility;
 pub mod writer;
