@@ -12,6 +12,7 @@ mod errors;
 mod federation;
 mod federation_auth;
 mod federation_e2ee;
+mod federation_pdus;
 mod federation_queries;
 mod federation_sender;
 mod media;

@@ -2,6 +2,7 @@
 //! server keys, and authentication of requests from other servers.
 
 pub mod client;
+pub mod pdus;
 pub mod query;
 pub mod resolver;
 pub mod sender;
@@ -34,6 +35,8 @@ pub struct Federation {
     pub remote_keys: server_keys::RemoteKeys,
     /// Sends queued EDUs to other servers (started by `serve`).
     pub sender: Arc<sender::Sender>,
+    /// Our own signing key (events we signed come back from other servers).
+    own_keys: Arc<ServerKeys>,
     db: Db,
     config: Arc<Config>,
 }
@@ -50,7 +53,7 @@ impl Federation {
         let client = Arc::new(
             FederationClient::new(
                 config.server_name.clone(),
-                keys,
+                keys.clone(),
                 config.federation.clone(),
                 config.outbound.clone(),
             )
@@ -67,6 +70,7 @@ impl Federation {
             remote_keys: server_keys::RemoteKeys::new(db.clone(), client.clone()),
             client,
             sender,
+            own_keys: keys,
             db,
             config,
         })

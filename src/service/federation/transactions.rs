@@ -87,10 +87,12 @@ impl Federation {
             .iter()
             .filter_map(|raw| parse_edu(origin, raw))
             .collect();
+        // Checked before the database transaction: the checks may fetch keys from other
+        // servers.
+        let response = self.pdu_results(txn.pdus).await?;
         let mut conn = self.db.conn().await?;
         let (response, first_time) = conn
             .transaction::<_, Error, _>(async |conn| {
-                let response = pdu_errors(conn, txn.pdus).await?;
                 let now = now_ms();
                 if !store::claim_txn(conn, origin.as_str(), txn.txn_id, &response, now).await? {
                     tracing::debug!(%origin, txn_id = txn.txn_id, "transaction replayed");
@@ -287,42 +289,69 @@ fn parse_edu(origin: &ServerName, raw: &Raw<Edu>) -> Option<ParsedEdu> {
     parsed
 }
 
-/// The `/send` answer for `pdus`: an error for each (no rooms across servers yet), keyed by
-/// its event ID. A PDU whose ID cannot be computed gets no entry.
-async fn pdu_errors(conn: &AsyncPgConnection, pdus: &[Box<RawJsonValue>]) -> Result<Value> {
-    let mut answers = BTreeMap::new();
-    for pdu in pdus {
-        if let Some(event_id) = pdu_event_id(conn, pdu).await? {
-            answers.insert(event_id, json!({ "error": PDU_UNSUPPORTED }));
+impl Federation {
+    /// The `/send` answer for `pdus`, keyed by event ID: each is checked for its format,
+    /// signatures and content hash, and then gets an error, either why it was dropped or that
+    /// events from other servers are not taken yet. A PDU whose ID cannot be computed gets no
+    /// entry.
+    async fn pdu_results(&self, pdus: &[Box<RawJsonValue>]) -> Result<Value> {
+        let mut answers = BTreeMap::new();
+        let conn = self.db.conn().await?;
+        for pdu in pdus {
+            let Ok(object) = serde_json::from_str::<CanonicalJsonObject>(pdu.get()) else {
+                continue;
+            };
+            let room_version = match object.get("room_id") {
+                Some(CanonicalJsonValue::String(room_id)) => rooms_store::get_room(&conn, room_id)
+                    .await?
+                    .and_then(|room| RoomVersionId::try_from(room.room_version.as_str()).ok()),
+                _ => None,
+            };
+            let Some(rules) = room_version.as_ref().and_then(RoomVersionId::rules) else {
+                if let Some(event_id) = fallback_event_id(&object) {
+                    answers.insert(event_id, json!({ "error": "Unknown room" }));
+                }
+                continue;
+            };
+            let error = match self.check_pdu(&rules, object).await? {
+                Ok(checked) => (checked.event_id.to_string(), PDU_UNSUPPORTED.to_owned()),
+                Err(dropped) => match fallback_event_id_of(pdu, &rules) {
+                    Some(event_id) => (event_id, format!("Dropped: {dropped}")),
+                    None => continue,
+                },
+            };
+            answers.insert(error.0, json!({ "error": error.1 }));
         }
+        Ok(json!({ "pdus": answers }))
     }
-    Ok(json!({ "pdus": answers }))
 }
 
-/// A PDU's event ID: its `event_id` in room versions 1 and 2, otherwise its reference hash
-/// under its room's version (a room we do not know is taken as version 11, or 12 for a
-/// create event without `room_id`; their redaction rules agree with older versions for
-/// ordinary events).
-async fn pdu_event_id(conn: &AsyncPgConnection, pdu: &RawJsonValue) -> Result<Option<String>> {
-    let Ok(object) = serde_json::from_str::<CanonicalJsonObject>(pdu.get()) else {
-        return Ok(None);
-    };
+/// The event ID of a PDU of a room we do not know: its `event_id` in room versions 1 and 2,
+/// otherwise its reference hash as room version 11 computes it (12 for a create event
+/// without `room_id`; their redaction rules agree with older versions for ordinary events).
+fn fallback_event_id(object: &CanonicalJsonObject) -> Option<String> {
     if let Some(CanonicalJsonValue::String(id)) = object.get("event_id") {
-        return Ok(Some(id.clone()));
+        return Some(id.clone());
     }
     let version = match object.get("room_id") {
-        Some(CanonicalJsonValue::String(room_id)) => rooms_store::get_room(conn, room_id)
-            .await?
-            .and_then(|room| RoomVersionId::try_from(room.room_version.as_str()).ok())
-            .unwrap_or(RoomVersionId::V11),
+        Some(CanonicalJsonValue::String(_)) => RoomVersionId::V11,
         _ => RoomVersionId::V12,
     };
-    let Some(rules) = version.rules() else {
-        return Ok(None);
-    };
-    Ok(ruma::signatures::reference_hash(&object, &rules)
+    let rules = version.rules()?;
+    ruma::signatures::reference_hash(object, &rules)
         .ok()
-        .map(|hash| format!("${hash}")))
+        .map(|hash| format!("${hash}"))
+}
+
+/// The event ID of a PDU of a room of version `rules`.
+fn fallback_event_id_of(
+    pdu: &RawJsonValue,
+    rules: &ruma::room_version_rules::RoomVersionRules,
+) -> Option<String> {
+    let object = serde_json::from_str::<CanonicalJsonObject>(pdu.get()).ok()?;
+    ruma::signatures::reference_hash(&object, rules)
+        .ok()
+        .map(|hash| format!("${hash}"))
 }
 
 #[cfg(test)]

@@ -238,6 +238,28 @@ impl FakeServer {
         self.name.as_str()
     }
 
+    /// `pdu` hashed and signed by this server as room version `version` wants, with its
+    /// event ID (the reference hash).
+    pub fn sign_pdu(&self, pdu: Value, version: &str) -> (String, Value) {
+        let rules = ruma::RoomVersionId::try_from(version)
+            .unwrap()
+            .rules()
+            .unwrap();
+        let mut object: CanonicalJsonObject = serde_json::from_value(pdu).unwrap();
+        ruma::signatures::hash_and_sign_event(
+            self.name.as_str(),
+            &*self.key_pair,
+            &mut object,
+            &rules.redaction,
+        )
+        .unwrap();
+        let event_id = format!(
+            "${}",
+            ruma::signatures::reference_hash(&object, &rules).unwrap()
+        );
+        (event_id, serde_json::to_value(object).unwrap())
+    }
+
     /// `@{localpart}:{name}`.
     pub fn user_id(&self, localpart: &str) -> String {
         format!("@{localpart}:{}", self.name)

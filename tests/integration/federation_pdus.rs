@@ -1,0 +1,140 @@
+//! PDUs from other servers: the checks that need no room state (format, signatures, content
+//! hash), on the way in through `/send`.
+
+use serde_json::{json, Value};
+
+use crate::support::{
+    federation::{federated_options, free_port, FakeServer},
+    TestServer,
+};
+
+/// `/send` with these PDUs from `fake`; answers the `pdus` result map.
+async fn send_pdus(fake: &FakeServer, server: &TestServer, txn: &str, pdus: Vec<Value>) -> Value {
+    let body = json!({
+        "origin": fake.name(),
+        "origin_server_ts": 1_700_000_000_000u64,
+        "pdus": pdus,
+        "edus": [],
+    });
+    let (status, answer) = fake
+        .request(
+            server,
+            "PUT",
+            &format!("/_matrix/federation/v1/send/{txn}"),
+            Some(body),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    answer["pdus"].clone()
+}
+
+#[tokio::test]
+async fn pdus_with_bad_signatures_or_format_are_dropped_and_a_bad_hash_is_only_redacted() {
+    let server = TestServer::start_with(federated_options(free_port())).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    for version in ["11", "12"] {
+        let room = alice
+            .create_room(json!({ "preset": "public_chat", "room_version": version }))
+            .await;
+        let state = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/state",
+                crate::support::client::enc(&room)
+            ))
+            .await
+            .ok();
+        let id_of = |kind: &str| {
+            state
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["type"] == kind)
+                .unwrap()["event_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let mut auth_events = vec![id_of("m.room.power_levels"), id_of("m.room.join_rules")];
+        if version == "11" {
+            auth_events.push(id_of("m.room.create"));
+        }
+        let message = |body: &str| {
+            json!({
+                "room_id": room,
+                "sender": fake.user_id("eve"),
+                "type": "m.room.message",
+                "content": { "msgtype": "m.text", "body": body },
+                "origin_server_ts": 1_700_000_000_000u64,
+                "depth": 10,
+                "prev_events": [id_of("m.room.join_rules")],
+                "auth_events": auth_events,
+            })
+        };
+        let unsupported = json!({
+            "error": "This server does not accept events from other servers yet"
+        });
+
+        // Well signed: past the checks (and then refused until rooms across servers exist).
+        let (good_id, good) = fake.sign_pdu(message("hello"), version);
+        let answer = send_pdus(&fake, &server, &format!("good{version}"), vec![good]).await;
+        assert_eq!(answer, json!({ &good_id: unsupported }), "v{version}");
+
+        // Content changed after signing: the hash is wrong, the signed skeleton is not, so the
+        // event is kept redacted and keeps its ID.
+        let (tampered_id, mut tampered) = fake.sign_pdu(message("original"), version);
+        tampered["content"]["body"] = json!("changed in transit");
+        let answer = send_pdus(&fake, &server, &format!("hash{version}"), vec![tampered]).await;
+        assert_eq!(answer, json!({ &tampered_id: unsupported }), "v{version}");
+
+        // A signed field changed after signing: the signature no longer matches.
+        let (_, mut forged) = fake.sign_pdu(message("forged"), version);
+        forged["depth"] = json!(11);
+        let answer = send_pdus(&fake, &server, &format!("forged{version}"), vec![forged]).await;
+        let errors: Vec<&str> = answer
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v["error"].as_str().unwrap())
+            .collect();
+        assert_eq!(errors.len(), 1, "{answer}");
+        assert!(errors[0].starts_with("Dropped: bad signatures"), "{answer}");
+
+        // Signed by another server than the sender's: no signature from the sender's server.
+        let other = FakeServer::start().await;
+        let (_, foreign) = other.sign_pdu(message("not mine"), version);
+        let answer = send_pdus(&fake, &server, &format!("foreign{version}"), vec![foreign]).await;
+        let error = answer.as_object().unwrap().values().next().unwrap()["error"].clone();
+        assert!(
+            error
+                .as_str()
+                .unwrap()
+                .starts_with("Dropped: bad signatures"),
+            "{answer}"
+        );
+
+        // More than 20 prev_events: not a valid event of the room version.
+        let mut too_many = message("wide");
+        too_many["prev_events"] = json!((0..21)
+            .map(|n| format!("$fake{n}aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"))
+            .collect::<Vec<_>>());
+        let (_, too_many) = fake.sign_pdu(too_many, version);
+        let answer = send_pdus(&fake, &server, &format!("wide{version}"), vec![too_many]).await;
+        let error = answer.as_object().unwrap().values().next().unwrap()["error"].clone();
+        assert!(
+            error
+                .as_str()
+                .unwrap()
+                .starts_with("Dropped: invalid event format"),
+            "{answer}"
+        );
+    }
+    // Nothing from the other server was stored.
+    let stored = server
+        .count(&format!(
+            "SELECT count(*) AS n FROM events WHERE sender = '{}'",
+            fake.user_id("eve")
+        ))
+        .await;
+    assert_eq!(stored, 0);
+}
