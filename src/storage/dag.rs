@@ -1,4 +1,5 @@
-//! The room DAG: history in topological order and positions for backfilled events.
+//! The room DAG: `prev_events` and `auth_events` edges, forward extremities, history in
+//! topological order and positions for backfilled events.
 //!
 //! History (`/messages`, `/context`) is read in topological order, `(depth, stream_ordering)`:
 //! depth places an event among its ancestors and descendants, the stream position breaks ties
@@ -6,7 +7,7 @@
 
 use diesel::{
     prelude::*,
-    sql_types::{BigInt, Text},
+    sql_types::{Array, BigInt, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
@@ -49,6 +50,83 @@ impl HistoryPosition {
             stream: row.stream_ordering - 1,
         }
     }
+}
+
+/// Records an event's `prev_events` and `auth_events`, as one statement.
+pub async fn insert_edges(
+    mut conn: &AsyncPgConnection,
+    event_id: &str,
+    room_id: &str,
+    prev_events: &[&str],
+    auth_events: &[&str],
+) -> QueryResult<()> {
+    super::cached_sql(
+        "WITH prev AS ( \
+             INSERT INTO event_edges (event_id, prev_event_id, room_id) \
+             SELECT $1, unnest($3::TEXT[]), $2 \
+         ) \
+         INSERT INTO event_auth_edges (event_id, auth_event_id, room_id) \
+         SELECT $1, unnest($4::TEXT[]), $2",
+    )
+    .bind::<Text, _>(event_id)
+    .bind::<Text, _>(room_id)
+    .bind::<Array<Text>, _>(prev_events)
+    .bind::<Array<Text>, _>(auth_events)
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
+#[derive(QueryableByName)]
+struct Extremity {
+    #[diesel(sql_type = Text)]
+    event_id: String,
+    #[diesel(sql_type = BigInt)]
+    depth: i64,
+}
+
+/// A room's forward extremities (the events nothing references yet) with their depths.
+pub async fn get_forward_extremities(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<Vec<(String, i64)>> {
+    let rows: Vec<Extremity> = super::cached_sql(
+        "SELECT e.event_id, e.depth \
+         FROM rooms r CROSS JOIN LATERAL unnest(r.forward_extremities) AS x (event_id) \
+         JOIN events e ON e.event_id = x.event_id \
+         WHERE r.room_id = $1",
+    )
+    .bind::<Text, _>(room_id)
+    .load(&mut conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.event_id, r.depth)).collect())
+}
+
+/// Adds a new event (at `depth`) to the room's forward extremities and removes the events it
+/// references (`prev_events`), in one statement; the room's tip depth becomes the greatest
+/// depth written to it.
+pub async fn update_forward_extremities(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    event_id: &str,
+    prev_events: &[&str],
+    depth: i64,
+) -> QueryResult<()> {
+    super::cached_sql(
+        "UPDATE rooms SET \
+             forward_extremities = array_append(ARRAY( \
+                 SELECT x FROM unnest(forward_extremities) AS x WHERE x <> ALL($3::TEXT[]) \
+             ), $2), \
+             tip_depth = GREATEST(tip_depth, $4) \
+         WHERE room_id = $1",
+    )
+    .bind::<Text, _>(room_id)
+    .bind::<Text, _>(event_id)
+    .bind::<Array<Text>, _>(prev_events)
+    .bind::<BigInt, _>(depth)
+    .execute(&mut conn)
+    .await
+    .map(drop)
 }
 
 /// Up to `limit` served events of a room after `after` and at or before `up_to` in

@@ -480,26 +480,6 @@ pub async fn insert_txn(
         .map(drop)
 }
 
-/// Makes `event_id` (at `depth`) the room's only forward extremity: it references all the
-/// others.
-pub async fn set_room_tip(
-    mut conn: &AsyncPgConnection,
-    room_id: &str,
-    event_id: &str,
-    depth: i64,
-) -> QueryResult<()> {
-    // Raw, because diesel never reuses the prepared form of an UPDATE.
-    crate::storage::cached_sql(
-        "UPDATE rooms SET forward_extremities = ARRAY[$2], tip_depth = $3 WHERE room_id = $1",
-    )
-    .bind::<diesel::sql_types::Text, _>(room_id)
-    .bind::<diesel::sql_types::Text, _>(event_id)
-    .bind::<diesel::sql_types::BigInt, _>(depth)
-    .execute(&mut conn)
-    .await
-    .map(drop)
-}
-
 /// Updates the current state with one state event.
 pub async fn set_current_state(
     mut conn: &AsyncPgConnection,
