@@ -405,22 +405,24 @@ pub async fn get_membership_changes_for(
         "WITH changed AS (
              SELECT DISTINCT e.state_key AS user_id FROM events e
              WHERE e.event_type = 'm.room.member' AND e.stream_ordering > $2
-               AND e.stream_ordering <= $3
+               AND e.stream_ordering <= $3 AND {served}
                AND e.room_id IN (SELECT room_id FROM room_memberships WHERE user_id = $1)
                AND (SELECT mine.pdu->'content'->>'membership' FROM events mine
                     WHERE mine.room_id = e.room_id AND mine.event_type = 'm.room.member'
                       AND mine.state_key = $1 AND mine.stream_ordering <= e.stream_ordering
+                      AND {served}
                     ORDER BY mine.stream_ordering DESC LIMIT 1) = 'join'
              UNION
              -- Everyone in a room whose membership *I* changed.
              SELECT DISTINCT m.user_id FROM events e
              JOIN room_memberships m ON m.room_id = e.room_id
              WHERE e.event_type = 'm.room.member' AND e.state_key = $1
-               AND e.stream_ordering > $2 AND e.stream_ordering <= $3
+               AND e.stream_ordering > $2 AND e.stream_ordering <= $3 AND {served}
          )
-         SELECT c.user_id, {} AS shares
+         SELECT c.user_id, {shares} AS shares
          FROM changed c WHERE c.user_id <> $1",
-        super::rooms::shares_joined_room("c.user_id")
+        served = super::rooms::SERVED_TO_CLIENTS,
+        shares = super::rooms::shares_joined_room("c.user_id")
     ))
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)

@@ -7,6 +7,7 @@
 
 pub mod account_data;
 pub mod backup;
+pub mod dag;
 pub mod devices;
 pub mod e2ee;
 pub mod federation;

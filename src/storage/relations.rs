@@ -6,7 +6,28 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::schema::event_relations;
+use super::{
+    rooms::{served, SERVED_TO_CLIENTS},
+    schema::{event_relations, events},
+};
+
+/// Whether the relating event of an `event_relations` row is served to clients: reads that
+/// list or count children ignore the others, whatever wrote their rows.
+#[diesel::dsl::auto_type]
+fn child_served() -> _ {
+    diesel::dsl::exists(
+        events::table
+            .filter(events::event_id.eq(event_relations::event_id))
+            .filter(served()),
+    )
+}
+
+/// [`child_served`] in SQL, for a query that names `event_relations` as `r`.
+fn child_served_sql() -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM events WHERE events.event_id = r.event_id AND {SERVED_TO_CLIENTS})"
+    )
+}
 
 /// One relation.
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -104,7 +125,8 @@ pub async fn has_annotation(
         .filter(event_relations::rel_type.eq("m.annotation"))
         .filter(event_relations::sender.eq(sender))
         .filter(event_relations::event_type.eq(event_type))
-        .filter(event_relations::aggregation_key.eq(key));
+        .filter(event_relations::aggregation_key.eq(key))
+        .filter(child_served());
     diesel::select(diesel::dsl::exists(existing))
         .get_result(&mut conn)
         .await
@@ -122,14 +144,18 @@ pub async fn get_latest_edits(
         #[diesel(sql_type = Text)]
         event_id: String,
     }
-    let rows: Vec<Edit> = crate::storage::cached_sql(
-        "SELECT DISTINCT ON (relates_to) relates_to, event_id FROM event_relations
-         WHERE relates_to = ANY($1) AND rel_type = 'm.replace'
-         ORDER BY relates_to, stream_ordering DESC",
-    )
-    .bind::<Array<Text>, _>(parents)
-    .load(&mut conn)
-    .await?;
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT DISTINCT ON (r.relates_to) r.relates_to, r.event_id FROM event_relations r
+             WHERE r.relates_to = ANY($1) AND r.rel_type = 'm.replace' AND {}
+             ORDER BY r.relates_to, r.stream_ordering DESC",
+            child_served_sql()
+        )
+    });
+    let rows: Vec<Edit> = crate::storage::cached_sql(SQL.as_str())
+        .bind::<Array<Text>, _>(parents)
+        .load(&mut conn)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|r| (r.relates_to, r.event_id))
@@ -159,18 +185,22 @@ pub async fn get_thread_summaries(
     roots: &[String],
     user_id: &str,
 ) -> QueryResult<Vec<ThreadSummary>> {
-    crate::storage::cached_sql(
-        "SELECT relates_to AS root, COUNT(*) AS count,
-                (ARRAY_AGG(event_id ORDER BY stream_ordering DESC))[1] AS latest,
-                BOOL_OR(sender = $2) AS participated
-         FROM event_relations
-         WHERE relates_to = ANY($1) AND rel_type = 'm.thread'
-         GROUP BY relates_to",
-    )
-    .bind::<Array<Text>, _>(roots)
-    .bind::<Text, _>(user_id)
-    .load(&mut conn)
-    .await
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT r.relates_to AS root, COUNT(*) AS count,
+                    (ARRAY_AGG(r.event_id ORDER BY r.stream_ordering DESC))[1] AS latest,
+                    BOOL_OR(r.sender = $2) AS participated
+             FROM event_relations r
+             WHERE r.relates_to = ANY($1) AND r.rel_type = 'm.thread' AND {}
+             GROUP BY r.relates_to",
+            child_served_sql()
+        )
+    });
+    crate::storage::cached_sql(SQL.as_str())
+        .bind::<Array<Text>, _>(roots)
+        .bind::<Text, _>(user_id)
+        .load(&mut conn)
+        .await
 }
 
 /// References to the given events: `(referenced, referencing)`, oldest first.
@@ -181,6 +211,7 @@ pub async fn get_references(
     event_relations::table
         .filter(event_relations::relates_to.eq_any(parents))
         .filter(event_relations::rel_type.eq("m.reference"))
+        .filter(child_served())
         .order(event_relations::stream_ordering)
         .select((event_relations::relates_to, event_relations::event_id))
         .load(&mut conn)
@@ -204,6 +235,7 @@ pub async fn page_children(
 ) -> QueryResult<Vec<(String, i64)>> {
     let mut query = event_relations::table
         .filter(event_relations::relates_to.eq(parent))
+        .filter(child_served())
         .select((event_relations::event_id, event_relations::stream_ordering))
         .limit(limit)
         .into_boxed();
@@ -249,22 +281,26 @@ pub async fn get_threads(
         #[diesel(sql_type = BigInt)]
         latest: i64,
     }
-    let rows: Vec<Thread> = crate::storage::cached_sql(
-        "SELECT r.relates_to AS root, MAX(r.stream_ordering) AS latest
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT r.relates_to AS root, MAX(r.stream_ordering) AS latest
          FROM event_relations r
-         WHERE r.room_id = $1 AND r.rel_type = 'm.thread'
+         WHERE r.room_id = $1 AND r.rel_type = 'm.thread' AND {}
          GROUP BY r.relates_to
          HAVING MAX(r.stream_ordering) < $3
             AND ($2::TEXT IS NULL OR BOOL_OR(r.sender = $2) OR EXISTS (
                 SELECT 1 FROM events e WHERE e.event_id = r.relates_to AND e.sender = $2))
          ORDER BY latest DESC
          LIMIT $4",
-    )
-    .bind::<Text, _>(room_id)
-    .bind::<diesel::sql_types::Nullable<Text>, _>(participant)
-    .bind::<BigInt, _>(before)
-    .bind::<BigInt, _>(limit)
-    .load(&mut conn)
-    .await?;
+            child_served_sql()
+        )
+    });
+    let rows: Vec<Thread> = crate::storage::cached_sql(SQL.as_str())
+        .bind::<Text, _>(room_id)
+        .bind::<diesel::sql_types::Nullable<Text>, _>(participant)
+        .bind::<BigInt, _>(before)
+        .bind::<BigInt, _>(limit)
+        .load(&mut conn)
+        .await?;
     Ok(rows.into_iter().map(|r| (r.root, r.latest)).collect())
 }

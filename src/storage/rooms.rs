@@ -10,6 +10,26 @@ use super::schema::{
     server_signing_keys,
 };
 
+/// SQL: the `events` row is served to clients. It is not an outlier (it has a place in the
+/// timeline), not rejected (it passed authorisation) and not soft-failed (it passed the
+/// current state too). Every client read of events by room, position or ID applies it (also
+/// as [`served`]); the partial index `events_room_id_depth_stream_ordering_idx` is built on
+/// exactly this text, so keep the two the same.
+pub const SERVED_TO_CLIENTS: &str = "NOT outlier AND rejected_reason IS NULL AND NOT soft_failed";
+
+/// [`SERVED_TO_CLIENTS`] in diesel's query builder: no bind parameters, so statements stay
+/// prepared once and the partial index stays usable under a generic plan.
+#[diesel::dsl::auto_type]
+pub fn served() -> _ {
+    diesel::dsl::not(events::outlier)
+        .and(events::rejected_reason.is_null())
+        .and(diesel::dsl::not(events::soft_failed))
+}
+
+/// The columns of [`EventRow`], for raw SQL.
+pub(super) const EVENT_COLUMNS: &str = "event_id, room_id, stream_ordering, depth, sender, \
+    event_type, state_key, pdu, state_group, redacted_by";
+
 /// A row of `rooms`.
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = rooms)]
@@ -29,7 +49,7 @@ pub struct RoomRow {
 }
 
 /// A stored event.
-#[derive(Debug, Clone, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
 #[diesel(table_name = events)]
 pub struct EventRow {
     /// Event ID.
@@ -48,8 +68,8 @@ pub struct EventRow {
     pub state_key: Option<String>,
     /// The full signed PDU.
     pub pdu: Value,
-    /// State after the event.
-    pub state_group: i64,
+    /// State after the event (`None` for an outlier, which has no state of its own).
+    pub state_group: Option<i64>,
     /// The redaction that redacted this event, if any.
     pub redacted_by: Option<String>,
 }
@@ -268,20 +288,21 @@ async fn follow_event_positions(
         .await
 }
 
-/// Loads one event.
+/// Loads one event served to clients (see [`SERVED_TO_CLIENTS`]).
 pub async fn get_event(
     mut conn: &AsyncPgConnection,
     event_id: &str,
 ) -> QueryResult<Option<EventRow>> {
     events::table
         .find(event_id)
+        .filter(served())
         .select(EventRow::as_select())
         .first(&mut conn)
         .await
         .optional()
 }
 
-/// Loads several events (missing ones are skipped).
+/// Loads several events served to clients (missing ones are skipped).
 pub async fn get_events(
     mut conn: &AsyncPgConnection,
     event_ids: &[String],
@@ -292,12 +313,41 @@ pub async fn get_events(
     }
     events::table
         .filter(events::event_id.eq_any(event_ids))
+        .filter(served())
         .select(EventRow::as_select())
         .load(&mut conn)
         .await
 }
 
-/// Events of a room with stream positions in `(after, up_to]`, in stream order.
+/// Loads one event that a state names (a state group, a membership, current state).
+pub async fn get_state_event(
+    conn: &AsyncPgConnection,
+    event_id: &str,
+) -> QueryResult<Option<EventRow>> {
+    let ids = [event_id.to_owned()];
+    Ok(get_state_events(conn, &ids).await?.into_iter().next())
+}
+
+/// Loads the events a state names (missing ones are skipped). A state is served as it was
+/// resolved: it may name outliers (auth events fetched on their own are state events like any
+/// other) and soft-failed events (a later event may bring one into the state), never a
+/// rejected one (filtered here as a guard).
+pub async fn get_state_events(
+    mut conn: &AsyncPgConnection,
+    event_ids: &[String],
+) -> QueryResult<Vec<EventRow>> {
+    if event_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    events::table
+        .filter(events::event_id.eq_any(event_ids))
+        .filter(events::rejected_reason.is_null())
+        .select(EventRow::as_select())
+        .load(&mut conn)
+        .await
+}
+
+/// Served events of a room with stream positions in `(after, up_to]`, in stream order.
 pub async fn get_room_events_between(
     mut conn: &AsyncPgConnection,
     room_id: &str,
@@ -307,6 +357,7 @@ pub async fn get_room_events_between(
 ) -> QueryResult<Vec<EventRow>> {
     events::table
         .filter(events::room_id.eq(room_id))
+        .filter(served())
         .filter(events::stream_ordering.gt(after))
         .filter(events::stream_ordering.le(up_to))
         .order(events::stream_ordering.asc())
@@ -316,7 +367,7 @@ pub async fn get_room_events_between(
         .await
 }
 
-/// Events of a room ordered by distance from a timestamp in one direction: with
+/// Served events of a room ordered by distance from a timestamp in one direction: with
 /// `origin_server_ts >= ts` oldest first (`forward`), else `<= ts` newest first. Ties go by
 /// stream position; `after` is the `(origin_server_ts, stream_ordering)` of the last event of
 /// the previous page, to continue from.
@@ -330,6 +381,7 @@ pub async fn get_events_near_ts(
 ) -> QueryResult<Vec<EventRow>> {
     let query = events::table
         .filter(events::room_id.eq(room_id))
+        .filter(served())
         .select(EventRow::as_select())
         .limit(limit)
         .into_boxed();
@@ -429,26 +481,6 @@ pub async fn insert_txn(
         .execute(&mut conn)
         .await
         .map(drop)
-}
-
-/// Makes `event_id` (at `depth`) the room's only forward extremity: it references all the
-/// others.
-pub async fn set_room_tip(
-    mut conn: &AsyncPgConnection,
-    room_id: &str,
-    event_id: &str,
-    depth: i64,
-) -> QueryResult<()> {
-    // Raw, because diesel never reuses the prepared form of an UPDATE.
-    crate::storage::cached_sql(
-        "UPDATE rooms SET forward_extremities = ARRAY[$2], tip_depth = $3 WHERE room_id = $1",
-    )
-    .bind::<diesel::sql_types::Text, _>(room_id)
-    .bind::<diesel::sql_types::Text, _>(event_id)
-    .bind::<diesel::sql_types::BigInt, _>(depth)
-    .execute(&mut conn)
-    .await
-    .map(drop)
 }
 
 /// Updates the current state with one state event.
@@ -674,22 +706,27 @@ pub async fn get_membership_summary(
     .await
 }
 
-/// The position of the user's latest join event in the room, if they ever joined.
+/// Where in the room's history (topological order) the user's latest join event is, if they
+/// ever joined.
 pub async fn get_last_join_position(
     mut conn: &AsyncPgConnection,
     room_id: &str,
     user_id: &str,
-) -> QueryResult<Option<i64>> {
-    events::table
+) -> QueryResult<Option<super::dag::HistoryPosition>> {
+    let position: Option<(i64, i64)> = events::table
         .filter(events::room_id.eq(room_id))
         .filter(events::event_type.eq("m.room.member"))
         .filter(events::state_key.eq(user_id))
+        .filter(served())
         .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
             "pdu->'content'->>'membership' = 'join'",
         ))
-        .select(diesel::dsl::max(events::stream_ordering))
-        .get_result(&mut conn)
+        .order((events::depth.desc(), events::stream_ordering.desc()))
+        .select((events::depth, events::stream_ordering))
+        .first(&mut conn)
         .await
+        .optional()?;
+    Ok(position.map(|(depth, stream)| super::dag::HistoryPosition { depth, stream }))
 }
 
 /// Whether the user has forgotten the room.
@@ -832,25 +869,30 @@ pub struct RoomChange {
     pub last_membership: Option<i64>,
 }
 
-/// Rooms with events at positions in `(after, up_to]`.
+/// Rooms with served events at positions in `(after, up_to]`.
 pub async fn get_rooms_changed_between(
     mut conn: &AsyncPgConnection,
     after: i64,
     up_to: i64,
 ) -> QueryResult<Vec<RoomChange>> {
-    crate::storage::cached_sql(
-        "SELECT room_id, MAX(stream_ordering) AS last_event,
-                MAX(stream_ordering) FILTER (WHERE event_type = 'm.room.member') AS last_membership
-         FROM events WHERE stream_ordering > $1 AND stream_ordering <= $2
-         GROUP BY room_id",
-    )
-    .bind::<diesel::sql_types::BigInt, _>(after)
-    .bind::<diesel::sql_types::BigInt, _>(up_to)
-    .load(&mut conn)
-    .await
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT room_id, MAX(stream_ordering) AS last_event,
+                    MAX(stream_ordering) FILTER (WHERE event_type = 'm.room.member')
+                        AS last_membership
+             FROM events WHERE stream_ordering > $1 AND stream_ordering <= $2
+               AND {SERVED_TO_CLIENTS}
+             GROUP BY room_id"
+        )
+    });
+    crate::storage::cached_sql(SQL.as_str())
+        .bind::<diesel::sql_types::BigInt, _>(after)
+        .bind::<diesel::sql_types::BigInt, _>(up_to)
+        .load(&mut conn)
+        .await
 }
 
-/// Up to `limit` events of a room in `(after, up_to]`, newest first.
+/// Up to `limit` served events of a room in `(after, up_to]` in stream order, newest first.
 pub async fn get_room_events_desc(
     mut conn: &AsyncPgConnection,
     room_id: &str,
@@ -860,6 +902,7 @@ pub async fn get_room_events_desc(
 ) -> QueryResult<Vec<EventRow>> {
     events::table
         .filter(events::room_id.eq(room_id))
+        .filter(served())
         .filter(events::stream_ordering.gt(after))
         .filter(events::stream_ordering.le(up_to))
         .order(events::stream_ordering.desc())
@@ -869,7 +912,7 @@ pub async fn get_room_events_desc(
         .await
 }
 
-/// The state group after the last event of a room at or before position `at`.
+/// The state group after the last served event of a room at or before position `at`.
 pub async fn get_state_group_at(
     mut conn: &AsyncPgConnection,
     room_id: &str,
@@ -877,12 +920,14 @@ pub async fn get_state_group_at(
 ) -> QueryResult<Option<i64>> {
     events::table
         .filter(events::room_id.eq(room_id))
+        .filter(served())
         .filter(events::stream_ordering.le(at))
         .order(events::stream_ordering.desc())
         .select(events::state_group)
-        .first(&mut conn)
+        .first::<Option<i64>>(&mut conn)
         .await
         .optional()
+        .map(Option::flatten)
 }
 
 /// Every room a user has a membership in: `(room_id, membership, event_id, stream_ordering)`.
@@ -929,19 +974,6 @@ pub async fn notify(mut conn: &AsyncPgConnection, channel: &str, payload: &str) 
         .map(drop)
 }
 
-/// The position of a room's newest event.
-pub async fn get_room_max_position(
-    mut conn: &AsyncPgConnection,
-    room_id: &str,
-) -> QueryResult<i64> {
-    events::table
-        .filter(events::room_id.eq(room_id))
-        .select(diesel::dsl::max(events::stream_ordering))
-        .first::<Option<i64>>(&mut conn)
-        .await
-        .map(|max| max.unwrap_or(0))
-}
-
 /// A user's current membership in a room and the stream position it was set at.
 pub async fn get_membership_position(
     mut conn: &AsyncPgConnection,
@@ -974,21 +1006,25 @@ pub async fn get_membership_stretch_start(
     room_id: &str,
     user_id: &str,
 ) -> QueryResult<Option<(i64, i64)>> {
-    let start: Option<StretchStart> = crate::storage::cached_sql(
-        "SELECT stream_ordering, state_group FROM events
-         WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2
-           AND pdu->'content'->>'membership' = 'join'
-           AND stream_ordering > COALESCE((
-               SELECT MAX(stream_ordering) FROM events
-               WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2
-                 AND pdu->'content'->>'membership' <> 'join'), 0)
-         ORDER BY stream_ordering LIMIT 1",
-    )
-    .bind::<diesel::sql_types::Text, _>(room_id)
-    .bind::<diesel::sql_types::Text, _>(user_id)
-    .get_result(&mut conn)
-    .await
-    .optional()?;
+    // Served events have a state group (only outliers have none).
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT stream_ordering, state_group FROM events
+             WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2
+               AND pdu->'content'->>'membership' = 'join' AND {SERVED_TO_CLIENTS}
+               AND stream_ordering > COALESCE((
+                   SELECT MAX(stream_ordering) FROM events
+                   WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2
+                     AND pdu->'content'->>'membership' <> 'join' AND {SERVED_TO_CLIENTS}), 0)
+             ORDER BY stream_ordering LIMIT 1"
+        )
+    });
+    let start: Option<StretchStart> = crate::storage::cached_sql(SQL.as_str())
+        .bind::<diesel::sql_types::Text, _>(room_id)
+        .bind::<diesel::sql_types::Text, _>(user_id)
+        .get_result(&mut conn)
+        .await
+        .optional()?;
     Ok(start.map(|s| (s.stream_ordering, s.state_group)))
 }
 

@@ -229,6 +229,22 @@ diesel::table! {
 }
 
 diesel::table! {
+    event_auth_edges (event_id, auth_event_id) {
+        event_id -> Text,
+        auth_event_id -> Text,
+        room_id -> Text,
+    }
+}
+
+diesel::table! {
+    event_edges (event_id, prev_event_id) {
+        event_id -> Text,
+        prev_event_id -> Text,
+        room_id -> Text,
+    }
+}
+
+diesel::table! {
     event_txns (user_id, device_id, txn_id) {
         user_id -> Text,
         device_id -> Text,
@@ -249,8 +265,11 @@ diesel::table! {
         state_key -> Nullable<Text>,
         origin_server_ts -> Int8,
         pdu -> Jsonb,
-        state_group -> Int8,
+        state_group -> Nullable<Int8>,
         redacted_by -> Nullable<Text>,
+        outlier -> Bool,
+        rejected_reason -> Nullable<Text>,
+        soft_failed -> Bool,
     }
 }
 
@@ -497,6 +516,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     device_keys,
     device_list_changes,
     devices,
+    event_auth_edges,
+    event_edges,
     event_push_actions,
     event_relations,
     event_txns,

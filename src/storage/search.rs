@@ -7,6 +7,8 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use super::rooms::SERVED_TO_CLIENTS;
+
 /// What to look for.
 pub struct SearchQuery<'a> {
     /// Words to find.
@@ -36,6 +38,7 @@ pub struct SearchHit {
     pub rank: f32,
 }
 
+/// The matching events (only those served to clients), without the order.
 const MATCHES: &str = "FROM events e, plainto_tsquery('simple', $1) q
      WHERE e.room_id = ANY($2) AND e.state_key IS NULL AND e.redacted_by IS NULL
        AND to_tsvector('simple', COALESCE(e.pdu->'content'->>'body', '')) @@ q
@@ -57,7 +60,7 @@ pub async fn search(
     diesel::sql_query(format!(
         "SELECT e.event_id,
                 ts_rank(to_tsvector('simple', COALESCE(e.pdu->'content'->>'body', '')), q) AS rank
-         {MATCHES} ORDER BY {order} OFFSET $7 LIMIT $8"
+         {MATCHES} AND {SERVED_TO_CLIENTS} ORDER BY {order} OFFSET $7 LIMIT $8"
     ))
     .bind::<Text, _>(query.term)
     .bind::<Array<Text>, _>(query.rooms)

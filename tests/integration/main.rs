@@ -9,6 +9,7 @@ mod api_spec;
 mod devices;
 mod e2ee;
 mod errors;
+mod event_dag;
 mod federation;
 mod federation_auth;
 mod federation_e2ee;

@@ -112,7 +112,7 @@ impl Rooms {
         else {
             return Ok(None);
         };
-        let Some(rules) = store::get_event(conn, &rules_id).await? else {
+        let Some(rules) = store::get_state_event(conn, &rules_id).await? else {
             return Ok(None);
         };
         let content = rules.pdu.get("content").cloned().unwrap_or_default();
@@ -239,7 +239,7 @@ impl Rooms {
         let id =
             store::get_current_state_id(conn, room_id.as_str(), "m.room.power_levels", "").await?;
         Ok(match id {
-            Some(id) => store::get_event(conn, &id)
+            Some(id) => store::get_state_event(conn, &id)
                 .await?
                 .and_then(|e| e.pdu.get("content").cloned())
                 .unwrap_or_default(),
@@ -277,7 +277,7 @@ impl Rooms {
         else {
             return Ok(false);
         };
-        let Some(create) = store::get_event(conn, &id).await? else {
+        let Some(create) = store::get_state_event(conn, &id).await? else {
             return Ok(false);
         };
         let content = create.pdu.get("content").cloned().unwrap_or_default();

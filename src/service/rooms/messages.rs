@@ -1,5 +1,5 @@
-//! `/messages`: paging through a room's history, visibility-checked in the query loop so a
-//! page is never empty while visible events remain.
+//! `/messages`: paging through a room's history in topological order, visibility-checked in
+//! the query loop so a page is never empty while visible events remain.
 
 use std::collections::HashSet;
 
@@ -10,8 +10,14 @@ use serde_json::{json, Value};
 use super::{visibility::Visibility, Rooms};
 use crate::{
     error::{Error, Result},
-    service::sync::{token::pagination, EventFilter},
-    storage::{rooms as store, state as state_store},
+    service::sync::{
+        token::{pagination, Pagination},
+        EventFilter,
+    },
+    storage::{
+        dag::{self, HistoryPosition},
+        rooms as store, state as state_store,
+    },
 };
 
 /// Most events scanned for one page: bounds the work a page of invisible history costs.
@@ -35,10 +41,10 @@ pub struct PageRequest<'a> {
     pub user_id: &'a UserId,
     /// Room.
     pub room_id: &'a RoomId,
-    /// Start position (`None`: the end of the room for backwards, its start for forwards).
-    pub from: Option<i64>,
-    /// Stop position.
-    pub to: Option<i64>,
+    /// Start point (`None`: the end of the room for backwards, its start for forwards).
+    pub from: Option<Pagination>,
+    /// Stop point.
+    pub to: Option<Pagination>,
     /// Backwards in time.
     pub backwards: bool,
     /// Events wanted.
@@ -49,8 +55,24 @@ pub struct PageRequest<'a> {
     pub filter: EventFilter,
 }
 
+/// Where a token points in a room's history (`None`: `default`).
+pub(super) async fn history_position(
+    conn: &AsyncPgConnection,
+    room_id: &str,
+    token: Option<Pagination>,
+    default: HistoryPosition,
+) -> Result<HistoryPosition> {
+    Ok(match token {
+        None => default,
+        Some(Pagination::Topological(position)) => position,
+        Some(Pagination::Stream(stream)) => {
+            dag::get_position_at_stream(conn, room_id, stream).await?
+        }
+    })
+}
+
 impl Rooms {
-    /// One page of a room's history, in stream order.
+    /// One page of a room's history, in topological order.
     pub async fn messages(&self, request: &PageRequest<'_>) -> Result<Page> {
         let pooled = self.db.conn().await?;
         // Shared: independent queries are pipelined.
@@ -67,7 +89,7 @@ impl Rooms {
             let state = state_store::get_state_ids(conn, room.current_state_group).await?;
             let visibility =
                 match state.get(&("m.room.history_visibility".to_owned(), String::new())) {
-                    Some(id) => store::get_event(conn, id)
+                    Some(id) => store::get_state_event(conn, id)
                         .await?
                         .and_then(|e| e.pdu.pointer("/content/history_visibility").cloned()),
                     None => None,
@@ -76,9 +98,14 @@ impl Rooms {
                 return Err(Error::forbidden("You are not in this room"));
             }
         }
-        let from = request
-            .from
-            .unwrap_or(if request.backwards { i64::MAX } else { 0 });
+        let (from, to) = match request.backwards {
+            true => (HistoryPosition::END, HistoryPosition::START),
+            false => (HistoryPosition::START, HistoryPosition::END),
+        };
+        let (from, to) = tokio::try_join!(
+            history_position(conn, room_id, request.from, from),
+            history_position(conn, room_id, request.to, to),
+        )?;
         let mut visibility = Visibility::new(request.user_id);
         if let Some((membership, position)) = &membership {
             visibility.know_membership(room_id, membership, *position);
@@ -89,12 +116,9 @@ impl Rooms {
         let mut exhausted = false;
         while found.len() < request.limit && scanned < MAX_SCANNED {
             let batch = (request.limit * 2).clamp(20, 200) as i64;
-            let rows = if request.backwards {
-                let lower = request.to.unwrap_or(0);
-                store::get_room_events_desc(conn, room_id, lower, cursor, batch).await?
-            } else {
-                let upper = request.to.unwrap_or(i64::MAX);
-                store::get_room_events_between(conn, room_id, cursor, upper, batch).await?
+            let rows = match request.backwards {
+                true => dag::get_room_history(conn, room_id, to, cursor, true, batch).await?,
+                false => dag::get_room_history(conn, room_id, cursor, to, false, batch).await?,
             };
             if rows.is_empty() {
                 exhausted = true;
@@ -102,10 +126,9 @@ impl Rooms {
             }
             for row in rows {
                 scanned += 1;
-                cursor = if request.backwards {
-                    row.stream_ordering - 1
-                } else {
-                    row.stream_ordering
+                cursor = match request.backwards {
+                    true => HistoryPosition::before(&row),
+                    false => HistoryPosition::at(&row),
                 };
                 if !ignored.contains(&row.sender)
                     && request.filter.allows_row(&row)
@@ -120,11 +143,12 @@ impl Rooms {
         }
         let rules = super::writer::rules_for(&room.room_version)?;
         let mut state = Vec::new();
-        if let (true, Some(first)) = (request.lazy_load_members, found.first()) {
+        let first_group = found.first().and_then(|first| first.state_group);
+        if let (true, Some(first_group)) = (request.lazy_load_members, first_group) {
             // The senders' member events as of the page, not as of now: a departed reader
             // must not learn later names, avatars or bans.
             let senders: HashSet<&str> = found.iter().map(|r| r.sender.as_str()).collect();
-            let at_page = state_store::get_state_ids(conn, first.state_group).await?;
+            let at_page = state_store::get_state_ids(conn, first_group).await?;
             let ids: Vec<String> = senders
                 .into_iter()
                 .filter_map(|sender| {
@@ -133,16 +157,15 @@ impl Rooms {
                         .cloned()
                 })
                 .collect();
-            let rows = store::get_events(conn, &ids).await?;
+            let rows = store::get_state_events(conn, &ids).await?;
             state = self.render(conn, &rules, &rows).await?;
         }
         let (chunk, start) = tokio::try_join!(
             self.render_with_relations(conn, &rules, request.user_id, &found),
             async {
-                Ok(if from == i64::MAX {
-                    store::get_room_max_position(conn, room_id).await?
-                } else {
-                    from
+                Ok(match from == HistoryPosition::END {
+                    true => dag::get_history_end(conn, room_id).await?,
+                    false => from,
                 })
             },
         )?;

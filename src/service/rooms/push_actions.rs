@@ -403,7 +403,9 @@ async fn recompute(
     let mut rows = Vec::new();
     let mut state_before = joined_at.1;
     for row in &events {
-        let group = std::mem::replace(&mut state_before, row.state_group);
+        // Served events all have a state group (only outliers have none).
+        let after = row.state_group.unwrap_or(state_before);
+        let group = std::mem::replace(&mut state_before, after);
         if row.stream_ordering <= joined_at.0 || row.redacted_by.is_some() {
             continue;
         }
@@ -437,7 +439,7 @@ async fn context_at(
         })
         .map(|(_, id)| id.clone())
         .collect();
-    let pdus = rooms_store::get_events(conn, &wanted).await?;
+    let pdus = rooms_store::get_state_events(conn, &wanted).await?;
     let mut joined = 0;
     let mut name = None;
     let (mut power_levels, mut create) = (None, None);

@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 use super::{pdu::client_event, visibility::Visibility, writer::rules_for, Rooms};
 use crate::{
     error::{Error, Result},
+    service::sync::token::{pagination, Pagination},
     storage::{
+        dag::{self, HistoryPosition},
         now_ms,
         rooms::{self as store, EventRow},
         state as state_store,
@@ -121,16 +123,17 @@ impl Rooms {
             Some((m, event_id)) if m == "leave" || m == "ban" => {
                 let forgotten =
                     store::is_forgotten(conn, room_id.as_str(), user_id.as_str()).await?;
-                let event = store::get_event(conn, &event_id).await?;
-                if let Some(event) = event.filter(|_| !forgotten) {
-                    return Ok(View::AtGroup(event.state_group));
+                let event = store::get_state_event(conn, &event_id).await?;
+                // An out-of-band membership (an outlier) has no state to show.
+                if let Some(group) = event.and_then(|e| e.state_group).filter(|_| !forgotten) {
+                    return Ok(View::AtGroup(group));
                 }
             }
             _ => {}
         }
         let state = state_store::get_state_ids(conn, current_group).await?;
         if let Some(id) = state.get(&("m.room.history_visibility".to_owned(), String::new())) {
-            let visible = store::get_event(conn, id)
+            let visible = store::get_state_event(conn, id)
                 .await?
                 .and_then(|e| e.pdu.pointer("/content/history_visibility").cloned());
             if visible == Some(json!("world_readable")) {
@@ -140,16 +143,26 @@ impl Rooms {
         Err(Error::forbidden("You are not in this room"))
     }
 
-    /// The state the user may see, at stream position `at` when given (never later than
-    /// what their membership allows).
+    /// The state the user may see, at a point in history when given (never later than what
+    /// their membership allows).
     async fn visible_state_rows(
         &self,
         conn: &AsyncPgConnection,
         user_id: &UserId,
         room_id: &RoomId,
-        at: Option<i64>,
+        at: Option<Pagination>,
     ) -> Result<(RoomVersionRules, Vec<EventRow>)> {
         let (rules, current_group) = self.room_rules(conn, room_id).await?;
+        // A point in topological order is the position of the event at it.
+        let at = match at {
+            Some(Pagination::Topological(point)) => Some(
+                dag::get_stream_at_position(conn, room_id.as_str(), point)
+                    .await?
+                    .unwrap_or(0),
+            ),
+            Some(Pagination::Stream(stream)) => Some(stream),
+            None => None,
+        };
         let group = match self.view(conn, user_id, room_id, current_group).await? {
             View::AtGroup(group) if at.is_none() => group,
             View::Current if at.is_none() => current_group,
@@ -178,7 +191,7 @@ impl Rooms {
             .await?
             .into_values()
             .collect();
-        let mut rows = store::get_events(conn, &ids).await?;
+        let mut rows = store::get_state_events(conn, &ids).await?;
         rows.sort_by_key(|r| r.stream_ordering);
         Ok((rules, rows))
     }
@@ -218,7 +231,7 @@ impl Rooms {
         room_id: &RoomId,
         membership: Option<&str>,
         not_membership: Option<&str>,
-        at: Option<i64>,
+        at: Option<Pagination>,
     ) -> Result<Vec<Value>> {
         let conn = self.db.conn().await?;
         let (rules, rows) = self.visible_state_rows(&conn, user_id, room_id, at).await?;
@@ -258,7 +271,7 @@ impl Rooms {
             .map(|(_, id)| id.clone())
             .collect();
         let mut joined = BTreeMap::new();
-        for row in store::get_events(&conn, &ids).await? {
+        for row in store::get_state_events(&conn, &ids).await? {
             let content = row.pdu.get("content").cloned().unwrap_or_default();
             if content.get("membership").and_then(Value::as_str) == Some("join") {
                 let profile = json!({
@@ -334,20 +347,17 @@ impl Rooms {
         )
         .await?;
         // Pagination tokens sit between events: `start` just before the earliest one returned.
-        let start = before
-            .last()
-            .map_or(target.stream_ordering, |r| r.stream_ordering)
-            - 1;
+        let start = HistoryPosition::before(before.last().unwrap_or(&target));
         let last = after.last().unwrap_or(&target);
-        let end = last.stream_ordering;
-        let state_ids: Vec<String> = match state_visible {
-            true => state_store::get_state_ids(&conn, last.state_group)
+        let end = HistoryPosition::at(last);
+        let state_ids: Vec<String> = match (state_visible, last.state_group) {
+            (true, Some(group)) => state_store::get_state_ids(&conn, group)
                 .await?
                 .into_values()
                 .collect(),
-            false => Vec::new(),
+            _ => Vec::new(),
         };
-        let mut state_rows = store::get_events(&conn, &state_ids).await?;
+        let mut state_rows = store::get_state_events(&conn, &state_ids).await?;
         state_rows.sort_by_key(|r| r.stream_ordering);
         Ok(Context {
             before: self
@@ -361,8 +371,8 @@ impl Rooms {
                 .render_with_relations(&conn, &rules, user_id, &after)
                 .await?,
             state: self.render(&conn, &rules, &state_rows).await?,
-            start: format!("t{start}"),
-            end: format!("t{end}"),
+            start: pagination(start),
+            end: pagination(end),
         })
     }
 
@@ -403,7 +413,7 @@ impl Rooms {
 pub const TIMESTAMP_SCAN_LIMIT: i64 = 1000;
 
 /// The visible events just before (newest first) and just after (oldest first) an event of
-/// its room, that the filter lets through.
+/// its room in topological order, that the filter lets through.
 pub(super) async fn events_around(
     conn: &AsyncPgConnection,
     visibility: &mut Visibility<'_>,
@@ -414,9 +424,16 @@ pub(super) async fn events_around(
     let room_id = target.room_id.as_str();
     let mut before = Vec::new();
     if before_limit > 0 {
-        for row in
-            store::get_room_events_desc(conn, room_id, 0, target.stream_ordering - 1, before_limit)
-                .await?
+        let up_to = HistoryPosition::before(target);
+        for row in dag::get_room_history(
+            conn,
+            room_id,
+            HistoryPosition::START,
+            up_to,
+            true,
+            before_limit,
+        )
+        .await?
         {
             if filter.allows_row(&row) && visibility.can_see(conn, &row).await? {
                 before.push(row);
@@ -425,11 +442,12 @@ pub(super) async fn events_around(
     }
     let mut after = Vec::new();
     if after_limit > 0 {
-        for row in store::get_room_events_between(
+        for row in dag::get_room_history(
             conn,
             room_id,
-            target.stream_ordering,
-            i64::MAX,
+            HistoryPosition::at(target),
+            HistoryPosition::END,
+            false,
             after_limit,
         )
         .await?

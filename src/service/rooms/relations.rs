@@ -241,8 +241,10 @@ impl Rooms {
     ) -> Result<Value> {
         let conn = self.db.conn().await?;
         let (rules, _) = self.visible_event(&conn, user_id, room_id, parent).await?;
-        let from = from.map(token::parse_pagination).transpose()?;
-        let to = to.map(token::parse_pagination).transpose()?;
+        // Children page in stream order.
+        let stream = |t: &str| token::parse_pagination(t).map(token::Pagination::stream);
+        let from = from.map(stream).transpose()?;
+        let to = to.map(stream).transpose()?;
         let limit = limit.map_or(DEFAULT_PAGE, |l| (l as i64).clamp(1, MAX_PAGE));
         let page = store::page_children(
             &conn, parent, rel_type, event_type, from, to, !forwards, limit,
@@ -259,11 +261,11 @@ impl Rooms {
         let mut answer = json!({ "chunk": chunk });
         if page.len() as i64 == limit {
             if let Some((_, last)) = page.last() {
-                answer["next_batch"] = Value::from(token::pagination(*last));
+                answer["next_batch"] = Value::from(token::stream_pagination(*last));
             }
         }
         if let Some(from) = from {
-            answer["prev_batch"] = Value::from(token::pagination(from));
+            answer["prev_batch"] = Value::from(token::stream_pagination(from));
         }
         Ok(answer)
     }
@@ -281,7 +283,7 @@ impl Rooms {
         let conn = self.db.conn().await?;
         let (rules, _) = self.room_rules(&conn, room_id).await?;
         let before = from
-            .map(token::parse_pagination)
+            .map(|t| token::parse_pagination(t).map(token::Pagination::stream))
             .transpose()?
             .unwrap_or(i64::MAX);
         let limit = limit.map_or(DEFAULT_PAGE, |l| (l as i64).clamp(1, MAX_PAGE));
@@ -299,7 +301,7 @@ impl Rooms {
         let mut answer = json!({ "chunk": chunk });
         if threads.len() as i64 == limit {
             if let Some((_, latest)) = threads.last() {
-                answer["next_batch"] = Value::from(token::pagination(*latest));
+                answer["next_batch"] = Value::from(token::stream_pagination(*latest));
             }
         }
         Ok(answer)

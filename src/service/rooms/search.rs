@@ -12,6 +12,7 @@ use crate::{
     error::{Error, Result},
     service::sync::{token, EventFilter},
     storage::{
+        dag::HistoryPosition,
         rooms::{self as rooms_store, EventRow},
         search::{self as store, SearchQuery},
         state as state_store,
@@ -206,8 +207,8 @@ impl Rooms {
                 let mut context = json!({
                     "events_before": self.render(&conn, rules, &before).await?,
                     "events_after": self.render(&conn, rules, &after).await?,
-                    "start": token::pagination(before.last().map_or(row.stream_ordering, |r| r.stream_ordering) - 1),
-                    "end": token::pagination(after.last().map_or(row.stream_ordering, |r| r.stream_ordering)),
+                    "start": token::pagination(HistoryPosition::before(before.last().unwrap_or(&row))),
+                    "end": token::pagination(HistoryPosition::at(after.last().unwrap_or(&row))),
                 });
                 if include_profile {
                     context["profile_info"] = self.profiles(&conn, &row, &before, &after).await?;
@@ -274,7 +275,10 @@ impl Rooms {
         before: &[EventRow],
         after: &[EventRow],
     ) -> Result<Value> {
-        let state = state_store::get_state_ids(conn, row.state_group).await?;
+        let Some(group) = row.state_group else {
+            return Ok(Value::Object(Map::new()));
+        };
+        let state = state_store::get_state_ids(conn, group).await?;
         let mut profiles = Map::new();
         for sender in std::iter::once(row)
             .chain(before)
@@ -287,7 +291,7 @@ impl Rooms {
             let Some(member) = state.get(&("m.room.member".to_owned(), sender.clone())) else {
                 continue;
             };
-            let content = rooms_store::get_event(conn, member)
+            let content = rooms_store::get_state_event(conn, member)
                 .await?
                 .and_then(|e| e.pdu.get("content").cloned())
                 .unwrap_or_default();

@@ -177,7 +177,7 @@ impl Rooms {
         if let Some(id) =
             store::get_current_state_id(&conn, room_id.as_str(), kind, state_key).await?
         {
-            if let Some(row) = store::get_event(&conn, &id).await? {
+            if let Some(row) = store::get_state_event(&conn, &id).await? {
                 if row.sender == user_id.as_str() && row.pdu.get("content") == Some(&content) {
                     return EventId::parse(id).map_err(Error::internal);
                 }

@@ -61,7 +61,7 @@ impl Rooms {
             if let Some(id) =
                 store::get_current_state_id(&conn, old_room.as_str(), kind, "").await?
             {
-                if let Some(event) = store::get_event(&conn, &id).await? {
+                if let Some(event) = store::get_state_event(&conn, &id).await? {
                     copied.push((kind, event.pdu.get("content").cloned().unwrap_or_default()));
                 }
             }
@@ -69,7 +69,7 @@ impl Rooms {
         let old_create =
             match store::get_current_state_id(&conn, old_room.as_str(), "m.room.create", "").await?
             {
-                Some(id) => store::get_event(&conn, &id)
+                Some(id) => store::get_state_event(&conn, &id)
                     .await?
                     .and_then(|e| e.pdu.get("content").cloned()),
                 None => None,

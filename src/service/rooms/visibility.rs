@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::{
     error::Result,
     storage::{
+        dag::HistoryPosition,
         rooms::{self as store, EventRow},
         state::{self as state_store, StateIds},
     },
@@ -24,9 +25,10 @@ pub struct Visibility<'u> {
     contents: HashMap<String, Value>,
     /// Per room: the position of the user's current join, if they are joined now.
     joined_since: HashMap<String, Option<i64>>,
-    /// Per room: the position of the user's latest join event, if they ever joined (looked up
-    /// once, so paging a departed user's history costs one query, not one per event).
-    last_join: HashMap<String, Option<i64>>,
+    /// Per room: where in history (topological order) the user's latest join event is, if they
+    /// ever joined (looked up once, so paging a departed user's history costs one query, not
+    /// one per event).
+    last_join: HashMap<String, Option<HistoryPosition>>,
 }
 
 impl<'u> Visibility<'u> {
@@ -67,7 +69,7 @@ impl<'u> Visibility<'u> {
             return Ok(None);
         };
         if !self.contents.contains_key(&event_id) {
-            let content = store::get_event(conn, &event_id)
+            let content = store::get_state_event(conn, &event_id)
                 .await?
                 .and_then(|e| e.pdu.get("content").cloned())
                 .unwrap_or_default();
@@ -99,10 +101,15 @@ impl<'u> Visibility<'u> {
     }
 
     /// The spec's algorithm, judged on the state at the event:
-    /// world_readable; joined at the event; `shared` and joined at any point since; or invited
-    /// at the event with `invited` visibility. A user always sees their own membership events.
+    /// world_readable; joined at the event; `shared` and joined at any point since (in
+    /// topological order); or invited at the event with `invited` visibility. A user always
+    /// sees their own membership events. An event without state of its own (an outlier) is
+    /// never seen: the read queries leave those out already.
     pub async fn can_see(&mut self, conn: &AsyncPgConnection, event: &EventRow) -> Result<bool> {
         let user = self.user_id.as_str();
+        let Some(state_group) = event.state_group else {
+            return Ok(false);
+        };
         if event.event_type == "m.room.member" && event.state_key.as_deref() == Some(user) {
             return Ok(true);
         }
@@ -112,12 +119,16 @@ impl<'u> Visibility<'u> {
             self.joined_since.insert(event.room_id.clone(), joined);
         }
         // Fast path: joined without a break since before the event, so joined at the event.
+        // Only for an event that arrived after the join: a backfilled one (negative position)
+        // came later but belongs earlier, so it is judged on its own state below.
         let joined_since = self.joined_since[&event.room_id];
-        if joined_since.is_some_and(|position| event.stream_ordering >= position) {
+        if joined_since
+            .is_some_and(|position| event.stream_ordering > 0 && event.stream_ordering >= position)
+        {
             return Ok(true);
         }
         let visibility = self
-            .state_content(conn, event.state_group, "m.room.history_visibility", "")
+            .state_content(conn, state_group, "m.room.history_visibility", "")
             .await?
             .and_then(|c| {
                 c.get("history_visibility")
@@ -129,7 +140,7 @@ impl<'u> Visibility<'u> {
             return Ok(true);
         }
         let membership = self
-            .state_content(conn, event.state_group, "m.room.member", user)
+            .state_content(conn, state_group, "m.room.member", user)
             .await?
             .and_then(|c| {
                 c.get("membership")
@@ -148,7 +159,8 @@ impl<'u> Visibility<'u> {
                 let last = store::get_last_join_position(conn, &event.room_id, user).await?;
                 self.last_join.insert(event.room_id.clone(), last);
             }
-            if self.last_join[&event.room_id].is_some_and(|join| join > event.stream_ordering) {
+            if self.last_join[&event.room_id].is_some_and(|join| join > HistoryPosition::at(event))
+            {
                 return Ok(true);
             }
         }

@@ -2,8 +2,13 @@
 //!
 //! Lock order: the in-process room lock ([`super::RoomLocks`]), then the PostgreSQL advisory
 //! lock for the room (taken by [`RoomWriter::open`]), then the lock on the event stream position
-//! each append takes (unique to the transaction, so never waited for). Never the other way round. The advisory lock keeps writes to one room
-//! serialised across server processes; `prev_events` are always the room's forward extremities.
+//! each append takes (unique to the transaction, so never waited for). Never the other way
+//! round. The advisory lock keeps writes to one room serialised across server processes.
+//!
+//! The room's forward extremities are a set: an event's `prev_events` are the extremities
+//! (at most [`MAX_PREV_EVENTS`], the deepest), its depth is one more than theirs, and it
+//! replaces them in the set. A room only this server writes to keeps a set of one, so its
+//! history stays one chain.
 
 use std::{
     collections::HashMap,
@@ -32,11 +37,29 @@ use crate::{
     error::{Error, Result},
     service::keys::ServerKeys,
     storage::{
-        now_ms, push as push_store, relations as relations_store, rooms as store,
+        dag, now_ms, push as push_store, relations as relations_store, rooms as store,
         state::{self as state_store, STATE_CHAIN_LIMIT},
         streams,
     },
 };
+
+/// Most `prev_events` an event may list (FEDERATION.md invariant 7: every peer's limit).
+pub const MAX_PREV_EVENTS: usize = 20;
+
+/// The `prev_events` of a new event: the deepest [`MAX_PREV_EVENTS`] extremities (ties by
+/// event ID, so the choice is stable), and its depth, one more than the deepest of them (1
+/// with none: a create event).
+fn choose_prev_events(extremities: &[(OwnedEventId, i64)]) -> (Vec<OwnedEventId>, i64) {
+    let mut deepest: Vec<&(OwnedEventId, i64)> = extremities.iter().collect();
+    deepest.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    deepest.truncate(MAX_PREV_EVENTS);
+    let deepest_depth = deepest.iter().map(|(_, depth)| *depth).max();
+    let depth = deepest_depth.unwrap_or(0).saturating_add(1);
+    (
+        deepest.into_iter().map(|(id, _)| id.clone()).collect(),
+        depth,
+    )
+}
 
 /// An event a local user wants to add to a room.
 pub struct NewEvent<'a> {
@@ -180,8 +203,8 @@ pub struct RoomWriter<'c> {
     /// The current state group and its delta-chain length (looked up when a state event
     /// needs it).
     state_group: Option<(i64, Option<i32>)>,
-    extremities: Vec<OwnedEventId>,
-    depth: i64,
+    /// The room's forward extremities with their depths.
+    extremities: Vec<(OwnedEventId, i64)>,
     pdus: HashMap<OwnedEventId, Pdu>,
     /// Set for multi-event transactions: positions are provisional until they finish.
     deferred: Option<&'c DeferredPositions>,
@@ -259,9 +282,10 @@ impl<'c> RoomWriter<'c> {
         let lock = crate::storage::cached_sql("SELECT pg_advisory_xact_lock($1)")
             .bind::<BigInt, _>(lock_key(room_id.as_str()))
             .execute(&mut &*conn);
-        let (_, room, state, theirs) = tokio::try_join!(
+        let (_, room, extremities, state, theirs) = tokio::try_join!(
             async { Ok::<_, Error>(lock.await?) },
             async { Ok(store::get_room(conn, room_id.as_str()).await?) },
+            async { Ok(dag::get_forward_extremities(conn, room_id.as_str()).await?) },
             async { Ok(store::get_current_state_events(conn, room_id.as_str(), prefetch).await?) },
             alongside,
         )?;
@@ -269,11 +293,9 @@ impl<'c> RoomWriter<'c> {
         let version =
             RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
         let rules = version_rules(&version)?;
-        let depth = room.tip_depth;
-        let extremities = room
-            .forward_extremities
-            .iter()
-            .filter_map(|id| EventId::parse(id).ok())
+        let extremities = extremities
+            .into_iter()
+            .filter_map(|(id, depth)| Some((EventId::parse(id).ok()?, depth)))
             .collect();
         let mut writer = RoomWriter {
             conn,
@@ -285,7 +307,6 @@ impl<'c> RoomWriter<'c> {
             state: HashMap::new(),
             state_group: Some((room.current_state_group, None)),
             extremities,
-            depth,
             pdus: HashMap::new(),
             deferred: None,
         };
@@ -358,7 +379,6 @@ impl<'c> RoomWriter<'c> {
             state: HashMap::new(),
             state_group: None,
             extremities: Vec::new(),
-            depth: 0,
             pdus: HashMap::new(),
             deferred: None,
         })
@@ -484,7 +504,7 @@ impl<'c> RoomWriter<'c> {
         let redacts_top_level = redacts
             .as_deref()
             .filter(|_| !self.rules.redaction.content_field_redacts);
-        let prev_events = self.extremities.clone();
+        let (prev_events, depth) = choose_prev_events(&self.extremities);
         let template = PduTemplate {
             room_id: if is_v12_create {
                 None
@@ -498,7 +518,7 @@ impl<'c> RoomWriter<'c> {
             redacts: redacts_top_level,
             prev_events: &prev_events,
             auth_events: &auth_events,
-            depth: self.depth + 1,
+            depth,
             origin_server_ts: if is_v12_create {
                 unique_create_ts()
             } else {
@@ -643,6 +663,8 @@ impl<'c> RoomWriter<'c> {
         // The stream position, then the event's rows (written at that position), the state
         // and redaction it changes, and its notifications (delivered at commit), sent together:
         // readers are held below the position from this one round trip to the commit.
+        let prev_ids: Vec<&str> = prev_events.iter().map(|id| id.as_str()).collect();
+        let auth_ids: Vec<&str> = auth_events.iter().map(|id| id.as_str()).collect();
         let provisional = self.deferred.map(DeferredPositions::take);
         let push_rows = match provisional {
             Some(position) => push_rows
@@ -678,7 +700,20 @@ impl<'c> RoomWriter<'c> {
                     }
                 }
             },
-            store::set_room_tip(conn, room_id.as_str(), event_id.as_str(), template.depth),
+            dag::insert_edges(
+                conn,
+                event_id.as_str(),
+                room_id.as_str(),
+                &prev_ids,
+                &auth_ids
+            ),
+            dag::update_forward_extremities(
+                conn,
+                room_id.as_str(),
+                event_id.as_str(),
+                &prev_ids,
+                template.depth
+            ),
             async {
                 match event.txn {
                     Some((device_id, txn_id)) => {
@@ -738,8 +773,8 @@ impl<'c> RoomWriter<'c> {
                 *cached = Pdu::from_json(target.event_id.as_str(), &pruned)?;
             }
         }
-        self.extremities = vec![event_id.clone()];
-        self.depth = template.depth;
+        self.extremities.retain(|(id, _)| !prev_events.contains(id));
+        self.extremities.push((event_id.clone(), template.depth));
         self.pdus.insert(event_id.clone(), pdu);
         Ok(Appended {
             event_id,
@@ -869,5 +904,23 @@ impl<'c> RoomWriter<'c> {
             },
         )
         .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prev_events_are_the_deepest_twenty_extremities_and_depth_follows_them() {
+        let id = |n: usize| EventId::parse(format!("$e{n:02}")).unwrap();
+        assert_eq!(choose_prev_events(&[]), (Vec::new(), 1));
+        let two = [(id(1), 7), (id(2), 9)];
+        assert_eq!(choose_prev_events(&two), (vec![id(2), id(1)], 10));
+        let many: Vec<(OwnedEventId, i64)> = (0..25).map(|n| (id(n), n as i64)).collect();
+        let (prev, depth) = choose_prev_events(&many);
+        assert_eq!(prev.len(), MAX_PREV_EVENTS);
+        assert_eq!(prev, (5..25).rev().map(id).collect::<Vec<_>>());
+        assert_eq!(depth, 25);
     }
 }

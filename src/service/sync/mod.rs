@@ -545,7 +545,7 @@ impl Sync {
                 Ok(Some(("join", room_id, to_raw_value(&section)?)))
             }
             JobKind::Stripped { knock } => {
-                let inviter = store::get_event(conn, membership_event)
+                let inviter = store::get_state_event(conn, membership_event)
                     .await?
                     .map(|e| e.sender);
                 if inviter.is_some_and(|sender| ignored.contains(&sender)) {
@@ -612,6 +612,12 @@ impl Sync {
         let limited = rows.len() > limit;
         rows.truncate(limit);
         rows.reverse();
+        // The timeline's start in history (topological order); with no events in the range, the
+        // range's end in stream order, placed in history by the `/messages` that needs it.
+        let prev_batch = match rows.first() {
+            Some(first) => token::pagination(crate::storage::dag::HistoryPosition::before(first)),
+            None => token::stream_pagination(range.up_to),
+        };
         let start = rows.first().map_or(range.up_to, |r| r.stream_ordering - 1);
 
         let mut visibility = Visibility::new(request.user_id);
@@ -653,7 +659,7 @@ impl Sync {
             })
             .map(|(_, id)| id)
             .collect();
-        let mut state_rows = store::get_events(conn, &state_ids).await?;
+        let mut state_rows = store::get_state_events(conn, &state_ids).await?;
         state_rows.retain(|r| request.filter.state.allows_row(r));
         state_rows.sort_by_key(|r| r.stream_ordering);
 
@@ -684,7 +690,7 @@ impl Sync {
             }
         }
         Ok(json!({
-            "timeline": { "events": timeline_events, "limited": limited, "prev_batch": token::pagination(start) },
+            "timeline": { "events": timeline_events, "limited": limited, "prev_batch": prev_batch },
             "state": { "events": state_events },
         }))
     }
@@ -769,10 +775,14 @@ impl Sync {
         conn: &AsyncPgConnection,
         membership_event: &str,
     ) -> Result<Vec<Value>> {
-        let Some(event) = store::get_event(conn, membership_event).await? else {
+        let Some(event) = store::get_state_event(conn, membership_event).await? else {
             return Ok(Vec::new());
         };
-        let state = state_store::get_state_ids(conn, event.state_group).await?;
+        // An out-of-band invite (an outlier) has no state here: it is shown on its own.
+        let state = match event.state_group {
+            Some(group) => state_store::get_state_ids(conn, group).await?,
+            None => state_store::StateIds::new(),
+        };
         let wanted = [
             "m.room.create",
             "m.room.join_rules",
@@ -792,7 +802,7 @@ impl Sync {
         {
             ids.push(sender_member.clone());
         }
-        let rows = store::get_events(conn, &ids).await?;
+        let rows = store::get_state_events(conn, &ids).await?;
         Ok(rows
             .iter()
             .map(|r| {

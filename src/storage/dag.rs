@@ -1,0 +1,301 @@
+//! The room DAG: `prev_events` and `auth_events` edges, forward extremities, history in
+//! topological order and positions for backfilled events.
+//!
+//! History (`/messages`, `/context`) is read in topological order, `(depth, stream_ordering)`:
+//! depth places an event among its ancestors and descendants, the stream position breaks ties
+//! between events at the same depth. `/sync` keeps stream order for "what is new".
+
+use diesel::{
+    prelude::*,
+    sql_types::{Array, BigInt, Text},
+};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::rooms::{EventRow, EVENT_COLUMNS, SERVED_TO_CLIENTS};
+
+/// A point in a room's history in topological order: just after the event at
+/// `(depth, stream)` (the fields compare in that order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HistoryPosition {
+    /// Depth in the room DAG.
+    pub depth: i64,
+    /// Stream position (negative for a backfilled event).
+    pub stream: i64,
+}
+
+impl HistoryPosition {
+    /// Before every event (depths are never negative).
+    pub const START: Self = HistoryPosition {
+        depth: -1,
+        stream: 0,
+    };
+    /// After every event.
+    pub const END: Self = HistoryPosition {
+        depth: i64::MAX,
+        stream: i64::MAX,
+    };
+
+    /// Just after an event: it and everything before it lie at or before this point.
+    pub fn at(row: &EventRow) -> Self {
+        HistoryPosition {
+            depth: row.depth,
+            stream: row.stream_ordering,
+        }
+    }
+
+    /// Just before an event: the next event at or after this point is that one.
+    pub fn before(row: &EventRow) -> Self {
+        HistoryPosition {
+            depth: row.depth,
+            stream: row.stream_ordering - 1,
+        }
+    }
+}
+
+/// Records an event's `prev_events` and `auth_events`, as one statement.
+pub async fn insert_edges(
+    mut conn: &AsyncPgConnection,
+    event_id: &str,
+    room_id: &str,
+    prev_events: &[&str],
+    auth_events: &[&str],
+) -> QueryResult<()> {
+    super::cached_sql(
+        "WITH prev AS ( \
+             INSERT INTO event_edges (event_id, prev_event_id, room_id) \
+             SELECT $1, unnest($3::TEXT[]), $2 \
+         ) \
+         INSERT INTO event_auth_edges (event_id, auth_event_id, room_id) \
+         SELECT $1, unnest($4::TEXT[]), $2",
+    )
+    .bind::<Text, _>(event_id)
+    .bind::<Text, _>(room_id)
+    .bind::<Array<Text>, _>(prev_events)
+    .bind::<Array<Text>, _>(auth_events)
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
+#[derive(QueryableByName)]
+struct Extremity {
+    #[diesel(sql_type = Text)]
+    event_id: String,
+    #[diesel(sql_type = BigInt)]
+    depth: i64,
+}
+
+/// A room's forward extremities (the events nothing references yet) with their depths.
+pub async fn get_forward_extremities(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<Vec<(String, i64)>> {
+    let rows: Vec<Extremity> = super::cached_sql(
+        "SELECT e.event_id, e.depth \
+         FROM rooms r CROSS JOIN LATERAL unnest(r.forward_extremities) AS x (event_id) \
+         JOIN events e ON e.event_id = x.event_id \
+         WHERE r.room_id = $1",
+    )
+    .bind::<Text, _>(room_id)
+    .load(&mut conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.event_id, r.depth)).collect())
+}
+
+/// Adds a new event (at `depth`) to the room's forward extremities and removes the events it
+/// references (`prev_events`), in one statement; the room's tip depth becomes the greatest
+/// depth written to it.
+pub async fn update_forward_extremities(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    event_id: &str,
+    prev_events: &[&str],
+    depth: i64,
+) -> QueryResult<()> {
+    super::cached_sql(
+        "UPDATE rooms SET \
+             forward_extremities = array_append(ARRAY( \
+                 SELECT x FROM unnest(forward_extremities) AS x WHERE x <> ALL($3::TEXT[]) \
+             ), $2), \
+             tip_depth = GREATEST(tip_depth, $4) \
+         WHERE room_id = $1",
+    )
+    .bind::<Text, _>(room_id)
+    .bind::<Text, _>(event_id)
+    .bind::<Array<Text>, _>(prev_events)
+    .bind::<BigInt, _>(depth)
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
+/// Up to `limit` served events of a room after `after` and at or before `up_to` in
+/// topological order: newest first (`backwards`) or oldest first.
+pub async fn get_room_history(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    after: HistoryPosition,
+    up_to: HistoryPosition,
+    backwards: bool,
+    limit: i64,
+) -> QueryResult<Vec<EventRow>> {
+    fn sql(order: &str) -> String {
+        format!(
+            "SELECT {EVENT_COLUMNS} FROM events \
+             WHERE room_id = $1 AND (depth, stream_ordering) > ($2, $3) \
+               AND (depth, stream_ordering) <= ($4, $5) AND {SERVED_TO_CLIENTS} \
+             ORDER BY depth {order}, stream_ordering {order} LIMIT $6"
+        )
+    }
+    static BACKWARDS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| sql("DESC"));
+    static FORWARDS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| sql("ASC"));
+    super::cached_sql(match backwards {
+        true => BACKWARDS.as_str(),
+        false => FORWARDS.as_str(),
+    })
+    .bind::<Text, _>(room_id)
+    .bind::<BigInt, _>(after.depth)
+    .bind::<BigInt, _>(after.stream)
+    .bind::<BigInt, _>(up_to.depth)
+    .bind::<BigInt, _>(up_to.stream)
+    .bind::<BigInt, _>(limit)
+    .load(&mut conn)
+    .await
+}
+
+#[derive(QueryableByName)]
+struct Position {
+    #[diesel(sql_type = BigInt)]
+    depth: i64,
+    #[diesel(sql_type = BigInt)]
+    stream_ordering: i64,
+}
+
+/// Where a stream position falls in a room's history: just after the room's newest served
+/// event at or before it in stream order, or [`HistoryPosition::START`] before the first.
+/// Exact wherever history is linear (every event a room of ours writes follows the one
+/// before it, so stream and topological order agree); at a fork it is the point after the
+/// event that arrived last.
+pub async fn get_position_at_stream(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    stream: i64,
+) -> QueryResult<HistoryPosition> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT depth, stream_ordering FROM events \
+             WHERE room_id = $1 AND stream_ordering <= $2 AND {SERVED_TO_CLIENTS} \
+             ORDER BY stream_ordering DESC LIMIT 1"
+        )
+    });
+    let position: Option<Position> = super::cached_sql(SQL.as_str())
+        .bind::<Text, _>(room_id)
+        .bind::<BigInt, _>(stream)
+        .get_result(&mut conn)
+        .await
+        .optional()?;
+    Ok(
+        position.map_or(HistoryPosition::START, |p| HistoryPosition {
+            depth: p.depth,
+            stream: p.stream_ordering,
+        }),
+    )
+}
+
+/// The end of a room's history: just after its last served event in topological order, or
+/// [`HistoryPosition::START`] when it has none.
+pub async fn get_history_end(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<HistoryPosition> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT depth, stream_ordering FROM events \
+             WHERE room_id = $1 AND {SERVED_TO_CLIENTS} \
+             ORDER BY depth DESC, stream_ordering DESC LIMIT 1"
+        )
+    });
+    let position: Option<Position> = super::cached_sql(SQL.as_str())
+        .bind::<Text, _>(room_id)
+        .get_result(&mut conn)
+        .await
+        .optional()?;
+    Ok(
+        position.map_or(HistoryPosition::START, |p| HistoryPosition {
+            depth: p.depth,
+            stream: p.stream_ordering,
+        }),
+    )
+}
+
+/// The stream position of the event at a point in a room's history: the newest served event
+/// at or before it in topological order (`None` before the first).
+pub async fn get_stream_at_position(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    at: HistoryPosition,
+) -> QueryResult<Option<i64>> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT depth, stream_ordering FROM events \
+             WHERE room_id = $1 AND (depth, stream_ordering) <= ($2, $3) AND {SERVED_TO_CLIENTS} \
+             ORDER BY depth DESC, stream_ordering DESC LIMIT 1"
+        )
+    });
+    let position: Option<Position> = super::cached_sql(SQL.as_str())
+        .bind::<Text, _>(room_id)
+        .bind::<BigInt, _>(at.depth)
+        .bind::<BigInt, _>(at.stream)
+        .get_result(&mut conn)
+        .await
+        .optional()?;
+    Ok(position.map(|p| p.stream_ordering))
+}
+
+#[derive(QueryableByName)]
+struct Taken {
+    #[diesel(sql_type = BigInt)]
+    position: i64,
+}
+
+/// Takes the stream position of a backfilled event: negative and descending (the oldest
+/// history lowest), never one `/sync` reports as new, which reads only after its token.
+pub async fn next_backfill_position(mut conn: &AsyncPgConnection) -> QueryResult<i64> {
+    let taken: Taken = super::cached_sql("SELECT nextval('backfill_position_seq') AS position")
+        .get_result(&mut conn)
+        .await?;
+    Ok(taken.position)
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::{debug_query, pg::Pg};
+
+    use super::*;
+    use crate::storage::{rooms::served, schema::events};
+
+    #[test]
+    fn served_reads_as_the_sql_the_partial_index_is_built_on() {
+        let query = events::table.filter(served()).select(events::event_id);
+        let rendered = debug_query::<Pg, _>(&query).to_string();
+        let condition = rendered
+            .split(" WHERE ")
+            .nth(1)
+            .and_then(|rest| rest.split(" -- binds").next())
+            .expect("a WHERE clause");
+        let plain = condition
+            .replace("\"events\".", "")
+            .replace(['"', '(', ')'], "");
+        let words: Vec<&str> = plain.split_whitespace().collect();
+        assert_eq!(words.join(" "), SERVED_TO_CLIENTS);
+    }
+
+    #[test]
+    fn positions_order_by_depth_then_stream() {
+        let at = |depth, stream| HistoryPosition { depth, stream };
+        assert!(at(3, -7) < at(3, 40));
+        assert!(at(3, 40) < at(4, -100));
+        assert!(HistoryPosition::START < at(0, i64::MIN + 1));
+        assert!(at(i64::MAX - 1, 0) < HistoryPosition::END);
+    }
+}
