@@ -111,7 +111,8 @@ async fn put_remote_member(
     let pdu = json!({
         "auth_events": auth.iter().map(|a| a.event_id.clone()).collect::<Vec<_>>(),
         "prev_events": r.forward_extremities,
-        "content": { "membership": membership },
+        // A display name, so that a redacted copy differs from the event.
+        "content": { "membership": membership, "displayname": user },
         "depth": depth,
         "origin_server_ts": now,
         "room_id": room,
@@ -293,11 +294,16 @@ fn pdus_of<'a>(
         .collect()
 }
 
-/// A stored PDU as redacted for a message event: everything but the content.
+/// A stored PDU as served to a server that may not see it: redacted by the rules of room
+/// version 12 (the version rooms are created with).
 fn redacted(pdu: &Value) -> Value {
-    let mut pdu = pdu.clone();
-    pdu["content"] = json!({});
-    pdu
+    let object = match ruma::CanonicalJsonValue::try_from(pdu.clone()).unwrap() {
+        ruma::CanonicalJsonValue::Object(object) => object,
+        other => panic!("not an object: {other}"),
+    };
+    let rules = ruma::RoomVersionId::V12.rules().unwrap();
+    let pruned = ruma::canonical_json::redact(object, &rules.redaction, None).unwrap();
+    serde_json::to_value(pruned).unwrap()
 }
 
 /// A signed `GET` from `fake` to `server`.
@@ -611,6 +617,63 @@ async fn events_a_server_may_not_see_are_served_redacted() {
     assert_eq!(body["pdus"], json!([redacted(&stored[&early].pdu)]));
     let (_, body) = get(&fake, &server, &event(&invited)).await;
     assert_eq!(body["pdus"], json!([stored[&invited].pdu]));
+}
+
+#[tokio::test]
+async fn visibility_changes_and_the_origins_own_memberships_count_on_both_sides() {
+    let server = federated_server().await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let carol = fake.user_id("carol");
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    let visibility = |value: &str| {
+        set_state(
+            &alice,
+            &room,
+            "m.room.history_visibility",
+            // A key redaction drops, so that a redacted copy differs from the event.
+            json!({ "history_visibility": value, "comment": "changed by a test" }),
+        )
+    };
+    let shared = send(&alice, &room, "shared, before carol ever joined").await;
+    visibility("world_readable").await;
+    let to_joined = visibility("joined").await;
+    let hidden = send(&alice, &room, "joined only, carol not there").await;
+    let join = join_remote(&server, &room, &carol).await;
+    let seen = send(&alice, &room, "carol is there").await;
+    let leave = put_remote_member(&server, &room, &carol, &carol, "leave").await;
+    let gone = send(&alice, &room, "carol left").await;
+    // No user of the server is in the room now: world-readable lets it read at all.
+    let to_open = visibility("world_readable").await;
+    let stored = stored_events(&server, &room).await;
+
+    for (id, whole, why) in [
+        (
+            &shared,
+            true,
+            "shared, and a user of the server joined after it",
+        ),
+        (&to_joined, true, "world_readable before it"),
+        (
+            &hidden,
+            false,
+            "joined only, before the server's user joined",
+        ),
+        (&join, true, "the server's user joined"),
+        (&seen, true, "the server's user was joined"),
+        (&leave, true, "the leaving user was joined before it"),
+        (&gone, false, "joined only, after the server's user left"),
+        (&to_open, true, "world_readable after it"),
+    ] {
+        let uri = format!("/_matrix/federation/v1/event/{}", enc(id));
+        let (status, body) = get(&fake, &server, &uri).await;
+        assert_eq!(status, 200, "{why}: {body}");
+        let expected = match whole {
+            true => stored[id].pdu.clone(),
+            false => redacted(&stored[id].pdu),
+        };
+        assert_eq!(body["pdus"], json!([expected]), "{why}");
+    }
 }
 
 #[tokio::test]
