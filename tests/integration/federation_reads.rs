@@ -868,3 +868,46 @@ async fn reads_without_a_valid_x_matrix_signature_are_unauthorized() {
         assert_eq!(status, 200, "{uri}: {answer}");
     }
 }
+
+#[tokio::test]
+async fn malformed_reads_get_matrix_errors() {
+    let server = federated_server().await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    join_remote(&server, &room, &fake.user_id("carol")).await;
+    let message = send(&alice, &room, "hello").await;
+    let (room, message) = (enc(&room), enc(&message));
+    for uri in [
+        format!("/_matrix/federation/v1/state_ids/{room}"),
+        format!("/_matrix/federation/v1/state/{room}?event_id=not-an-event-id"),
+        format!("/_matrix/federation/v1/backfill/{room}?v={message}"),
+        format!("/_matrix/federation/v1/backfill/{room}?v={message}&limit=-1"),
+        format!("/_matrix/federation/v1/backfill/{room}?v={message}&limit=many"),
+        format!("/_matrix/federation/v1/event_auth/not-a-room/{message}"),
+    ] {
+        let (status, body) = get(&fake, &server, &uri).await;
+        assert_eq!(status, 400, "{uri}: {body}");
+        assert!(
+            body["errcode"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("M_")),
+            "{uri}: {body}"
+        );
+    }
+    let room_id = alice.create_room(json!({})).await;
+    for body in [
+        json!({}),
+        json!({ "earliest_events": [], "latest_events": "x" }),
+        json!([1]),
+    ] {
+        let (status, answer) = missing(&fake, &server, &room_id, body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(
+            answer["errcode"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("M_")),
+            "{answer}"
+        );
+    }
+}
