@@ -162,13 +162,15 @@ impl RoomAccess {
         room_id: &RoomId,
     ) -> Result<Self> {
         let not_in_room = || Error::forbidden(format!("{origin} is not in room {room_id}"));
-        let Some(room) = rooms_store::get_room(conn, room_id.as_str()).await? else {
+        let Some(row) = rooms_store::get_room(conn, room_id.as_str()).await? else {
             return Err(not_in_room());
         };
-        let rules = rules_for(&room.room_version)?;
-        let (acl, visibility) = tokio::try_join!(
-            rooms_store::get_current_state_event(conn, room_id.as_str(), SERVER_ACL, ""),
-            rooms_store::get_current_state_event(conn, room_id.as_str(), HISTORY_VISIBILITY, ""),
+        let rules = rules_for(&row.room_version)?;
+        let room = room_id.as_str();
+        let (acl, visibility, joined) = tokio::try_join!(
+            rooms_store::get_current_state_event(conn, room, SERVER_ACL, ""),
+            rooms_store::get_current_state_event(conn, room, HISTORY_VISIBILITY, ""),
+            room_servers::get_joined_users_like_server(conn, room, origin.as_str()),
         )?;
         if let Some(acl) = acl {
             let content = acl.pdu.get("content").cloned().unwrap_or_default();
@@ -178,9 +180,6 @@ impl RoomAccess {
                 )));
             }
         }
-        let joined =
-            room_servers::get_joined_users_like_server(conn, room_id.as_str(), origin.as_str())
-                .await?;
         let origin_joined = joined.iter().any(|user| is_user_of(user, origin));
         let visibility =
             HistoryVisibility::of(visibility.as_ref().and_then(|e| e.pdu.get("content")));
