@@ -4,6 +4,7 @@
 
 pub mod directory;
 pub mod discovery;
+pub mod events;
 pub mod keys;
 pub mod media;
 pub mod openid;
@@ -40,4 +41,12 @@ pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::transactions::send_transaction_message::v1::Request, _, _>(
         send::send_transaction_route,
     );
+    t.ruma::<f::event::get_event::v1::Request, _, _>(events::get_event_route);
+    t.ruma::<f::event::get_room_state::v1::Request, _, _>(events::get_room_state_route);
+    t.ruma::<f::event::get_room_state_ids::v1::Request, _, _>(events::get_room_state_ids_route);
+    t.ruma::<f::authorization::get_event_authorization::v1::Request, _, _>(
+        events::get_event_authorization_route,
+    );
+    t.ruma::<f::backfill::get_backfill::v1::Request, _, _>(events::get_backfill_route);
+    t.ruma::<f::event::get_missing_events::v1::Request, _, _>(events::get_missing_events_route);
 }

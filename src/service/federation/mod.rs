@@ -4,7 +4,9 @@
 pub mod client;
 pub mod pdus;
 pub mod query;
+pub mod reads;
 pub mod resolver;
+pub mod room_access;
 pub mod sender;
 pub mod server_keys;
 pub mod transactions;
