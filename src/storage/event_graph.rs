@@ -16,10 +16,9 @@ use serde_json::Value;
 use super::{rooms::EventRow, schema::events};
 
 /// The condition, in SQL over the unaliased `events` table, for an event this server may hand
-/// to another server: stored in full, with its signed PDU. Every stored event is today; the
-/// columns Federation 2 adds extend it here (a rejected event is never served; outliers and
-/// soft-failed events are), and every federation read takes its events through it.
-pub const SERVABLE: &str = "events.pdu IS NOT NULL";
+/// to another server: stored in full, with its signed PDU, and not rejected (outliers and
+/// soft-failed events are served). Every federation read takes its events through it.
+pub const SERVABLE: &str = "events.pdu IS NOT NULL AND events.rejected_reason IS NULL";
 
 /// An event that may be served ([`SERVABLE`]), whatever its room.
 pub async fn get_servable_event(
@@ -265,7 +264,7 @@ pub async fn walk_back_breadth_first(
 }
 
 /// The state groups (the state after each) of the events of `room_id` among `event_ids`, as
-/// `(event ID, group)`; unknown events and events of other rooms are absent.
+/// `(event ID, group)`; unknown events, outliers and events of other rooms are absent.
 pub async fn get_state_groups(
     mut conn: &AsyncPgConnection,
     room_id: &str,
@@ -277,7 +276,8 @@ pub async fn get_state_groups(
     events::table
         .filter(events::event_id.eq_any(event_ids))
         .filter(events::room_id.eq(room_id))
-        .select((events::event_id, events::state_group))
+        .filter(events::state_group.is_not_null())
+        .select((events::event_id, events::state_group.assume_not_null()))
         .load(&mut conn)
         .await
 }

@@ -99,39 +99,3 @@ pub async fn insert_state_group(
     }
     Ok(group)
 }
-
-#[derive(QueryableByName)]
-struct PduEntry {
-    #[diesel(sql_type = Text)]
-    event_id: String,
-    #[diesel(sql_type = diesel::sql_types::Jsonb)]
-    pdu: serde_json::Value,
-}
-
-/// The stored PDUs of `event_ids` and of everything they reach through `auth_events`
-/// (their full auth chains), in one round trip. Events not stored are left out.
-pub async fn auth_closure(
-    mut conn: &AsyncPgConnection,
-    event_ids: &[String],
-) -> QueryResult<Vec<(String, serde_json::Value)>> {
-    if event_ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    // UNION (not UNION ALL) drops what was reached before, so the walk ends.
-    let rows: Vec<PduEntry> = crate::storage::cached_sql(
-        "WITH RECURSIVE chain (event_id) AS ( \
-             SELECT unnest($1::TEXT[]) \
-             UNION \
-             SELECT jsonb_array_elements_text(e.pdu -> 'auth_events') \
-               FROM events e JOIN chain c ON e.event_id = c.event_id \
-         ) \
-         SELECT e.event_id, e.pdu FROM events e JOIN chain c ON e.event_id = c.event_id",
-    )
-    .bind::<diesel::sql_types::Array<Text>, _>(event_ids)
-    .load(&mut conn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| (row.event_id, row.pdu))
-        .collect())
-}

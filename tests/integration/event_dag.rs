@@ -102,12 +102,11 @@ struct Position {
 /// the way the writer takes it, inside the transaction that stores the event (readers stay
 /// below it until that commits).
 async fn next_stream_position(conn: &mut AsyncPgConnection) -> i64 {
-    let taken: Position = diesel::sql_query(
-        "SELECT (myelin_take_positions('events', 1))[1] AS position",
-    )
-    .get_result(conn)
-    .await
-    .unwrap();
+    let taken: Position =
+        diesel::sql_query("SELECT (myelin_take_positions('events', 1))[1] AS position")
+            .get_result(conn)
+            .await
+            .unwrap();
     taken.position
 }
 

@@ -90,11 +90,13 @@ async fn resolving_two_states_of_a_linear_history_gives_the_later_one() {
             vec![earlier.clone(), later.clone()],
             vec![later.clone(), earlier.clone()],
         ] {
-            let resolved = state_res::resolve(&conn, &rules, &states).await.unwrap();
+            let resolved = state_res::resolve(&conn, &rules, &room, &states)
+                .await
+                .unwrap();
             assert_eq!(resolved, later, "room version {version}");
         }
         assert_eq!(
-            state_res::resolve(&conn, &rules, std::slice::from_ref(&earlier))
+            state_res::resolve(&conn, &rules, &room, std::slice::from_ref(&earlier))
                 .await
                 .unwrap(),
             earlier

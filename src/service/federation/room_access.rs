@@ -270,7 +270,11 @@ impl RoomAccess {
     /// it counts, and for a member event of a user of the origin the stronger of the
     /// memberships before and after it, as the spec says for those events.
     pub async fn may_see(&mut self, conn: &AsyncPgConnection, event: &EventRow) -> Result<bool> {
-        let after = event.state_group;
+        // An outlier (an auth event fetched on its own) has no state to judge it by; Synapse
+        // serves them, and they are what other servers need to check the room's events.
+        let Some(after) = event.state_group else {
+            return Ok(true);
+        };
         let own_member = event.event_type == MEMBER
             && event
                 .state_key
@@ -314,7 +318,7 @@ impl RoomAccess {
     /// events when they agree.
     async fn before(&mut self, conn: &AsyncPgConnection, event: &EventRow) -> Result<Before> {
         if event.state_key.is_none() {
-            return Ok(Before::Group(event.state_group));
+            return Ok(event.state_group.map_or(Before::Unknown, Before::Group));
         }
         let prevs: Vec<String> = event_graph::prev_event_ids(&event.pdu)
             .into_iter()

@@ -19,13 +19,14 @@ use ruma::{
 use super::pdu::Pdu;
 use crate::{
     error::{Error, Result},
-    storage::state::{self as state_store, StateIds},
+    storage::{event_graph, rooms as rooms_store, state::StateIds},
 };
 
-/// The resolution of `states` (each a full state map of the same room).
+/// The resolution of `states` (each a full state map of `room_id`).
 pub async fn resolve(
     conn: &AsyncPgConnection,
     rules: &RoomVersionRules,
+    room_id: &str,
     states: &[StateIds],
 ) -> Result<StateIds> {
     let Some((first, rest)) = states.split_first() else {
@@ -51,7 +52,7 @@ pub async fn resolve(
                 .collect()
         })
         .collect();
-    let graph = AuthGraph::load(conn, states).await?;
+    let graph = AuthGraph::load(conn, room_id, states).await?;
     let auth_chains: Vec<EventIdSet<OwnedEventId>> = maps
         .iter()
         .map(|map| graph.auth_chain(map.values()))
@@ -80,16 +81,20 @@ struct AuthGraph {
 }
 
 impl AuthGraph {
-    async fn load(conn: &AsyncPgConnection, states: &[StateIds]) -> Result<Self> {
+    async fn load(conn: &AsyncPgConnection, room_id: &str, states: &[StateIds]) -> Result<Self> {
         let ids: Vec<String> = states
             .iter()
             .flat_map(|state| state.values().cloned())
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
+        let (roots, chain) = tokio::try_join!(
+            rooms_store::get_state_events(conn, &ids),
+            event_graph::auth_chain(conn, room_id, &ids),
+        )?;
         let mut events = HashMap::new();
-        for (event_id, json) in state_store::auth_closure(conn, &ids).await? {
-            let pdu = Pdu::from_json(&event_id, &json)?;
+        for row in roots.into_iter().chain(chain) {
+            let pdu = Pdu::from_json(&row.event_id, &row.pdu)?;
             events.insert(pdu.event_id.clone(), pdu);
         }
         Ok(AuthGraph { events })

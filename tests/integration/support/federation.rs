@@ -540,13 +540,15 @@ pub async fn put_remote_member(
     .execute(&mut db)
     .await
     .unwrap();
-    let position: Number = sql_query(
-        "UPDATE stream_positions SET position = position + 1 WHERE stream = 'events' \
-         RETURNING position AS n",
-    )
-    .get_result(&mut db)
-    .await
-    .unwrap();
+    // Everything below in one transaction, which holds the stream position it takes (readers
+    // stay below it until the commit).
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut db, "BEGIN")
+        .await
+        .unwrap();
+    let position: Number = sql_query("SELECT (myelin_take_positions('events', 1))[1] AS n")
+        .get_result(&mut db)
+        .await
+        .unwrap();
     sql_query(
         "INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type, \
              state_key, origin_server_ts, pdu, state_group) \
@@ -600,6 +602,19 @@ pub async fn put_remote_member(
     .execute(&mut db)
     .await
     .unwrap();
+    sql_query(
+        "INSERT INTO event_edges (event_id, prev_event_id, room_id) \
+         SELECT $1, unnest($2::TEXT[]), $3",
+    )
+    .bind::<Text, _>(&event_id)
+    .bind::<Array<Text>, _>(&r.forward_extremities)
+    .bind::<Text, _>(room)
+    .execute(&mut db)
+    .await
+    .unwrap();
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut db, "COMMIT")
+        .await
+        .unwrap();
     event_id
 }
 
