@@ -267,6 +267,81 @@ pub async fn next_backfill_position(mut conn: &AsyncPgConnection) -> QueryResult
     Ok(taken.position)
 }
 
+/// Whether an event is stored, whatever its status.
+pub async fn event_exists(mut conn: &AsyncPgConnection, event_id: &str) -> QueryResult<bool> {
+    diesel::select(diesel::dsl::exists(
+        super::schema::events::table.find(event_id),
+    ))
+    .get_result(&mut conn)
+    .await
+}
+
+/// Marks a just-stored event soft-failed (a no-op for `false`).
+pub async fn set_soft_failed(
+    mut conn: &AsyncPgConnection,
+    event_id: &str,
+    soft_failed: bool,
+) -> QueryResult<()> {
+    super::cached_sql("UPDATE events SET soft_failed = true WHERE event_id = $1 AND $2")
+        .bind::<Text, _>(event_id)
+        .bind::<diesel::sql_types::Bool, _>(soft_failed)
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
+/// A rejected event to store.
+pub struct RejectedEvent<'a> {
+    /// Event ID.
+    pub event_id: &'a str,
+    /// Room ID.
+    pub room_id: &'a str,
+    /// Depth.
+    pub depth: i64,
+    /// Sender.
+    pub sender: &'a str,
+    /// Event type.
+    pub event_type: &'a str,
+    /// State key.
+    pub state_key: Option<&'a str>,
+    /// Origin timestamp.
+    pub origin_server_ts: i64,
+    /// The signed PDU.
+    pub pdu: &'a serde_json::Value,
+    /// The state before it, when known (otherwise it is stored as an outlier).
+    pub state_group: Option<i64>,
+    /// Why it was rejected.
+    pub reason: &'a str,
+}
+
+/// Stores a rejected event. It takes a backfill position (below zero): it is never new to
+/// anyone, and holds no reader back.
+pub async fn insert_rejected_event(
+    mut conn: &AsyncPgConnection,
+    event: &RejectedEvent<'_>,
+) -> QueryResult<()> {
+    use diesel::sql_types::{Jsonb, Nullable};
+    super::cached_sql(
+        "INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type, \
+             state_key, origin_server_ts, pdu, state_group, outlier, rejected_reason) \
+         VALUES ($1, $2, nextval('backfill_position_seq'), $3, $4, $5, $6, $7, $8, $9, \
+             $9 IS NULL, $10)",
+    )
+    .bind::<Text, _>(event.event_id)
+    .bind::<Text, _>(event.room_id)
+    .bind::<BigInt, _>(event.depth)
+    .bind::<Text, _>(event.sender)
+    .bind::<Text, _>(event.event_type)
+    .bind::<Nullable<Text>, _>(event.state_key)
+    .bind::<BigInt, _>(event.origin_server_ts)
+    .bind::<Jsonb, _>(event.pdu)
+    .bind::<Nullable<BigInt>, _>(event.state_group)
+    .bind::<Text, _>(event.reason)
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use diesel::{debug_query, pg::Pg};

@@ -16,6 +16,7 @@ mod federation_e2ee;
 mod federation_pdus;
 mod federation_queries;
 mod federation_reads;
+mod federation_rooms;
 mod federation_sender;
 mod media;
 mod membership_paths;

@@ -21,6 +21,7 @@ pub async fn send_transaction_route(
         .federation
         .receive_transaction(
             &services.e2ee_keys,
+            &services.rooms,
             origin,
             Transaction {
                 txn_id: request.transaction_id.as_str(),

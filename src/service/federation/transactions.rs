@@ -10,21 +10,28 @@
 //!   for the transaction. To-device messages are committed before the 200 (a database failure
 //!   fails the whole transaction, which the sender retries). Device-list and signing-key
 //!   updates go to the keys service after the commit, once.
-//! - PDUs are not accepted until rooms across servers exist: each gets a per-PDU error.
+//! - PDUs: each passes the checks that need no room state ([`super::pdus`]) and the room's
+//!   server ACL, then the room's own checks and is stored ([`Rooms::receive_pdu`]). Each gets
+//!   `{}` or an error in the answer; a bad PDU never fails the transaction. PDUs are taken
+//!   before the `(origin, txnId)` row is claimed (the checks may fetch keys from other
+//!   servers): a replay finds them known and changes nothing.
 
 use std::collections::BTreeMap;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use ruma::{
     api::federation::transactions::edu::Edu, serde::Raw, CanonicalJsonObject, CanonicalJsonValue,
-    RoomId, RoomVersionId, ServerName, UserId,
+    OwnedRoomId, RoomId, RoomVersionId, ServerName, UserId,
 };
 use serde_json::{json, value::RawValue as RawJsonValue, Map, Value};
 
-use super::Federation;
+use super::{room_access::acl_allows, Federation};
 use crate::{
     error::{Error, Result},
-    service::e2ee::{keys::Keys, to_device},
+    service::{
+        e2ee::{keys::Keys, to_device},
+        rooms::{incoming::Received, Rooms},
+    },
     storage::{federation_received as store, now_ms, rooms as rooms_store},
 };
 
@@ -38,8 +45,6 @@ const MAX_MESSAGE_ID: usize = 255;
 const DEVICE_LIST_UPDATE: &str = "m.device_list_update";
 /// A remote user's cross-signing keys changed.
 const SIGNING_KEY_UPDATE: &str = "m.signing_key_update";
-/// The error every PDU gets until rooms across servers are supported.
-const PDU_UNSUPPORTED: &str = "This server does not accept events from other servers yet";
 
 /// A transaction as received (the parts the Server-Server API defines).
 pub struct Transaction<'a> {
@@ -65,6 +70,7 @@ impl Federation {
     pub async fn receive_transaction(
         &self,
         keys: &Keys,
+        rooms: &Rooms,
         origin: &ServerName,
         txn: Transaction<'_>,
     ) -> Result<Value> {
@@ -89,7 +95,7 @@ impl Federation {
             .collect();
         // Checked before the database transaction: the checks may fetch keys from other
         // servers.
-        let response = self.pdu_results(txn.pdus).await?;
+        let response = self.receive_pdus(rooms, origin, txn.pdus).await?;
         let mut conn = self.db.conn().await?;
         let (response, first_time) = conn
             .transaction::<_, Error, _>(async |conn| {
@@ -289,38 +295,98 @@ fn parse_edu(origin: &ServerName, raw: &Raw<Edu>) -> Option<ParsedEdu> {
     parsed
 }
 
+/// A PDU of a transaction, parsed far enough to order and route it.
+struct Incoming {
+    room_id: OwnedRoomId,
+    depth: i64,
+    object: CanonicalJsonObject,
+}
+
 impl Federation {
-    /// The `/send` answer for `pdus`, keyed by event ID: each is checked for its format,
-    /// signatures and content hash, and then gets an error, either why it was dropped or that
-    /// events from other servers are not taken yet. A PDU whose ID cannot be computed gets no
-    /// entry.
-    async fn pdu_results(&self, pdus: &[Box<RawJsonValue>]) -> Result<Value> {
+    /// Takes the PDUs of a transaction and answers the `/send` result for them, keyed by event
+    /// ID: `{}` for an event taken (or known already), an error for one dropped, rejected or
+    /// not taken. Each passes checks 1 to 3 here, the room's ACL, and then the room's checks
+    /// ([`Rooms::receive_pdu`]); a room's PDUs go in depth order, so an event's prev events
+    /// from the same transaction come first. A PDU whose ID cannot be computed gets no entry.
+    async fn receive_pdus(
+        &self,
+        rooms: &Rooms,
+        origin: &ServerName,
+        pdus: &[Box<RawJsonValue>],
+    ) -> Result<Value> {
         let mut answers = BTreeMap::new();
-        let conn = self.db.conn().await?;
+        let mut incoming = Vec::new();
         for pdu in pdus {
             let Ok(object) = serde_json::from_str::<CanonicalJsonObject>(pdu.get()) else {
                 continue;
             };
-            let room_version = match object.get("room_id") {
-                Some(CanonicalJsonValue::String(room_id)) => rooms_store::get_room(&conn, room_id)
-                    .await?
-                    .and_then(|room| RoomVersionId::try_from(room.room_version.as_str()).ok()),
+            let room_id = match object.get("room_id") {
+                Some(CanonicalJsonValue::String(room_id)) => RoomId::parse(room_id).ok(),
                 _ => None,
             };
-            let Some(rules) = room_version.as_ref().and_then(RoomVersionId::rules) else {
+            let depth = match object.get("depth") {
+                Some(CanonicalJsonValue::Integer(depth)) => i64::from(*depth),
+                _ => 0,
+            };
+            match room_id {
+                Some(room_id) => incoming.push(Incoming {
+                    room_id,
+                    depth,
+                    object,
+                }),
+                None => {
+                    if let Some(event_id) = fallback_event_id(&object) {
+                        answers.insert(event_id, json!({ "error": "Unknown room" }));
+                    }
+                }
+            }
+        }
+        incoming.sort_by(|a, b| (&a.room_id, a.depth).cmp(&(&b.room_id, b.depth)));
+        let conn = self.db.conn().await?;
+        for Incoming {
+            room_id, object, ..
+        } in incoming
+        {
+            let (room, acl) = tokio::try_join!(
+                rooms_store::get_room(&conn, room_id.as_str()),
+                rooms_store::get_current_state_event(
+                    &conn,
+                    room_id.as_str(),
+                    "m.room.server_acl",
+                    ""
+                ),
+            )?;
+            let rules = room
+                .and_then(|room| RoomVersionId::try_from(room.room_version.as_str()).ok())
+                .and_then(|version| version.rules());
+            let Some(rules) = rules else {
                 if let Some(event_id) = fallback_event_id(&object) {
                     answers.insert(event_id, json!({ "error": "Unknown room" }));
                 }
                 continue;
             };
-            let error = match self.check_pdu(&rules, object).await? {
-                Ok(checked) => (checked.event_id.to_string(), PDU_UNSUPPORTED.to_owned()),
-                Err(dropped) => match fallback_event_id_of(pdu, &rules) {
-                    Some(event_id) => (event_id, format!("Dropped: {dropped}")),
-                    None => continue,
+            if acl.is_some_and(|acl| !acl_allows(&acl.pdu["content"], origin)) {
+                if let Some(event_id) = event_id_under(&object, &rules) {
+                    answers.insert(
+                        event_id,
+                        json!({ "error": "The room's server ACL denies this server" }),
+                    );
+                }
+                continue;
+            }
+            let event_id = event_id_under(&object, &rules);
+            let answer = match self.check_pdu(&rules, object).await? {
+                Ok(checked) => match rooms.receive_pdu(&room_id, &rules, checked).await? {
+                    Received::Accepted | Received::AlreadyKnown => json!({}),
+                    Received::SoftFailed => json!({}),
+                    Received::Rejected(reason) => json!({ "error": format!("Rejected: {reason}") }),
+                    Received::NotTaken(reason) => json!({ "error": reason }),
                 },
+                Err(dropped) => json!({ "error": format!("Dropped: {dropped}") }),
             };
-            answers.insert(error.0, json!({ "error": error.1 }));
+            if let Some(event_id) = event_id {
+                answers.insert(event_id, answer);
+            }
         }
         Ok(json!({ "pdus": answers }))
     }
@@ -344,12 +410,11 @@ fn fallback_event_id(object: &CanonicalJsonObject) -> Option<String> {
 }
 
 /// The event ID of a PDU of a room of version `rules`.
-fn fallback_event_id_of(
-    pdu: &RawJsonValue,
+fn event_id_under(
+    object: &CanonicalJsonObject,
     rules: &ruma::room_version_rules::RoomVersionRules,
 ) -> Option<String> {
-    let object = serde_json::from_str::<CanonicalJsonObject>(pdu.get()).ok()?;
-    ruma::signatures::reference_hash(&object, rules)
+    ruma::signatures::reference_hash(object, rules)
         .ok()
         .map(|hash| format!("${hash}"))
 }

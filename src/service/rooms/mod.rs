@@ -3,6 +3,7 @@
 pub mod alias;
 pub mod create;
 pub mod ephemeral;
+pub mod incoming;
 pub mod membership;
 pub mod messages;
 pub mod pdu;

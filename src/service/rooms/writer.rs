@@ -49,7 +49,7 @@ pub const MAX_PREV_EVENTS: usize = 20;
 /// The `prev_events` of a new event: the deepest [`MAX_PREV_EVENTS`] extremities (ties by
 /// event ID, so the choice is stable), and its depth, one more than the deepest of them (1
 /// with none: a create event).
-fn choose_prev_events(extremities: &[(OwnedEventId, i64)]) -> (Vec<OwnedEventId>, i64) {
+pub fn choose_prev_events(extremities: &[(OwnedEventId, i64)]) -> (Vec<OwnedEventId>, i64) {
     let mut deepest: Vec<&(OwnedEventId, i64)> = extremities.iter().collect();
     deepest.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     deepest.truncate(MAX_PREV_EVENTS);

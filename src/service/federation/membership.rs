@@ -1,0 +1,213 @@
+//! Membership handshakes with this server as the resident: another server's user joins one of
+//! our rooms through `make_join` (we hand out an unsigned template built on the room's
+//! current extremities and state) and `send_join` (the joining server's signed event goes
+//! through every check, [`Rooms::receive_pdu`], and the answer is the room's state before it
+//! with its auth chain, whole: `members_omitted` stays false even when Synapse asks for a
+//! partial state, which the spec allows).
+
+use actix_web::http::StatusCode;
+use ruma::{
+    canonical_json::CanonicalJsonObject, events::StateEventType,
+    room_version_rules::RoomVersionRules, state_res::check_state_dependent_auth_rules, EventId,
+    OwnedEventId, RoomId, RoomVersionId, ServerName, UserId,
+};
+use serde_json::{json, value::RawValue as RawJsonValue, Value};
+
+use super::{pdus::Dropped, room_access::acl_allows, Federation};
+use crate::{
+    error::{Error, Result},
+    service::rooms::{
+        incoming::Received,
+        pdu::{Pdu, MAX_PDU_BYTES},
+        writer::choose_prev_events,
+        Rooms,
+    },
+    storage::{dag, now_ms, rooms as store},
+};
+
+/// A room this server is in, as a resident answering another server.
+struct ResidentRoom {
+    version: RoomVersionId,
+    rules: RoomVersionRules,
+}
+
+impl Federation {
+    /// `make_join`: a join template for `user_id` (of `origin`) in `room_id`, for a server
+    /// that supports one of `versions`.
+    pub async fn make_join(
+        &self,
+        origin: &ServerName,
+        room_id: &RoomId,
+        user_id: &UserId,
+        versions: &[RoomVersionId],
+    ) -> Result<(RoomVersionId, Value)> {
+        if user_id.server_name() != origin {
+            return Err(Error::forbidden("The user is not on the requesting server"));
+        }
+        let conn = self.db.conn().await?;
+        let room = self.resident_room(&conn, origin, room_id).await?;
+        if !versions.contains(&room.version) {
+            return Err(Error::matrix(
+                StatusCode::BAD_REQUEST,
+                "M_INCOMPATIBLE_ROOM_VERSION",
+                format!(
+                    "The room is of version {}, which the joining server does not support",
+                    room.version
+                ),
+            )
+            .with("room_version", room.version.as_str()));
+        }
+        let extremities: Vec<(OwnedEventId, i64)> =
+            dag::get_forward_extremities(&conn, room_id.as_str())
+                .await?
+                .into_iter()
+                .filter_map(|(id, depth)| Some((OwnedEventId::try_from(id).ok()?, depth)))
+                .collect();
+        let (prev_events, depth) = choose_prev_events(&extremities);
+        let user = user_id.as_str();
+        // What the auth rules read; the create event is never an auth event in v12.
+        let keys = [
+            ("m.room.create", ""),
+            ("m.room.power_levels", ""),
+            ("m.room.join_rules", ""),
+            ("m.room.member", user),
+        ];
+        let state = store::get_current_state_events(&conn, room_id.as_str(), &keys).await?;
+        let auth_events: Vec<&str> = state
+            .iter()
+            .filter(|row| {
+                !(row.event_type == "m.room.create"
+                    && room.rules.authorization.room_create_event_id_as_room_id)
+            })
+            .map(|row| row.event_id.as_str())
+            .collect();
+        let template = json!({
+            "room_id": room_id,
+            "type": "m.room.member",
+            "state_key": user,
+            "sender": user,
+            "content": { "membership": "join" },
+            "origin": user_id.server_name(),
+            "origin_server_ts": now_ms(),
+            "depth": depth,
+            "prev_events": prev_events,
+            "auth_events": auth_events,
+        });
+        // Refused now (banned, invite-only without an invite) is refused before the joining
+        // server signs anything.
+        let candidate = Pdu::from_json("$template", &template)?;
+        let pdus: Vec<Pdu> = state
+            .iter()
+            .map(|row| Pdu::from_json(&row.event_id, &row.pdu))
+            .collect::<Result<_>>()?;
+        check_state_dependent_auth_rules(
+            &room.rules.authorization,
+            &candidate,
+            |kind: &StateEventType, key: &str| {
+                pdus.iter()
+                    .find(|p| {
+                        p.kind.to_string() == kind.to_string()
+                            && p.state_key.as_deref() == Some(key)
+                    })
+                    .cloned()
+            },
+        )
+        .map_err(|reason| Error::forbidden(format!("You may not join this room: {reason}")))?;
+        Ok((room.version, template))
+    }
+
+    /// `send_join` (v2): takes the joining server's signed join event and answers the room's
+    /// state before it and the auth chain, as PDUs.
+    pub async fn send_join(
+        &self,
+        rooms: &Rooms,
+        origin: &ServerName,
+        room_id: &RoomId,
+        event_id: &EventId,
+        pdu: &RawJsonValue,
+    ) -> Result<(Vec<Box<RawJsonValue>>, Vec<Box<RawJsonValue>>)> {
+        if pdu.get().len() > MAX_PDU_BYTES + 1 {
+            return Err(Error::bad_json("The event is too large"));
+        }
+        let object: CanonicalJsonObject = serde_json::from_str(pdu.get())
+            .map_err(|e| Error::bad_json(format!("The event is not a valid PDU: {e}")))?;
+        let value: Value = serde_json::from_str(pdu.get()).map_err(Error::internal)?;
+        let conn = self.db.conn().await?;
+        let room = self.resident_room(&conn, origin, room_id).await?;
+        drop(conn);
+        let field = |name: &str| value.get(name).and_then(Value::as_str);
+        let sender = field("sender")
+            .and_then(|sender| UserId::parse(sender).ok())
+            .ok_or_else(|| Error::invalid_param("The event has no valid sender"))?;
+        if field("type") != Some("m.room.member")
+            || field("state_key") != Some(sender.as_str())
+            || value.pointer("/content/membership").and_then(Value::as_str) != Some("join")
+        {
+            return Err(Error::invalid_param(
+                "send_join takes the sender's own m.room.member join event",
+            ));
+        }
+        if field("room_id") != Some(room_id.as_str()) {
+            return Err(Error::invalid_param("The event is for another room"));
+        }
+        if sender.server_name() != origin {
+            return Err(Error::forbidden(
+                "The joining user is not on the sending server",
+            ));
+        }
+        let checked = match self.check_pdu(&room.rules, object).await? {
+            Ok(checked) => checked,
+            Err(Dropped::Format(problem)) => {
+                return Err(Error::bad_json(format!("Invalid event: {problem}")))
+            }
+            Err(Dropped::Signatures(problem)) => {
+                return Err(Error::forbidden(format!("Bad signatures: {problem}")))
+            }
+        };
+        if checked.event_id.as_str() != event_id.as_str() {
+            return Err(Error::invalid_param(
+                "The event ID in the path is not the event's",
+            ));
+        }
+        let event_id: OwnedEventId = checked.event_id.clone();
+        match rooms.receive_pdu(room_id, &room.rules, checked).await? {
+            Received::Accepted | Received::AlreadyKnown => {}
+            Received::SoftFailed => {
+                return Err(Error::forbidden(
+                    "The join is not allowed by the room's current state",
+                ))
+            }
+            Received::Rejected(reason) | Received::NotTaken(reason) => {
+                return Err(Error::forbidden(format!("The join was refused: {reason}")))
+            }
+        }
+        self.get_state_for_server(origin, room_id, &event_id).await
+    }
+
+    /// A room this server is in (a local member is joined), which `origin` may reach (its
+    /// server ACL); 404 otherwise, as for an unknown room.
+    async fn resident_room(
+        &self,
+        conn: &diesel_async::AsyncPgConnection,
+        origin: &ServerName,
+        room_id: &RoomId,
+    ) -> Result<ResidentRoom> {
+        let (room, acl, local_members) = tokio::try_join!(
+            store::get_room(conn, room_id.as_str()),
+            store::get_current_state_event(conn, room_id.as_str(), "m.room.server_acl", ""),
+            store::count_local_joined(conn, room_id.as_str(), self.config.server_name.as_str()),
+        )?;
+        let room = room
+            .filter(|_| local_members > 0)
+            .ok_or_else(|| Error::not_found("This server is not in that room"))?;
+        if acl.is_some_and(|acl| !acl_allows(&acl.pdu["content"], origin)) {
+            return Err(Error::forbidden("The room's server ACL denies your server"));
+        }
+        let version =
+            RoomVersionId::try_from(room.room_version.as_str()).map_err(Error::internal)?;
+        let rules = version
+            .rules()
+            .ok_or_else(|| Error::internal("room version without rules"))?;
+        Ok(ResidentRoom { version, rules })
+    }
+}

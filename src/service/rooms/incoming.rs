@@ -1,0 +1,570 @@
+//! Events from other servers into rooms this server is in: the spec's checks 4 to 6 on a PDU
+//! that passed checks 1 to 3 ([`crate::service::federation::pdus`]), then persisting it.
+//!
+//! - Check 4, the auth rules against the event's own `auth_events`, and check 5, against the
+//!   state before the event (resolved over its `prev_events`): failing either rejects it. A
+//!   rejected event is stored (so it is not fetched and judged again) but never served to
+//!   clients or other servers, never an extremity and never in any state.
+//! - Check 6, against the room's current state: failing it soft-fails the event (a ban
+//!   evader's message built on the state before the ban). It is stored and may be served to
+//!   servers, but never reaches clients and never becomes a forward extremity.
+//! - An event whose auth events or `prev_events` are not all stored is not taken yet (nothing
+//!   is stored): fetching them (`/event_auth`, `get_missing_events`, `/state_ids`) comes next.
+//!
+//! An accepted event takes a stream position like a local one, replaces its `prev_events` among
+//! the forward extremities, and the room's current state becomes the resolution of the states
+//! at the extremities. Everything happens under the room's locks, in one transaction, through
+//! the same storage as local events (push actions for unread counts, relations, memberships).
+
+use std::collections::{HashMap, HashSet};
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use ruma::{
+    events::{StateEventType, TimelineEventType},
+    room_version_rules::RoomVersionRules,
+    state_res::{
+        auth_types_for_event, check_state_dependent_auth_rules, check_state_independent_auth_rules,
+    },
+    EventId, OwnedEventId, RoomId, UserId,
+};
+use serde_json::Value;
+
+use super::{
+    pdu::Pdu,
+    push_actions::{silent_by_default, Audience},
+    state_res,
+    writer::{common_auth_keys, RoomWriter},
+    Rooms,
+};
+use crate::{
+    error::{Error, Result},
+    service::{federation::pdus::CheckedPdu, notifier},
+    storage::{
+        dag, event_graph, push as push_store, relations as relations_store, rooms as store,
+        state::{self as state_store, StateIds, STATE_CHAIN_LIMIT},
+        streams,
+    },
+};
+
+/// What became of a PDU from another server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    /// Stored and part of the room.
+    Accepted,
+    /// Stored, but it fails the current state: never shown to clients.
+    SoftFailed,
+    /// Stored as rejected, for this reason.
+    Rejected(String),
+    /// Known already (nothing changed).
+    AlreadyKnown,
+    /// Not taken (nothing stored), for this reason: it may be sent again.
+    NotTaken(String),
+}
+
+/// The state before an event: its entries, and the stored group holding exactly them, if any.
+struct StateBefore {
+    ids: StateIds,
+    group: Option<i64>,
+}
+
+impl Rooms {
+    /// Takes a checked PDU (checks 1 to 3 passed) of a room this server knows.
+    pub async fn receive_pdu(
+        &self,
+        room_id: &RoomId,
+        rules: &RoomVersionRules,
+        checked: CheckedPdu,
+    ) -> Result<Received> {
+        let json = serde_json::to_value(&checked.pdu).map_err(Error::internal)?;
+        let pdu = Pdu::from_json(checked.event_id.as_str(), &json)?;
+        if pdu.room_id.as_deref() != Some(room_id) {
+            return Ok(Received::NotTaken("The event is not in this room".into()));
+        }
+        let _room_lock = self.locks.lock(room_id).await;
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let conn = &*conn;
+            // The room's advisory lock (and that the room exists) first.
+            RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
+            if dag::event_exists(conn, pdu.event_id.as_str()).await? {
+                return Ok(Received::AlreadyKnown);
+            }
+            self.receive_in(conn, room_id, rules, &pdu, &json).await
+        })
+        .await
+    }
+
+    async fn receive_in(
+        &self,
+        conn: &AsyncPgConnection,
+        room_id: &RoomId,
+        rules: &RoomVersionRules,
+        pdu: &Pdu,
+        json: &Value,
+    ) -> Result<Received> {
+        let room = room_id.as_str();
+        // Check 4: the event's own auth events, all stored and none rejected.
+        let auth_ids: Vec<String> = pdu.auth_events.iter().map(|id| id.to_string()).collect();
+        // Since v12 the create event is never an auth event, but the rules read it: its ID
+        // is the room ID's.
+        let create_id = rules
+            .authorization
+            .room_create_event_id_as_room_id
+            .then(|| format!("${}", &room[1..]));
+        let mut wanted = auth_ids.clone();
+        wanted.extend(create_id.clone());
+        let loaded = load_pdus(conn, &wanted).await?;
+        let auth_events: Vec<Pdu> = loaded
+            .iter()
+            .filter(|p| auth_ids.iter().any(|id| id == p.event_id.as_str()))
+            .cloned()
+            .collect();
+        if auth_events.len() < auth_ids.len() {
+            return Ok(Received::NotTaken(
+                "Some of its auth events are unknown here".into(),
+            ));
+        }
+        let by_id: HashMap<OwnedEventId, Pdu> = loaded
+            .iter()
+            .map(|p| (p.event_id.clone(), p.clone()))
+            .collect();
+        if let Err(reason) =
+            check_state_independent_auth_rules(&rules.authorization, pdu, |id: &EventId| {
+                by_id.get(id).cloned()
+            })
+        {
+            return self
+                .store_rejected(conn, room, pdu, json, None, reason.to_string())
+                .await;
+        }
+        // The create event's rules apply to every event: in v12 it joins the event's own
+        // auth events for this check.
+        let mut own_auth = auth_events.clone();
+        own_auth.extend(
+            loaded
+                .iter()
+                .filter(|p| create_id.as_deref() == Some(p.event_id.as_str()))
+                .cloned(),
+        );
+        let by_key = keyed(&own_auth);
+        if let Err(reason) = check_against(rules, pdu, &by_key) {
+            return self
+                .store_rejected(conn, room, pdu, json, None, reason)
+                .await;
+        }
+
+        // Check 5: the state before the event, from its prev events.
+        let prev_ids: Vec<String> = pdu.prev_events.iter().map(|id| id.to_string()).collect();
+        let prev_groups = event_graph::get_state_groups(conn, room, &prev_ids).await?;
+        if prev_groups.len() < prev_ids.len() {
+            return Ok(Received::NotTaken(
+                "Some of its prev_events are unknown here".into(),
+            ));
+        }
+        let before = state_before(conn, rules, room, &prev_groups).await?;
+        let needed = auth_keys(rules, pdu)?;
+        let at_before = load_state_pdus(conn, &before.ids, &needed).await?;
+        if let Err(reason) = check_against(rules, pdu, &at_before) {
+            return self
+                .store_rejected(conn, room, pdu, json, Some(before), reason)
+                .await;
+        }
+
+        // Check 6: the current state.
+        let current_ids: StateIds = store::get_current_state_ids(conn, room)
+            .await?
+            .into_iter()
+            .map(|(kind, key, id)| ((kind, key), id))
+            .collect();
+        let at_current = load_state_pdus(conn, &current_ids, &needed).await?;
+        let soft_failed = check_against(rules, pdu, &at_current).is_err();
+
+        self.persist(
+            conn,
+            room_id,
+            rules,
+            pdu,
+            json,
+            before,
+            current_ids,
+            soft_failed,
+        )
+        .await
+    }
+
+    /// Stores an event that passed checks 4 and 5, soft-failed or not.
+    #[allow(clippy::too_many_arguments)]
+    async fn persist(
+        &self,
+        conn: &AsyncPgConnection,
+        room_id: &RoomId,
+        rules: &RoomVersionRules,
+        pdu: &Pdu,
+        json: &Value,
+        before: StateBefore,
+        current: StateIds,
+        soft_failed: bool,
+    ) -> Result<Received> {
+        let room = room_id.as_str();
+        let event_id = pdu.event_id.as_str();
+        let kind = pdu.kind.to_string();
+        // The state after the event.
+        let mut after_ids = before.ids.clone();
+        let after_group = match &pdu.state_key {
+            Some(key) => {
+                after_ids.insert((kind.clone(), key.clone()), event_id.to_owned());
+                let delta = [(kind.as_str(), key.as_str(), event_id)];
+                store_group(conn, room, before.group, &after_ids, &delta).await?
+            }
+            None => match before.group {
+                Some(group) => group,
+                None => store_group(conn, room, None, &after_ids, &[]).await?,
+            },
+        };
+        let content = pdu.content_value();
+        let audience = match soft_failed {
+            true => None,
+            false => Some(
+                Audience::load(
+                    conn,
+                    &self.config.server_name,
+                    rules,
+                    room_id,
+                    pdu.sender.as_str(),
+                    silent_by_default(&kind, &content),
+                )
+                .await?,
+            ),
+        };
+        let push_rows = match &audience {
+            Some(audience) => audience.rows_for(room_id, event_id, json).await,
+            None => Vec::new(),
+        };
+        // A malformed relation from another server is not a reason to refuse its event: it is
+        // just not indexed as one.
+        let relation = match soft_failed {
+            true => None,
+            false => super::relations::check(
+                conn,
+                room_id,
+                &pdu.sender,
+                &kind,
+                pdu.state_key.as_deref(),
+                &content,
+            )
+            .await
+            .ok()
+            .flatten()
+            .map(|mut relation| {
+                relation.event_id = event_id.to_owned();
+                relation
+            }),
+        };
+        let new_event = store::NewEvent {
+            event_id,
+            room_id: room,
+            depth: pdu.depth,
+            sender: pdu.sender.as_str(),
+            event_type: &kind,
+            state_key: pdu.state_key.as_deref(),
+            origin_server_ts: i64::from(pdu.origin_server_ts.get()),
+            pdu: json,
+            state_group: after_group,
+        };
+        let prev_ids: Vec<&str> = pdu.prev_events.iter().map(|id| id.as_str()).collect();
+        let auth_ids: Vec<&str> = pdu.auth_events.iter().map(|id| id.as_str()).collect();
+        // The position, then the rows written at it, in one pipeline.
+        tokio::try_join!(
+            streams::next_position(conn, streams::EVENTS),
+            store::insert_event(conn, &new_event, None),
+            dag::insert_edges(conn, event_id, room, &prev_ids, &auth_ids),
+            dag::set_soft_failed(conn, event_id, soft_failed),
+            push_store::insert_push_actions_at_taken_position(conn, &push_rows),
+            async {
+                match &relation {
+                    Some(relation) => relations_store::insert_relation(conn, relation, None).await,
+                    None => Ok(()),
+                }
+            },
+        )?;
+        if soft_failed {
+            return Ok(Received::SoftFailed);
+        }
+        dag::update_forward_extremities(conn, room, event_id, &prev_ids, pdu.depth).await?;
+        self.move_current_state(
+            conn,
+            room,
+            rules,
+            event_id,
+            &after_ids,
+            after_group,
+            current,
+        )
+        .await?;
+        if pdu.kind == TimelineEventType::RoomRedaction {
+            self.apply_remote_redaction(conn, rules, room, pdu).await?;
+        }
+        store::notify(conn, notifier::ROOM_CHANNEL, room).await?;
+        if let (TimelineEventType::RoomMember, Some(target)) = (&pdu.kind, &pdu.state_key) {
+            store::notify(conn, notifier::USER_CHANNEL, target).await?;
+        }
+        Ok(Received::Accepted)
+    }
+
+    /// Makes the room's current state the resolution of the states at its forward extremities
+    /// (just the new event's state when it is the only one), writing what changed.
+    #[allow(clippy::too_many_arguments)]
+    async fn move_current_state(
+        &self,
+        conn: &AsyncPgConnection,
+        room: &str,
+        rules: &RoomVersionRules,
+        event_id: &str,
+        after_ids: &StateIds,
+        after_group: i64,
+        current: StateIds,
+    ) -> Result<()> {
+        let extremities = dag::get_forward_extremities(conn, room).await?;
+        let (resolved, group) = if extremities.len() == 1 && extremities[0].0 == event_id {
+            (after_ids.clone(), after_group)
+        } else {
+            let ids: Vec<String> = extremities.into_iter().map(|(id, _)| id).collect();
+            let groups = event_graph::get_state_groups(conn, room, &ids).await?;
+            let mut states = Vec::with_capacity(groups.len());
+            for (_, group) in &groups {
+                states.push(state_store::get_state_ids(conn, *group).await?);
+            }
+            let resolved = state_res::resolve(conn, rules, room, &states).await?;
+            let group = store_group(conn, room, None, &resolved, &[]).await?;
+            (resolved, group)
+        };
+        let changed: Vec<(&(String, String), &String)> = resolved
+            .iter()
+            .filter(|(key, id)| current.get(*key) != Some(*id))
+            .collect();
+        let changed_ids: Vec<String> = changed.iter().map(|(_, id)| (*id).clone()).collect();
+        let changed_events: HashMap<String, Pdu> = load_pdus(conn, &changed_ids)
+            .await?
+            .into_iter()
+            .map(|p| (p.event_id.to_string(), p))
+            .collect();
+        store::set_current_state_group(conn, room, group).await?;
+        for ((kind, key), id) in changed {
+            store::set_current_state(conn, room, kind, key, id).await?;
+            if kind != "m.room.member" {
+                continue;
+            }
+            let content = changed_events
+                .get(id)
+                .map(Pdu::content_value)
+                .unwrap_or_default();
+            let membership = content
+                .get("membership")
+                .and_then(Value::as_str)
+                .unwrap_or("leave");
+            let display_name = content.get("displayname").and_then(Value::as_str);
+            store::set_membership(conn, room, key, membership, display_name, id).await?;
+            if membership != "join" {
+                push_store::delete_for_user_room(conn, key, room).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a redaction from another server when the spec lets it take effect: the
+    /// redacted event is in the room and was sent from the same server, or the redaction's
+    /// sender has the room's `redact` power.
+    async fn apply_remote_redaction(
+        &self,
+        conn: &AsyncPgConnection,
+        rules: &RoomVersionRules,
+        room: &str,
+        pdu: &Pdu,
+    ) -> Result<()> {
+        let Some(target) = &pdu.redacts else {
+            return Ok(());
+        };
+        let Some(row) = store::get_event(conn, target.as_str())
+            .await?
+            .filter(|row| row.room_id == room)
+        else {
+            return Ok(());
+        };
+        let same_server = UserId::parse(row.sender.as_str())
+            .is_ok_and(|sender| sender.server_name() == pdu.sender.server_name());
+        if !same_server {
+            let levels = store::get_current_state_event(conn, room, "m.room.power_levels", "")
+                .await?
+                .map(|row| row.pdu["content"].clone())
+                .unwrap_or_default();
+            let needed = levels.get("redact").and_then(Value::as_i64).unwrap_or(50);
+            if super::writer::listed_power_level(&levels, &pdu.sender) < needed {
+                return Ok(());
+            }
+        }
+        let pruned = super::pdu::prune(&row.pdu, rules);
+        tokio::try_join!(
+            store::set_redacted(conn, target.as_str(), pdu.event_id.as_str(), &pruned),
+            push_store::delete_for_event(conn, target.as_str()),
+            relations_store::delete_relation(conn, target.as_str()),
+        )?;
+        Ok(())
+    }
+
+    /// Stores a rejected event: with the state before it when known (a state group is what a
+    /// stored, non-outlier event has), as an outlier otherwise.
+    async fn store_rejected(
+        &self,
+        conn: &AsyncPgConnection,
+        room: &str,
+        pdu: &Pdu,
+        json: &Value,
+        before: Option<StateBefore>,
+        reason: String,
+    ) -> Result<Received> {
+        tracing::info!(event_id = %pdu.event_id, %reason, "event from another server rejected");
+        let group = match before {
+            Some(StateBefore {
+                group: Some(group), ..
+            }) => Some(group),
+            Some(StateBefore { ids, group: None }) => {
+                Some(store_group(conn, room, None, &ids, &[]).await?)
+            }
+            None => None,
+        };
+        let prev_ids: Vec<&str> = pdu.prev_events.iter().map(|id| id.as_str()).collect();
+        let auth_ids: Vec<&str> = pdu.auth_events.iter().map(|id| id.as_str()).collect();
+        let kind = pdu.kind.to_string();
+        let rejected = dag::RejectedEvent {
+            event_id: pdu.event_id.as_str(),
+            room_id: room,
+            depth: pdu.depth,
+            sender: pdu.sender.as_str(),
+            event_type: &kind,
+            state_key: pdu.state_key.as_deref(),
+            origin_server_ts: i64::from(pdu.origin_server_ts.get()),
+            pdu: json,
+            state_group: group,
+            reason: &reason,
+        };
+        tokio::try_join!(
+            dag::insert_rejected_event(conn, &rejected),
+            dag::insert_edges(conn, pdu.event_id.as_str(), room, &prev_ids, &auth_ids),
+        )?;
+        Ok(Received::Rejected(reason))
+    }
+}
+
+/// The state before an event whose prev events have these state groups: the one group when
+/// they agree, otherwise the resolution of their states.
+async fn state_before(
+    conn: &AsyncPgConnection,
+    rules: &RoomVersionRules,
+    room: &str,
+    prev_groups: &[(String, i64)],
+) -> Result<StateBefore> {
+    let groups: Vec<i64> = prev_groups
+        .iter()
+        .map(|(_, group)| *group)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    if let [group] = groups.as_slice() {
+        return Ok(StateBefore {
+            ids: state_store::get_state_ids(conn, *group).await?,
+            group: Some(*group),
+        });
+    }
+    let mut states = Vec::with_capacity(groups.len());
+    for group in groups {
+        states.push(state_store::get_state_ids(conn, group).await?);
+    }
+    Ok(StateBefore {
+        ids: state_res::resolve(conn, rules, room, &states).await?,
+        group: None,
+    })
+}
+
+/// Stores a state group for `full`: a delta (`delta`) on `parent` while its chain is short,
+/// a full snapshot otherwise.
+async fn store_group(
+    conn: &AsyncPgConnection,
+    room: &str,
+    parent: Option<i64>,
+    full: &StateIds,
+    delta: &[(&str, &str, &str)],
+) -> Result<i64> {
+    if let Some(parent) = parent {
+        let length = state_store::get_chain_length(conn, parent).await?;
+        if length < STATE_CHAIN_LIMIT {
+            return Ok(
+                state_store::insert_state_group(conn, room, Some((parent, length)), delta).await?,
+            );
+        }
+    }
+    let entries: Vec<(&str, &str, &str)> = full
+        .iter()
+        .map(|((kind, key), id)| (kind.as_str(), key.as_str(), id.as_str()))
+        .collect();
+    Ok(state_store::insert_state_group(conn, room, None, &entries).await?)
+}
+
+/// The `(type, state_key)` pairs the auth rules may read for `pdu`.
+fn auth_keys(rules: &RoomVersionRules, pdu: &Pdu) -> Result<Vec<(String, String)>> {
+    let types = auth_types_for_event(
+        &pdu.kind,
+        &pdu.sender,
+        pdu.state_key.as_deref(),
+        &pdu.content,
+        &rules.authorization,
+    )
+    .map_err(|e| Error::bad_json(format!("Invalid event content: {e}")))?;
+    let mut keys: Vec<(String, String)> = types
+        .into_iter()
+        .map(|(kind, key)| (kind.to_string(), key))
+        .collect();
+    for (kind, key) in common_auth_keys(pdu.sender.as_str(), None) {
+        keys.push((kind.to_owned(), key.to_owned()));
+    }
+    Ok(keys)
+}
+
+/// The events of `state` at `keys`, keyed by `(type, state_key)`.
+async fn load_state_pdus(
+    conn: &AsyncPgConnection,
+    state: &StateIds,
+    keys: &[(String, String)],
+) -> Result<HashMap<(String, String), Pdu>> {
+    let ids: Vec<String> = keys.iter().filter_map(|k| state.get(k).cloned()).collect();
+    Ok(keyed(&load_pdus(conn, &ids).await?))
+}
+
+/// Stored, unrejected events by ID (outliers included), parsed.
+async fn load_pdus(conn: &AsyncPgConnection, ids: &[String]) -> Result<Vec<Pdu>> {
+    store::get_state_events(conn, ids)
+        .await?
+        .iter()
+        .map(|row| Pdu::from_json(&row.event_id, &row.pdu))
+        .collect()
+}
+
+/// State events keyed by `(type, state_key)`.
+fn keyed(pdus: &[Pdu]) -> HashMap<(String, String), Pdu> {
+    pdus.iter()
+        .filter_map(|p| Some(((p.kind.to_string(), p.state_key.clone()?), p.clone())))
+        .collect()
+}
+
+/// The state-dependent auth rules for `pdu` against `state`.
+fn check_against(
+    rules: &RoomVersionRules,
+    pdu: &Pdu,
+    state: &HashMap<(String, String), Pdu>,
+) -> std::result::Result<(), String> {
+    check_state_dependent_auth_rules(
+        &rules.authorization,
+        pdu,
+        |kind: &StateEventType, key: &str| state.get(&(kind.to_string(), key.to_owned())).cloned(),
+    )
+    .map_err(|reason| reason.to_string())
+}

@@ -1,0 +1,366 @@
+//! Rooms across servers, with Myelin as the resident: a user of another server joins through
+//! `make_join`/`send_join`, talks through `/send`, and the room's checks reject what the auth
+//! rules forbid and soft-fail what the current state forbids.
+
+use serde_json::{json, Value};
+
+use crate::support::{
+    client::{enc, timeline},
+    federation::{federated_options, free_port, FakeServer},
+    Client, TestServer,
+};
+
+/// The current state event IDs of a room by `(type, state_key)`, as `alice` reads them.
+async fn state_ids(alice: &Client, room: &str) -> Vec<(String, String, String)> {
+    let state = alice
+        .get(&format!("/_matrix/client/v3/rooms/{}/state", enc(room)))
+        .await
+        .ok();
+    state
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_owned(),
+                e["state_key"].as_str().unwrap().to_owned(),
+                e["event_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn id_of(state: &[(String, String, String)], kind: &str, key: &str) -> String {
+    state
+        .iter()
+        .find(|(t, k, _)| t == kind && k == key)
+        .unwrap_or_else(|| panic!("no {kind}/{key} in {state:?}"))
+        .2
+        .clone()
+}
+
+/// The auth events an event of `sender` selects in `version` (no create event in v12).
+fn auth_for(state: &[(String, String, String)], version: &str, sender: &str) -> Vec<String> {
+    let mut auth = vec![
+        id_of(state, "m.room.power_levels", ""),
+        id_of(state, "m.room.member", sender),
+    ];
+    if version != "12" {
+        auth.push(id_of(state, "m.room.create", ""));
+    }
+    auth
+}
+
+/// `/send` with one PDU from `fake`; answers that PDU's result.
+async fn send_one(fake: &FakeServer, server: &TestServer, txn: &str, pdu: Value) -> Value {
+    let body = json!({
+        "origin": fake.name(),
+        "origin_server_ts": 1_700_000_000_000u64,
+        "pdus": [pdu],
+        "edus": [],
+    });
+    let (status, answer) = fake
+        .request(
+            server,
+            "PUT",
+            &format!("/_matrix/federation/v1/send/{txn}"),
+            Some(body),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["pdus"].as_object().unwrap();
+    assert_eq!(results.len(), 1, "{answer}");
+    results.values().next().unwrap().clone()
+}
+
+/// Joins `user` of `fake` to `room` through make_join and send_join; answers the join's
+/// event ID and depth.
+async fn join_through_handshake(
+    fake: &FakeServer,
+    server: &TestServer,
+    room: &str,
+    user: &str,
+    version: &str,
+) -> (String, i64) {
+    let (status, made) = fake
+        .request(
+            server,
+            "GET",
+            &format!(
+                "/_matrix/federation/v1/make_join/{}/{}?ver=10&ver=11&ver=12",
+                enc(room),
+                enc(user)
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{made}");
+    assert_eq!(made["room_version"], version);
+    let mut template = made["event"].clone();
+    assert_eq!(template["type"], "m.room.member");
+    assert_eq!(template["state_key"], user);
+    template["origin_server_ts"] = json!(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64);
+    let depth = template["depth"].as_i64().unwrap();
+    let (event_id, signed) = fake.sign_pdu(template, version);
+    let (status, joined) = fake
+        .request(
+            server,
+            "PUT",
+            &format!(
+                "/_matrix/federation/v2/send_join/{}/{}",
+                enc(room),
+                enc(&event_id)
+            ),
+            Some(signed),
+        )
+        .await;
+    assert_eq!(status, 200, "{joined}");
+    let state = joined["state"].as_array().unwrap();
+    assert!(
+        state.iter().any(|e| e["type"] == "m.room.create"),
+        "{joined}"
+    );
+    assert!(
+        !state.iter().any(|e| e["state_key"] == user),
+        "the state is the state before the join: {joined}"
+    );
+    assert!(
+        !joined["auth_chain"].as_array().unwrap().is_empty(),
+        "{joined}"
+    );
+    (event_id, depth)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test]
+async fn a_remote_user_joins_talks_and_is_checked_against_the_room_state() {
+    let server = TestServer::start_with(federated_options(free_port())).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let eve = fake.user_id("eve");
+    for version in ["11", "12"] {
+        let room = alice
+            .create_room(json!({ "preset": "public_chat", "room_version": version }))
+            .await;
+        let since = alice.sync(None, 0, None).await["next_batch"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+
+        // Join through the handshake; Alice sees Eve join.
+        let (join_id, join_depth) =
+            join_through_handshake(&fake, &server, &room, &eve, version).await;
+        let members = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/joined_members",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        assert!(members["joined"][&eve].is_object(), "{members}");
+
+        // A message through /send reaches Alice's /sync.
+        let state = state_ids(&alice, &room).await;
+        let (message_id, message) = fake.sign_pdu(
+            json!({
+                "room_id": room, "sender": eve, "type": "m.room.message",
+                "content": { "msgtype": "m.text", "body": "hello from afar" },
+                "origin_server_ts": now_ms(), "depth": join_depth + 1,
+                "prev_events": [join_id], "auth_events": auth_for(&state, version, &eve),
+            }),
+            version,
+        );
+        assert_eq!(
+            send_one(&fake, &server, &format!("m{version}"), message).await,
+            json!({})
+        );
+        let synced = alice.sync(Some(&since), 0, None).await;
+        let events = timeline(&synced, &room);
+        assert!(
+            events.iter().any(|e| e["event_id"] == message_id.as_str()
+                && e["content"]["body"] == "hello from afar"),
+            "{synced}"
+        );
+
+        // Eve may not raise her own power: rejected, and the state is unchanged.
+        let mut levels = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/state/m.room.power_levels/",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        levels["users"][&eve] = json!(100);
+        let (power_id, power) = fake.sign_pdu(
+            json!({
+                "room_id": room, "sender": eve, "type": "m.room.power_levels", "state_key": "",
+                "content": levels, "origin_server_ts": now_ms(), "depth": join_depth + 2,
+                "prev_events": [message_id], "auth_events": auth_for(&state, version, &eve),
+            }),
+            version,
+        );
+        let answer = send_one(&fake, &server, &format!("p{version}"), power).await;
+        assert!(
+            answer["error"].as_str().unwrap().starts_with("Rejected"),
+            "{answer}"
+        );
+        let now = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/state/m.room.power_levels/",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        assert!(now["users"].get(&eve).is_none(), "{now}");
+        let event = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/event/{}",
+                enc(&room),
+                enc(&power_id)
+            ))
+            .await;
+        assert_eq!(event.status, 404, "a rejected event is served");
+
+        // Banned, Eve sends a message built on the state before the ban: it passes the auth
+        // rules at its place in the DAG but not the room's current state, so it is soft-failed
+        // and no client sees it.
+        let ban_since = alice.sync(None, 0, None).await["next_batch"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        alice
+            .post(
+                &format!("/_matrix/client/v3/rooms/{}/ban", enc(&room)),
+                json!({ "user_id": eve, "reason": "spam" }),
+            )
+            .await
+            .ok();
+        let (evading_id, evading) = fake.sign_pdu(
+            json!({
+                "room_id": room, "sender": eve, "type": "m.room.message",
+                "content": { "msgtype": "m.text", "body": "I am still here" },
+                "origin_server_ts": now_ms(), "depth": join_depth + 2,
+                "prev_events": [message_id], "auth_events": auth_for(&state, version, &eve),
+            }),
+            version,
+        );
+        assert_eq!(
+            send_one(&fake, &server, &format!("e{version}"), evading).await,
+            json!({})
+        );
+        let soft_failed = server
+            .count(&format!(
+                "SELECT count(*) AS n FROM events WHERE event_id = '{evading_id}' AND soft_failed"
+            ))
+            .await;
+        assert_eq!(soft_failed, 1);
+        let synced = alice.sync(Some(&ban_since), 0, None).await;
+        assert!(
+            !timeline(&synced, &room)
+                .iter()
+                .any(|e| e["event_id"] == evading_id.as_str()),
+            "{synced}"
+        );
+        let page = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        assert!(
+            !page["chunk"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["event_id"] == evading_id.as_str() || e["event_id"] == power_id.as_str()),
+            "{page}"
+        );
+        // The room goes on from Alice's side, on top of her ban, not of the evading event.
+        let after = alice
+            .send_text(&room, &format!("after{version}"), "after")
+            .await
+            .ok();
+        let prev = server
+            .count(&format!(
+                "SELECT count(*) AS n FROM event_edges WHERE event_id = '{}' AND prev_event_id = '{evading_id}'",
+                after["event_id"].as_str().unwrap()
+            ))
+            .await;
+        assert_eq!(prev, 0, "a soft-failed event became a prev event");
+    }
+}
+
+#[tokio::test]
+async fn make_join_refuses_what_the_room_would_refuse() {
+    let server = TestServer::start_with(federated_options(free_port())).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let eve = fake.user_id("eve");
+    let public = alice
+        .create_room(json!({ "preset": "public_chat", "room_version": "11" }))
+        .await;
+    let private = alice
+        .create_room(json!({ "preset": "private_chat", "room_version": "11" }))
+        .await;
+    let make_join = |room: &str, user: &str, ver: &str| {
+        format!(
+            "/_matrix/federation/v1/make_join/{}/{}?{ver}",
+            enc(room),
+            enc(user)
+        )
+    };
+    let (status, answer) = fake
+        .request(&server, "GET", &make_join(&public, &eve, "ver=10"), None)
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["errcode"], "M_INCOMPATIBLE_ROOM_VERSION");
+    assert_eq!(answer["room_version"], "11");
+
+    let (status, answer) = fake
+        .request(&server, "GET", &make_join(&private, &eve, "ver=11"), None)
+        .await;
+    assert_eq!(
+        (status, answer["errcode"].clone()),
+        (403, json!("M_FORBIDDEN")),
+        "{answer}"
+    );
+
+    let someone_else = format!("@mallory:{}", server.server_name());
+    let (status, answer) = fake
+        .request(
+            &server,
+            "GET",
+            &make_join(&public, &someone_else, "ver=11"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, answer["errcode"].clone()),
+        (403, json!("M_FORBIDDEN")),
+        "{answer}"
+    );
+
+    let (status, answer) = fake
+        .request(
+            &server,
+            "GET",
+            &make_join("!unknown:elsewhere.example", &eve, "ver=11"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, answer["errcode"].clone()),
+        (404, json!("M_NOT_FOUND")),
+        "{answer}"
+    );
+}
