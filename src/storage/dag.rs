@@ -342,6 +342,59 @@ pub async fn insert_rejected_event(
     .map(drop)
 }
 
+/// An event stored as an outlier: no place in the timeline and no state of its own (an auth
+/// event, or the room state a join brought). It takes a backfill position, never new to
+/// anyone. Known events are left as they are.
+pub async fn insert_outlier(
+    mut conn: &AsyncPgConnection,
+    event_id: &str,
+    room_id: &str,
+    pdu: &serde_json::Value,
+) -> QueryResult<()> {
+    use diesel::sql_types::Jsonb;
+    super::cached_sql(
+        "WITH stored AS ( \
+             INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type, \
+                 state_key, origin_server_ts, pdu, state_group, outlier) \
+             VALUES ($1, $2, nextval('backfill_position_seq'), ($3->>'depth')::BIGINT, \
+                 $3->>'sender', $3->>'type', $3->>'state_key', \
+                 ($3->>'origin_server_ts')::BIGINT, $3, NULL, true) \
+             ON CONFLICT (event_id) DO NOTHING RETURNING event_id \
+         ), prev AS ( \
+             INSERT INTO event_edges (event_id, prev_event_id, room_id) \
+             SELECT $1, p, $2 FROM stored, jsonb_array_elements_text($3->'prev_events') p \
+         ) \
+         INSERT INTO event_auth_edges (event_id, auth_event_id, room_id) \
+         SELECT $1, a, $2 FROM stored, jsonb_array_elements_text($3->'auth_events') a",
+    )
+    .bind::<Text, _>(event_id)
+    .bind::<Text, _>(room_id)
+    .bind::<Jsonb, _>(pdu)
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
+/// Makes `event_id` the room's only forward extremity, at `depth` (a room joined through
+/// another server starts its history here).
+pub async fn reset_forward_extremities(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    event_id: &str,
+    depth: i64,
+) -> QueryResult<()> {
+    super::cached_sql(
+        "UPDATE rooms SET forward_extremities = ARRAY[$2], tip_depth = GREATEST(tip_depth, $3) \
+         WHERE room_id = $1",
+    )
+    .bind::<Text, _>(room_id)
+    .bind::<Text, _>(event_id)
+    .bind::<BigInt, _>(depth)
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use diesel::{debug_query, pg::Pg};

@@ -912,13 +912,16 @@ pub async fn get_room_events_desc(
         .await
 }
 
-/// The state group after the last served event of a room at or before position `at`.
+/// The state group after the last served event of a room at or before position `at`. Before
+/// the room's first served event (a room joined through another server starts with our join,
+/// the state it joined stored as the parent of the join's group), the state before that
+/// event: its group's parent for a state event, its group otherwise.
 pub async fn get_state_group_at(
     mut conn: &AsyncPgConnection,
     room_id: &str,
     at: i64,
 ) -> QueryResult<Option<i64>> {
-    events::table
+    let found = events::table
         .filter(events::room_id.eq(room_id))
         .filter(served())
         .filter(events::stream_ordering.le(at))
@@ -926,8 +929,32 @@ pub async fn get_state_group_at(
         .select(events::state_group)
         .first::<Option<i64>>(&mut conn)
         .await
-        .optional()
-        .map(Option::flatten)
+        .optional()?
+        .flatten();
+    if found.is_some() {
+        return Ok(found);
+    }
+    #[derive(QueryableByName)]
+    struct Before {
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+        state_group: Option<i64>,
+    }
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT CASE WHEN e.state_key IS NULL THEN e.state_group ELSE g.parent_group END \
+                 AS state_group \
+             FROM events e JOIN state_groups g ON g.state_group = e.state_group \
+             WHERE e.room_id = $1 AND e.stream_ordering > $2 AND {SERVED_TO_CLIENTS} \
+             ORDER BY e.stream_ordering LIMIT 1"
+        )
+    });
+    let first: Option<Before> = crate::storage::cached_sql(SQL.as_str())
+        .bind::<diesel::sql_types::Text, _>(room_id)
+        .bind::<diesel::sql_types::BigInt, _>(at)
+        .get_result(&mut conn)
+        .await
+        .optional()?;
+    Ok(first.and_then(|row| row.state_group))
 }
 
 /// Every room a user has a membership in: `(room_id, membership, event_id, stream_ordering)`.

@@ -364,3 +364,80 @@ async fn make_join_refuses_what_the_room_would_refuse() {
         "{answer}"
     );
 }
+
+/// A user of one Myelin joins a room of another through make_join/send_join: the joining
+/// server checks the answer's state and starts the room there; both sides agree on who is in
+/// it and on its state.
+#[tokio::test]
+async fn a_user_joins_a_room_on_another_myelin() {
+    let (a, b) = crate::support::federation::pair().await;
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    for version in ["11", "12"] {
+        let room = alice
+            .create_room(json!({
+                "preset": "public_chat", "room_version": version, "name": format!("Room {version}"),
+                "topic": "far away",
+            }))
+            .await;
+        let joined = bob
+            .post(
+                &format!(
+                    "/_matrix/client/v3/join/{}?via={}",
+                    enc(&room),
+                    enc(a.server_name())
+                ),
+                json!({}),
+            )
+            .await
+            .ok();
+        assert_eq!(joined["room_id"], room.as_str());
+
+        // Both servers have Bob joined.
+        for (client, side) in [(&alice, "resident"), (&bob, "joiner")] {
+            let members = client
+                .get(&format!(
+                    "/_matrix/client/v3/rooms/{}/joined_members",
+                    enc(&room)
+                ))
+                .await
+                .ok();
+            assert!(
+                members["joined"][&bob.user_id].is_object(),
+                "{side}: {members}"
+            );
+            assert!(
+                members["joined"][&alice.user_id].is_object(),
+                "{side}: {members}"
+            );
+        }
+        // Bob's server has the room's state, as the resident has it.
+        let name = bob
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/state/m.room.name/",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        assert_eq!(name["name"], format!("Room {version}"));
+        let state_a = state_ids(&alice, &room).await;
+        let state_b = state_ids(&bob, &room).await;
+        let mut sorted_a = state_a.clone();
+        let mut sorted_b = state_b.clone();
+        sorted_a.sort();
+        sorted_b.sort();
+        assert_eq!(sorted_a, sorted_b, "the two servers' states differ");
+
+        // Bob's first sync has the room with its state and his join.
+        let synced = bob.sync(None, 0, None).await;
+        let joined_room = &synced["rooms"]["join"][&room];
+        assert!(joined_room.is_object(), "{synced}");
+        let has_topic = joined_room["state"]["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(timeline(&synced, &room))
+            .any(|e| e["type"] == "m.room.topic" && e["content"]["topic"] == "far away");
+        assert!(has_topic, "{synced}");
+    }
+}

@@ -106,10 +106,12 @@ pub async fn join_by_id_or_alias_route(
 ) -> Result<RumaResponse<join_by_id_or_alias::Response>> {
     let caller = body.caller()?;
     let room_id = services
-        .rooms
+        .federation
         .join(
+            &services.rooms,
             &caller.user_id,
             &body.body.room_id_or_alias,
+            &body.body.via,
             body.body.reason.as_deref(),
         )
         .await?;
@@ -124,8 +126,14 @@ pub async fn join_by_id_route(
     let caller = body.caller()?;
     let room = ruma::OwnedRoomOrAliasId::from(body.body.room_id.clone());
     let room_id = services
-        .rooms
-        .join(&caller.user_id, &room, body.body.reason.as_deref())
+        .federation
+        .join(
+            &services.rooms,
+            &caller.user_id,
+            &room,
+            &[],
+            body.body.reason.as_deref(),
+        )
         .await?;
     Ok(join_by_id::Response::new(room_id).into())
 }

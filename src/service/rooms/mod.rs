@@ -11,6 +11,7 @@ pub mod push_actions;
 pub mod read;
 pub mod receipts;
 pub mod relations;
+pub mod remote_join;
 pub mod search;
 pub mod send;
 pub mod state_res;

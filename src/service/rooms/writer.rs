@@ -210,6 +210,17 @@ pub struct RoomWriter<'c> {
     deferred: Option<&'c DeferredPositions>,
 }
 
+/// Takes a room's PostgreSQL advisory lock until the transaction ends (what
+/// [`RoomWriter::open`] does first), for writers that start a room's history from another
+/// server's state.
+pub async fn lock_room(conn: &AsyncPgConnection, room_id: &RoomId) -> Result<()> {
+    crate::storage::cached_sql("SELECT pg_advisory_xact_lock($1)")
+        .bind::<BigInt, _>(lock_key(room_id.as_str()))
+        .execute(&mut &*conn)
+        .await?;
+    Ok(())
+}
+
 /// The advisory-lock key of a room.
 fn lock_key(room_id: &str) -> i64 {
     let digest = Sha256::digest(room_id.as_bytes());

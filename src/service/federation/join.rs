@@ -1,0 +1,383 @@
+//! Joining a room on another server: `make_join` for a template, our signed join through
+//! `send_join` (v2, the full state: no partial-state joins), and the room's state checked
+//! event by event before anything is stored (state is never taken on trust: every event of
+//! the answer passes the format, signature and hash checks and the auth rules against its own
+//! auth events; the join must pass them against the state it comes with).
+//!
+//! Candidate servers are tried in turn: the `via` servers the client named, those of the
+//! alias, and the server in the room ID (rooms before v12), never our own.
+
+use std::collections::{BTreeSet, HashMap};
+
+use ruma::{
+    api::federation::membership::{create_join_event, prepare_join_event},
+    canonical_json::{CanonicalJsonObject, CanonicalJsonValue},
+    events::StateEventType,
+    room_version_rules::RoomVersionRules,
+    signatures::{hash_and_sign_event, reference_hash},
+    state_res::{check_state_dependent_auth_rules, check_state_independent_auth_rules},
+    EventId, OwnedEventId, OwnedRoomId, OwnedServerName, RoomAliasId, RoomId, RoomOrAliasId,
+    RoomVersionId, UserId,
+};
+use serde_json::{value::RawValue as RawJsonValue, Value};
+
+use super::{query::client_error, Federation};
+use crate::{
+    error::{Error, Result},
+    service::rooms::{
+        pdu::Pdu,
+        remote_join::{JoinedRoom, StateEvent},
+        Rooms, SUPPORTED_VERSIONS,
+    },
+    storage::now_ms,
+};
+
+/// An event of a `send_join` answer that passed every check.
+struct Checked {
+    pdu: Pdu,
+    json: Value,
+}
+
+impl Federation {
+    /// Joins `user_id` to a room: through another server when this one is not in the room,
+    /// locally otherwise.
+    pub async fn join(
+        &self,
+        rooms: &Rooms,
+        user_id: &UserId,
+        room: &RoomOrAliasId,
+        via: &[OwnedServerName],
+        reason: Option<&str>,
+    ) -> Result<OwnedRoomId> {
+        let ours = &self.config.server_name;
+        let (room_id, mut servers) = match <&RoomId>::try_from(room) {
+            Ok(room_id) => (room_id.to_owned(), Vec::new()),
+            Err(alias) => {
+                let alias: &RoomAliasId = alias;
+                match alias.server_name() == ours || !self.enabled() {
+                    true => (rooms.resolve_room(room).await?, Vec::new()),
+                    false => self.remote_alias(alias).await?,
+                }
+            }
+        };
+        if !self.enabled() || rooms.is_resident(&room_id).await? {
+            let room = ruma::OwnedRoomOrAliasId::from(room_id);
+            return rooms.join(user_id, &room, reason).await;
+        }
+        servers.splice(0..0, via.iter().cloned());
+        if let Some(server) = room_id.server_name() {
+            servers.push(server.to_owned());
+        }
+        let mut seen = BTreeSet::new();
+        servers.retain(|server| server != ours && seen.insert(server.clone()));
+        if servers.is_empty() {
+            return Err(Error::not_found(
+                "This server is not in the room and knows no server to join it through",
+            ));
+        }
+        let mut last_error = None;
+        for server in &servers {
+            match self
+                .join_through(rooms, server, user_id, &room_id, reason)
+                .await
+            {
+                Ok(()) => return Ok(room_id),
+                Err(problem) => {
+                    tracing::info!(%server, %room_id, %problem, "remote join failed");
+                    last_error = Some(problem);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| Error::not_found("No server could join the room")))
+    }
+
+    /// One attempt at joining through `server`.
+    async fn join_through(
+        &self,
+        rooms: &Rooms,
+        server: &OwnedServerName,
+        user_id: &UserId,
+        room_id: &RoomId,
+        reason: Option<&str>,
+    ) -> Result<()> {
+        let mut request =
+            prepare_join_event::v1::Request::new(room_id.to_owned(), user_id.to_owned());
+        request.ver = SUPPORTED_VERSIONS.to_vec();
+        let made = self
+            .client
+            .send(server, request)
+            .await
+            .map_err(|e| client_error(e, "room (make_join)"))?;
+        let version = made
+            .room_version
+            .filter(|v| SUPPORTED_VERSIONS.contains(v))
+            .ok_or_else(|| {
+                Error::matrix(
+                    actix_web::http::StatusCode::BAD_REQUEST,
+                    "M_INCOMPATIBLE_ROOM_VERSION",
+                    "The room's version is not supported here",
+                )
+            })?;
+        let rules = version
+            .rules()
+            .ok_or_else(|| Error::internal("room version without rules"))?;
+        let (event_id, join) = self.sign_join(&made.event, &rules, user_id, room_id, reason)?;
+        let raw = serde_json::value::to_raw_value(&join).map_err(Error::internal)?;
+        let answer = self
+            .client
+            .send(
+                server,
+                create_join_event::v2::Request::new(room_id.to_owned(), event_id.clone(), raw),
+            )
+            .await
+            .map_err(|e| client_error(e, "room (send_join)"))?
+            .room_state;
+        // A restricted join comes back signed by the resident too.
+        let join = match &answer.event {
+            Some(event) => serde_json::from_str(event.get()).map_err(Error::internal)?,
+            None => join,
+        };
+        let room = self
+            .check_room_state(&rules, &version, room_id, &answer.state, &answer.auth_chain)
+            .await?;
+        let join = self.check_join(&rules, &event_id, join, &room).await?;
+        rooms.store_joined_room(room, join).await
+    }
+
+    /// Our join event from a `make_join` template: checked to be what we asked for, filled in,
+    /// hashed and signed.
+    fn sign_join(
+        &self,
+        template: &RawJsonValue,
+        rules: &RoomVersionRules,
+        user_id: &UserId,
+        room_id: &RoomId,
+        reason: Option<&str>,
+    ) -> Result<(OwnedEventId, CanonicalJsonObject)> {
+        let bad = |what: &str| bad_gateway(format!("The make_join template is wrong: {what}"));
+        let mut event: CanonicalJsonObject =
+            serde_json::from_str(template.get()).map_err(|_| bad("not a JSON object"))?;
+        let string = |event: &CanonicalJsonObject, key: &str| match event.get(key) {
+            Some(CanonicalJsonValue::String(value)) => Some(value.clone()),
+            _ => None,
+        };
+        if string(&event, "type").as_deref() != Some("m.room.member")
+            || string(&event, "sender").as_deref() != Some(user_id.as_str())
+            || string(&event, "state_key").as_deref() != Some(user_id.as_str())
+            || string(&event, "room_id").as_deref() != Some(room_id.as_str())
+        {
+            return Err(bad("not our join in this room"));
+        }
+        let mut content = match event.remove("content") {
+            Some(CanonicalJsonValue::Object(content)) => content,
+            _ => CanonicalJsonObject::new(),
+        };
+        if !matches!(content.get("membership"), Some(CanonicalJsonValue::String(m)) if m == "join")
+        {
+            return Err(bad("not a join"));
+        }
+        if let Some(reason) = reason {
+            content.insert(
+                "reason".into(),
+                CanonicalJsonValue::String(reason.to_owned()),
+            );
+        }
+        event.insert("content".into(), CanonicalJsonValue::Object(content));
+        for key in ["signatures", "hashes", "unsigned", "event_id"] {
+            event.remove(key);
+        }
+        event.insert(
+            "origin".into(),
+            CanonicalJsonValue::String(self.config.server_name.to_string()),
+        );
+        event.insert(
+            "origin_server_ts".into(),
+            CanonicalJsonValue::Integer(now_ms().try_into().map_err(Error::internal)?),
+        );
+        hash_and_sign_event(
+            self.config.server_name.as_str(),
+            &self.own_keys.key_pair,
+            &mut event,
+            &rules.redaction,
+        )
+        .map_err(Error::internal)?;
+        let hash = reference_hash(&event, rules).map_err(Error::internal)?;
+        let event_id = OwnedEventId::try_from(format!("${hash}")).map_err(Error::internal)?;
+        Ok((event_id, event))
+    }
+
+    /// The events of a `send_join` answer, each through checks 1 to 4; an event failing them
+    /// is left out (and so is anything whose auth depends on it). The answer's state must
+    /// hold the room's create event.
+    async fn check_room_state(
+        &self,
+        rules: &RoomVersionRules,
+        version: &RoomVersionId,
+        room_id: &RoomId,
+        state: &[Box<RawJsonValue>],
+        auth_chain: &[Box<RawJsonValue>],
+    ) -> Result<JoinedRoom> {
+        let mut checked: HashMap<OwnedEventId, Checked> = HashMap::new();
+        let mut state_ids = Vec::new();
+        for (raw, in_state) in state
+            .iter()
+            .map(|raw| (raw, true))
+            .chain(auth_chain.iter().map(|raw| (raw, false)))
+        {
+            let Ok(object) = serde_json::from_str::<CanonicalJsonObject>(raw.get()) else {
+                continue;
+            };
+            let Ok(passed) = self.check_pdu(rules, object).await? else {
+                continue;
+            };
+            let json = serde_json::to_value(&passed.pdu).map_err(Error::internal)?;
+            let pdu = Pdu::from_json(passed.event_id.as_str(), &json)?;
+            // The v12 create event has no room ID; every other event names this room.
+            let in_room = pdu.room_id.as_deref() == Some(room_id)
+                || (pdu.room_id.is_none()
+                    && rules.authorization.room_create_event_id_as_room_id
+                    && room_id.as_str()[1..] == pdu.event_id.as_str()[1..]);
+            if !in_room {
+                continue;
+            }
+            if in_state {
+                state_ids.push(pdu.event_id.clone());
+            }
+            checked.insert(pdu.event_id.clone(), Checked { pdu, json });
+        }
+        // Check 4 for each, in depth order (an event's auth events are older), dropping what
+        // fails and what depends on something dropped.
+        let mut order: Vec<OwnedEventId> = checked.keys().cloned().collect();
+        order.sort_by_key(|id| checked[id].pdu.depth);
+        let create_id = checked
+            .values()
+            .find(|c| c.pdu.kind.to_string() == "m.room.create")
+            .map(|c| c.pdu.event_id.clone())
+            .ok_or_else(|| bad_gateway("The joined room's state has no create event"))?;
+        let mut accepted: HashMap<OwnedEventId, Checked> = HashMap::new();
+        for id in order {
+            let Some(candidate) = checked.remove(&id) else {
+                continue;
+            };
+            let fetch = |wanted: &EventId| {
+                accepted
+                    .get(wanted)
+                    .map(|c| c.pdu.clone())
+                    .or_else(|| (wanted == &*candidate.pdu.event_id).then(|| candidate.pdu.clone()))
+            };
+            if check_state_independent_auth_rules(&rules.authorization, &candidate.pdu, fetch)
+                .is_err()
+            {
+                continue;
+            }
+            let own_auth: Vec<Pdu> = candidate
+                .pdu
+                .auth_events
+                .iter()
+                .chain(std::iter::once(&create_id))
+                .filter_map(|a| accepted.get(a).map(|c| c.pdu.clone()))
+                .collect();
+            let allowed = check_state_dependent_auth_rules(
+                &rules.authorization,
+                &candidate.pdu,
+                |kind: &StateEventType, key: &str| {
+                    own_auth
+                        .iter()
+                        .find(|p| {
+                            p.kind.to_string() == kind.to_string()
+                                && p.state_key.as_deref() == Some(key)
+                        })
+                        .cloned()
+                },
+            );
+            if allowed.is_ok() {
+                accepted.insert(id, candidate);
+            }
+        }
+        let create = accepted
+            .get(&create_id)
+            .ok_or_else(|| bad_gateway("The joined room's create event is not valid"))?;
+        let creator = create.pdu.sender.to_string();
+        let mut state = Vec::new();
+        for id in state_ids {
+            if let Some(c) = accepted.get(&id) {
+                if let Some(key) = &c.pdu.state_key {
+                    state.push(StateEvent {
+                        kind: c.pdu.kind.to_string(),
+                        state_key: key.clone(),
+                        event_id: id.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(JoinedRoom {
+            room_id: room_id.to_owned(),
+            version: version.clone(),
+            creator,
+            events: accepted
+                .into_values()
+                .map(|c| (c.pdu.event_id.to_string(), c.json))
+                .collect(),
+            state,
+        })
+    }
+
+    /// Our join (as the resident may have countersigned it), checked against the state it
+    /// joins.
+    async fn check_join(
+        &self,
+        rules: &RoomVersionRules,
+        event_id: &EventId,
+        join: CanonicalJsonObject,
+        room: &JoinedRoom,
+    ) -> Result<(Pdu, Value)> {
+        let passed = self
+            .check_pdu(rules, join)
+            .await?
+            .map_err(|dropped| bad_gateway(format!("Our join came back broken: {dropped}")))?;
+        if passed.event_id.as_str() != event_id.as_str() {
+            return Err(bad_gateway("The resident answered another join event"));
+        }
+        let json = serde_json::to_value(&passed.pdu).map_err(Error::internal)?;
+        let pdu = Pdu::from_json(event_id.as_str(), &json)?;
+        let events: HashMap<&str, Pdu> = room
+            .events
+            .iter()
+            .filter_map(|(id, json)| Some((id.as_str(), Pdu::from_json(id, json).ok()?)))
+            .collect();
+        let state: HashMap<(String, String), &Pdu> = room
+            .state
+            .iter()
+            .filter_map(|s| {
+                Some((
+                    (s.kind.clone(), s.state_key.clone()),
+                    events.get(s.event_id.as_str())?,
+                ))
+            })
+            .collect();
+        check_state_dependent_auth_rules(
+            &rules.authorization,
+            &pdu,
+            |kind: &StateEventType, key: &str| {
+                state
+                    .get(&(kind.to_string(), key.to_owned()))
+                    .map(|p| (*p).clone())
+            },
+        )
+        .map_err(|reason| {
+            Error::forbidden(format!(
+                "The room's state does not allow the join: {reason}"
+            ))
+        })?;
+        Ok((pdu, json))
+    }
+}
+
+/// 502: the other server's answer is unusable.
+fn bad_gateway(message: impl Into<String>) -> Error {
+    Error::matrix(
+        actix_web::http::StatusCode::BAD_GATEWAY,
+        "M_UNKNOWN",
+        message,
+    )
+}

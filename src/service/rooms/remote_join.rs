@@ -1,0 +1,184 @@
+//! Storing a room joined through another server: the state and auth events its `send_join`
+//! answer brought (checked by the federation service) become outliers, and our join starts the
+//! room's timeline here with the state it joined as its state before.
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use ruma::{OwnedRoomId, RoomId, RoomVersionId};
+use serde_json::Value;
+
+use super::{pdu::Pdu, writer::lock_room, Rooms};
+use crate::{
+    error::{Error, Result},
+    service::notifier,
+    storage::{
+        dag, now_ms, rooms as store,
+        state::{self as state_store},
+        streams,
+    },
+};
+
+/// One entry of a room's state.
+pub struct StateEvent {
+    /// Event type.
+    pub kind: String,
+    /// State key.
+    pub state_key: String,
+    /// The event.
+    pub event_id: String,
+}
+
+/// A room as another server's `send_join` answer described it, every event checked.
+pub struct JoinedRoom {
+    /// The room.
+    pub room_id: OwnedRoomId,
+    /// Its version.
+    pub version: RoomVersionId,
+    /// Its create event's sender.
+    pub creator: String,
+    /// The state and auth chain events, `(event ID, PDU)`.
+    pub events: Vec<(String, Value)>,
+    /// The state before our join.
+    pub state: Vec<StateEvent>,
+}
+
+impl Rooms {
+    /// Whether a user of this server is joined to the room (so this server has its state and
+    /// takes part in it).
+    pub async fn is_resident(&self, room_id: &RoomId) -> Result<bool> {
+        let conn = self.db.conn().await?;
+        let joined =
+            store::count_local_joined(&conn, room_id.as_str(), self.config.server_name.as_str())
+                .await?;
+        Ok(joined > 0)
+    }
+
+    /// Stores a room joined through another server, and our join as the first event of its
+    /// timeline here.
+    pub async fn store_joined_room(&self, room: JoinedRoom, join: (Pdu, Value)) -> Result<()> {
+        let (pdu, json) = join;
+        let _room_lock = self.locks.lock(&room.room_id).await;
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let conn = &*conn;
+            lock_room(conn, &room.room_id).await?;
+            store_in(conn, &room, &pdu, &json).await
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+async fn store_in(
+    conn: &AsyncPgConnection,
+    room: &JoinedRoom,
+    join: &Pdu,
+    json: &Value,
+) -> Result<()> {
+    let room_id = room.room_id.as_str();
+    for (event_id, pdu) in &room.events {
+        dag::insert_outlier(conn, event_id, room_id, pdu).await?;
+    }
+    let entries: Vec<(&str, &str, &str)> = room
+        .state
+        .iter()
+        .map(|s| (s.kind.as_str(), s.state_key.as_str(), s.event_id.as_str()))
+        .collect();
+    let before = state_store::insert_state_group(conn, room_id, None, &entries).await?;
+    let user = join
+        .state_key
+        .as_deref()
+        .ok_or_else(|| Error::internal("a join without a state key"))?;
+    let join_id = join.event_id.as_str();
+    let after = state_store::insert_state_group(
+        conn,
+        room_id,
+        Some((before, 0)),
+        &[("m.room.member", user, join_id)],
+    )
+    .await?;
+    if store::get_room(conn, room_id).await?.is_none() {
+        store::insert_room(
+            conn,
+            room_id,
+            room.version.as_str(),
+            &room.creator,
+            after,
+            now_ms(),
+        )
+        .await?;
+    }
+    let new_event = store::NewEvent {
+        event_id: join_id,
+        room_id,
+        depth: join.depth,
+        sender: join.sender.as_str(),
+        event_type: "m.room.member",
+        state_key: Some(user),
+        origin_server_ts: i64::from(join.origin_server_ts.get()),
+        pdu: json,
+        state_group: after,
+    };
+    let prev_ids: Vec<&str> = join.prev_events.iter().map(|id| id.as_str()).collect();
+    let auth_ids: Vec<&str> = join.auth_events.iter().map(|id| id.as_str()).collect();
+    tokio::try_join!(
+        streams::next_position(conn, streams::EVENTS),
+        store::insert_event(conn, &new_event, None),
+        dag::insert_edges(conn, join_id, room_id, &prev_ids, &auth_ids),
+        dag::reset_forward_extremities(conn, room_id, join_id, join.depth),
+        store::set_current_state_group(conn, room_id, after),
+    )?;
+    // The current state: the state joined, then our membership.
+    let mut memberships: Vec<(&StateEvent, Value)> = Vec::new();
+    let contents: std::collections::HashMap<&str, &Value> = room
+        .events
+        .iter()
+        .map(|(id, pdu)| (id.as_str(), pdu))
+        .collect();
+    for entry in &room.state {
+        store::set_current_state(
+            conn,
+            room_id,
+            &entry.kind,
+            &entry.state_key,
+            &entry.event_id,
+        )
+        .await?;
+        if entry.kind == "m.room.member" && entry.state_key != user {
+            let content = contents
+                .get(entry.event_id.as_str())
+                .map(|pdu| pdu["content"].clone())
+                .unwrap_or_default();
+            memberships.push((entry, content));
+        }
+    }
+    for (entry, content) in memberships {
+        let membership = content
+            .get("membership")
+            .and_then(Value::as_str)
+            .unwrap_or("leave");
+        let display_name = content.get("displayname").and_then(Value::as_str);
+        store::set_membership(
+            conn,
+            room_id,
+            &entry.state_key,
+            membership,
+            display_name,
+            &entry.event_id,
+        )
+        .await?;
+    }
+    store::set_current_state(conn, room_id, "m.room.member", user, join_id).await?;
+    let content = join.content_value();
+    store::set_membership(
+        conn,
+        room_id,
+        user,
+        "join",
+        content.get("displayname").and_then(Value::as_str),
+        join_id,
+    )
+    .await?;
+    store::notify(conn, notifier::ROOM_CHANNEL, room_id).await?;
+    store::notify(conn, notifier::USER_CHANNEL, user).await?;
+    Ok(())
+}
