@@ -40,7 +40,8 @@ use crate::{
     error::{Error, Result},
     service::{federation::pdus::CheckedPdu, notifier},
     storage::{
-        dag, event_graph, push as push_store, relations as relations_store, rooms as store,
+        dag, event_graph, now_ms, push as push_store, relations as relations_store, remote_devices,
+        rooms as store,
         state::{self as state_store, StateIds, STATE_CHAIN_LIMIT},
         streams,
     },
@@ -366,6 +367,10 @@ impl Rooms {
             store::set_membership(conn, room, key, membership, display_name, id).await?;
             if membership != "join" {
                 push_store::delete_for_user_room(conn, key, room).await?;
+            } else if !is_local(key, &self.config.server_name) {
+                // Their server only told us of device changes while we shared no room: a
+                // cached list of theirs may have missed some.
+                remote_devices::mark_stale(conn, key, now_ms()).await?;
             }
         }
         Ok(())
@@ -546,6 +551,11 @@ async fn load_pdus(conn: &AsyncPgConnection, ids: &[String]) -> Result<Vec<Pdu>>
         .iter()
         .map(|row| Pdu::from_json(&row.event_id, &row.pdu))
         .collect()
+}
+
+/// Whether a user ID is of this server.
+fn is_local(user_id: &str, server_name: &ruma::ServerName) -> bool {
+    UserId::parse(user_id).is_ok_and(|user| user.server_name() == server_name)
 }
 
 /// State events keyed by `(type, state_key)`.

@@ -11,7 +11,7 @@ use crate::{
     error::{Error, Result},
     service::notifier,
     storage::{
-        dag, now_ms, rooms as store,
+        dag, now_ms, remote_devices, rooms as store,
         state::{self as state_store},
         streams,
     },
@@ -166,6 +166,11 @@ async fn store_in(
             &entry.event_id,
         )
         .await?;
+        if membership == "join" {
+            // Updates to a cached device list of theirs may have been missed while we
+            // shared no room.
+            remote_devices::mark_stale(conn, &entry.state_key, now_ms()).await?;
+        }
     }
     store::set_current_state(conn, room_id, "m.room.member", user, join_id).await?;
     let content = join.content_value();
