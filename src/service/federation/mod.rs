@@ -2,6 +2,7 @@
 //! server keys, and authentication of requests from other servers.
 
 pub mod client;
+pub mod pdu_queue;
 pub mod pdus;
 pub mod query;
 pub mod reads;
