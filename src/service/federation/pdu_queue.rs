@@ -21,14 +21,14 @@
 //!   events it passes, and that transaction locks the cursor row, so a crash queues nothing
 //!   twice and skips nothing, and two processes that both believe they lead cannot queue the
 //!   same events. Each destination's PDUs are queued, and so leave, in stream order.
-//! - **Bounded.** A destination that stays down keeps at most `max_queued_pdus` unsent PDUs:
-//!   beyond that the oldest are dropped (and logged). When it is back it gets the newer ones,
+//! - **Bounded.** A destination that stays down keeps about `max_queued_pdus` unsent PDUs at
+//!   most: beyond that the oldest are dropped (and logged). When it is back it gets the newer ones,
 //!   whose `prev_events` lead back into the gap, and fills it from us with
 //!   `get_missing_events` and `/state_ids` as it does after any gap (Synapse's catch-up sends
 //!   only the newest event per room and relies on the same).
 
 use std::{
-    collections::{BTreeSet, HashSet},
+    collections::{BTreeSet, HashMap},
     num::NonZeroUsize,
     sync::{Arc, Mutex},
 };
@@ -61,6 +61,7 @@ pub struct PduQueue {
     config: FederationConfig,
     origin: OwnedServerName,
     servers: Mutex<LruCache<i64, Servers>>,
+    queued_since_trim: Mutex<HashMap<String, u64>>,
 }
 
 impl PduQueue {
@@ -73,6 +74,7 @@ impl PduQueue {
             servers: Mutex::new(LruCache::new(
                 NonZeroUsize::new(CACHED_GROUPS).expect("non-zero"),
             )),
+            queued_since_trim: Mutex::default(),
         }
     }
 
@@ -126,10 +128,9 @@ impl PduQueue {
                 })
                 .collect();
             store::queue_pdus(conn, &rows, now_ms()).await?;
-            let touched: HashSet<&str> = rows.iter().map(|(destination, ..)| *destination).collect();
-            for destination in touched {
+            for destination in self.due_for_trim(&rows) {
                 let keep = self.config.max_queued_pdus as i64;
-                let dropped = store::trim_unsent_pdus(conn, destination, keep).await?;
+                let dropped = store::trim_unsent_pdus(conn, &destination, keep).await?;
                 if dropped > 0 {
                     tracing::warn!(%destination, dropped, "too many events queued for a server that is down; dropped the oldest (it fetches them with get_missing_events)");
                 }
@@ -138,6 +139,29 @@ impl PduQueue {
             Ok((rows.len(), more))
         })
         .await
+    }
+
+    /// The destinations among `rows` whose backlog is due a trim: one per tenth of
+    /// `max_queued_pdus` queued since the last (trimming reads up to that many rows; this keeps
+    /// it to about ten reads per event however many servers are down). Counts are this
+    /// process's, so a backlog may pass the bound by a tenth, and after a restart by a little
+    /// more.
+    fn due_for_trim(&self, rows: &[store::NewPdu<'_>]) -> Vec<String> {
+        let every = (self.config.max_queued_pdus / 10).max(1);
+        let mut counts = self
+            .queued_since_trim
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut due = Vec::new();
+        for (destination, ..) in rows {
+            let count = counts.entry((*destination).to_owned()).or_default();
+            *count += 1;
+            if *count >= every {
+                *count = 0;
+                due.push((*destination).to_owned());
+            }
+        }
+        due
     }
 
     /// Whether `sender` is a user of this server (the SQL only matched a suffix).
