@@ -158,7 +158,9 @@ impl PduQueue {
             *count += 1;
             if *count >= every {
                 *count = 0;
-                due.push((*destination).to_owned());
+                if !due.iter().any(|d: &String| d == destination) {
+                    due.push((*destination).to_owned());
+                }
             }
         }
         due
