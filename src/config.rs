@@ -123,6 +123,9 @@ pub struct FederationConfig {
     pub retry_min: Duration,
     /// The longest delay between retries to an unreachable server.
     pub retry_max: Duration,
+    /// Most of our events queued for one server and not yet sent: beyond that, while it is
+    /// down, the oldest are dropped and it fetches them back with `get_missing_events`.
+    pub max_queued_pdus: u64,
 }
 
 impl FederationConfig {
@@ -183,6 +186,7 @@ struct FileConfig {
     federation_allowed_servers: Option<String>,
     federation_retry_min_ms: Option<toml::Value>,
     federation_retry_max_ms: Option<toml::Value>,
+    federation_max_queued_pdus: Option<toml::Value>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -496,6 +500,7 @@ fn federation_config(src: &Sources) -> Result<FederationConfig, ConfigError> {
         allowed_servers,
         retry_min,
         retry_max,
+        max_queued_pdus: integer(src, "federation_max_queued_pdus", 10_000)?,
     })
 }
 
@@ -585,6 +590,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         federation_allowed_servers,
         federation_retry_min_ms,
         federation_retry_max_ms,
+        federation_max_queued_pdus,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -636,6 +642,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("federation_allowed_servers", s(federation_allowed_servers)),
         ("federation_retry_min_ms", federation_retry_min_ms),
         ("federation_retry_max_ms", federation_retry_max_ms),
+        ("federation_max_queued_pdus", federation_max_queued_pdus),
     ];
     Ok(entries
         .into_iter()

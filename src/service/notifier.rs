@@ -44,7 +44,8 @@ pub struct Notifier {
     pub typing: Typing,
     /// Woken on every room write, for the push sender.
     pub push_wake: Arc<Notify>,
-    /// Woken whenever something is queued for another server, for the federation sender.
+    /// Woken whenever something is queued for another server or a room is written to (our
+    /// new events go to the other servers in the room), for the federation sender.
     pub federation_wake: Arc<Notify>,
 }
 
@@ -197,6 +198,7 @@ impl Notifier {
             let notifier = self.clone();
             if channel == ROOM_CHANNEL {
                 notifier.push_wake.notify_one();
+                notifier.federation_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room(&payload).await });
             } else if channel == SHARERS_CHANNEL {
                 tokio::spawn(async move { notifier.wake_room_sharers(&payload).await });

@@ -1,12 +1,19 @@
-//! Federation sending: each destination's backoff and transaction in flight, and the durable
-//! EDU outbox. Only the sending process (the leader) builds, sends and finishes transactions;
-//! any process may queue EDUs.
+//! Federation sending: each destination's backoff and transaction in flight, the durable
+//! outbox of EDUs and PDUs, and the cursor over the event stream that fills it with PDUs.
+//! Only the sending process (the leader) queues PDUs and builds, sends and finishes
+//! transactions; any process may queue EDUs.
 
-use diesel::prelude::*;
+use diesel::{
+    prelude::*,
+    sql_types::{BigInt, Integer, Jsonb, Nullable, Text},
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
-use super::schema::{federation_destinations, federation_outbox};
+use super::{
+    rooms::SERVED_TO_CLIENTS,
+    schema::{federation_destinations, federation_outbox, federation_pdu_cursor},
+};
 
 /// A destination's sending state.
 #[derive(Debug, Clone, Queryable)]
@@ -32,6 +39,17 @@ pub struct OutboxRow {
     pub content: Value,
 }
 
+/// A queued PDU.
+#[derive(Debug, Clone, Queryable)]
+pub struct PduOutboxRow {
+    /// Queue order (stream order among a destination's PDUs).
+    pub outbox_id: i64,
+    /// The event's ID.
+    pub event_id: String,
+    /// The PDU as it is sent.
+    pub pdu: Value,
+}
+
 /// Queues one EDU for `destination`.
 pub async fn queue_edu(
     mut conn: &AsyncPgConnection,
@@ -52,25 +70,34 @@ pub async fn queue_edu(
         .map(drop)
 }
 
-/// Destinations with queued EDUs whose backoff (if any) has run out by `now`.
+/// Destinations with something queued whose backoff (if any) has run out by `now`. The
+/// outbox is walked one destination at a time by index (a long backlog for a server that is
+/// down costs one step, not a scan of its rows: this runs on every wake-up).
 pub async fn get_ready_destinations(
     mut conn: &AsyncPgConnection,
     now: i64,
 ) -> QueryResult<Vec<String>> {
-    federation_outbox::table
-        .left_join(
-            federation_destinations::table
-                .on(federation_destinations::destination.eq(federation_outbox::destination)),
-        )
-        .filter(
-            federation_destinations::retry_at_ts
-                .is_null()
-                .or(federation_destinations::retry_at_ts.le(now)),
-        )
-        .select(federation_outbox::destination)
-        .distinct()
-        .load(&mut conn)
-        .await
+    #[derive(QueryableByName)]
+    struct Destination {
+        #[diesel(sql_type = Text)]
+        destination: String,
+    }
+    let rows: Vec<Destination> = super::cached_sql(
+        "WITH RECURSIVE queued (destination) AS ( \
+             (SELECT destination FROM federation_outbox ORDER BY destination LIMIT 1) \
+             UNION ALL \
+             SELECT (SELECT o.destination FROM federation_outbox o \
+                     WHERE o.destination > q.destination ORDER BY o.destination LIMIT 1) \
+             FROM queued q WHERE q.destination IS NOT NULL \
+         ) \
+         SELECT q.destination FROM queued q \
+         LEFT JOIN federation_destinations d ON d.destination = q.destination \
+         WHERE q.destination IS NOT NULL AND (d.retry_at_ts IS NULL OR d.retry_at_ts <= $1)",
+    )
+    .bind::<BigInt, _>(now)
+    .load(&mut conn)
+    .await?;
+    Ok(rows.into_iter().map(|row| row.destination).collect())
 }
 
 /// A destination's sending state, if it has any.
@@ -100,15 +127,172 @@ pub async fn get_unsent_edus(
     federation_outbox::table
         .filter(federation_outbox::destination.eq(destination))
         .filter(federation_outbox::txn_id.is_null())
+        .filter(federation_outbox::event_id.is_null())
         .order(federation_outbox::outbox_id)
         .limit(limit)
         .select((
             federation_outbox::outbox_id,
-            federation_outbox::edu_type,
+            federation_outbox::edu_type.assume_not_null(),
             federation_outbox::content,
         ))
         .load(&mut conn)
         .await
+}
+
+/// The oldest PDUs queued for `destination` not yet in a transaction, in stream order.
+pub async fn get_unsent_pdus(
+    mut conn: &AsyncPgConnection,
+    destination: &str,
+    limit: i64,
+) -> QueryResult<Vec<PduOutboxRow>> {
+    federation_outbox::table
+        .filter(federation_outbox::destination.eq(destination))
+        .filter(federation_outbox::txn_id.is_null())
+        .filter(federation_outbox::event_id.is_not_null())
+        .order(federation_outbox::outbox_id)
+        .limit(limit)
+        .select((
+            federation_outbox::outbox_id,
+            federation_outbox::event_id.assume_not_null(),
+            federation_outbox::content,
+        ))
+        .load(&mut conn)
+        .await
+}
+
+/// A PDU to queue: `(destination, event ID, the PDU as it is sent)`.
+pub type NewPdu<'a> = (&'a str, &'a str, &'a Value);
+
+/// Queues PDUs, in the order given (each destination's PDUs leave in that order).
+pub async fn queue_pdus(
+    mut conn: &AsyncPgConnection,
+    pdus: &[NewPdu<'_>],
+    now: i64,
+) -> QueryResult<()> {
+    let rows: Vec<_> = pdus
+        .iter()
+        .map(|(destination, event_id, pdu)| {
+            (
+                federation_outbox::destination.eq(*destination),
+                federation_outbox::event_id.eq(Some(*event_id)),
+                federation_outbox::content.eq(*pdu),
+                federation_outbox::created_ts.eq(now),
+            )
+        })
+        .collect();
+    for chunk in rows.chunks(1000) {
+        diesel::insert_into(federation_outbox::table)
+            .values(chunk)
+            .execute(&mut conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Drops the oldest PDUs queued for `destination` and not yet in a transaction beyond the
+/// newest `keep`; answers how many were dropped.
+pub async fn trim_unsent_pdus(
+    mut conn: &AsyncPgConnection,
+    destination: &str,
+    keep: i64,
+) -> QueryResult<usize> {
+    super::cached_sql(
+        "DELETE FROM federation_outbox \
+         WHERE destination = $1 AND event_id IS NOT NULL AND txn_id IS NULL \
+           AND outbox_id <= (SELECT outbox_id FROM federation_outbox \
+                             WHERE destination = $1 AND event_id IS NOT NULL AND txn_id IS NULL \
+                             ORDER BY outbox_id DESC OFFSET $2 LIMIT 1)",
+    )
+    .bind::<Text, _>(destination)
+    .bind::<BigInt, _>(keep)
+    .execute(&mut conn)
+    .await
+}
+
+/// How far the event stream has been queued; locks the cursor until the transaction ends, so
+/// two processes that both believe they lead cannot queue the same events.
+pub async fn lock_pdu_cursor(mut conn: &AsyncPgConnection) -> QueryResult<i64> {
+    federation_pdu_cursor::table
+        .select(federation_pdu_cursor::stream_ordering)
+        .for_update()
+        .first(&mut conn)
+        .await
+}
+
+/// Moves the cursor (inside the transaction that queued the events up to `position`).
+pub async fn set_pdu_cursor(mut conn: &AsyncPgConnection, position: i64) -> QueryResult<()> {
+    diesel::update(federation_pdu_cursor::table)
+        .set(federation_pdu_cursor::stream_ordering.eq(position))
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
+/// An event that may go to other servers.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct EventToSend {
+    /// Its position in the event stream.
+    #[diesel(sql_type = BigInt)]
+    pub stream_ordering: i64,
+    /// Its ID.
+    #[diesel(sql_type = Text)]
+    pub event_id: String,
+    /// Its sender (to be confirmed as local by the caller).
+    #[diesel(sql_type = Text)]
+    pub sender: String,
+    /// `m.room.member`, ...
+    #[diesel(sql_type = Text)]
+    pub event_type: String,
+    /// Its state key, for state events.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub state_key: Option<String>,
+    /// The state after it.
+    #[diesel(sql_type = BigInt)]
+    pub state_group: i64,
+    /// The stored PDU.
+    #[diesel(sql_type = Jsonb)]
+    pub pdu: Value,
+}
+
+/// The events after position `after` up to `up_to` (at most `limit`, in stream order) that
+/// clients are served and whose sender's ID ends in `:{server}` (the caller confirms the
+/// server with a parser: a suffix is not a server name).
+pub async fn get_events_to_send(
+    mut conn: &AsyncPgConnection,
+    after: i64,
+    up_to: i64,
+    server: &str,
+    limit: i32,
+) -> QueryResult<Vec<EventToSend>> {
+    super::cached_sql(format!(
+        "SELECT stream_ordering, event_id, sender, event_type, state_key, state_group, pdu \
+         FROM events \
+         WHERE stream_ordering > $1 AND stream_ordering <= $2 AND sender LIKE $3 \
+           AND {SERVED_TO_CLIENTS} \
+         ORDER BY stream_ordering LIMIT $4"
+    ))
+    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(up_to)
+    .bind::<Text, _>(super::room_servers::suffix_pattern(server))
+    .bind::<Integer, _>(limit)
+    .load(&mut conn)
+    .await
+}
+
+/// Drops everything queued for `destination` and its transaction in flight (a destination
+/// that can never be contacted).
+pub async fn delete_queue(mut conn: &AsyncPgConnection, destination: &str) -> QueryResult<()> {
+    diesel::delete(federation_outbox::table.filter(federation_outbox::destination.eq(destination)))
+        .execute(&mut conn)
+        .await?;
+    diesel::update(federation_destinations::table.find(destination))
+        .set((
+            federation_destinations::txn_id.eq(None::<String>),
+            federation_destinations::txn_body.eq(None::<Value>),
+        ))
+        .execute(&mut conn)
+        .await
+        .map(drop)
 }
 
 /// Records the transaction now in flight to `destination` and the EDUs it carries.

@@ -10,7 +10,7 @@ use diesel::{
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 /// `LIKE` pattern for user IDs ending in `:{server}`.
-fn suffix_pattern(server: &str) -> String {
+pub(super) fn suffix_pattern(server: &str) -> String {
     let escaped = server
         .replace('\\', "\\\\")
         .replace('%', "\\%")

@@ -450,10 +450,18 @@ diesel::table! {
     federation_outbox (outbox_id) {
         outbox_id -> Int8,
         destination -> Text,
-        edu_type -> Text,
+        edu_type -> Nullable<Text>,
         content -> Jsonb,
         txn_id -> Nullable<Text>,
         created_ts -> Int8,
+        event_id -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    federation_pdu_cursor (single) {
+        single -> Bool,
+        stream_ordering -> Int8,
     }
 }
 
@@ -525,6 +533,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     fallback_keys,
     federation_destinations,
     federation_outbox,
+    federation_pdu_cursor,
     federation_received_to_device,
     federation_received_txns,
     filters,

@@ -99,3 +99,38 @@ pub async fn insert_state_group(
     }
     Ok(group)
 }
+
+#[derive(QueryableByName)]
+struct Member {
+    #[diesel(sql_type = Text)]
+    user_id: String,
+}
+
+/// The users whose membership in the state of `group` is `join` (read like
+/// [`get_state_ids`], member entries only).
+pub async fn get_joined_users(
+    mut conn: &AsyncPgConnection,
+    group: i64,
+) -> QueryResult<Vec<String>> {
+    let members: Vec<Member> = crate::storage::cached_sql(
+        "WITH RECURSIVE chain (state_group, parent_group, level) AS ( \
+             SELECT state_group, parent_group, 0 FROM state_groups WHERE state_group = $1 \
+             UNION ALL \
+             SELECT g.state_group, g.parent_group, c.level + 1 \
+             FROM state_groups g JOIN chain c ON g.state_group = c.parent_group \
+         ), members AS ( \
+             SELECT DISTINCT ON (e.state_key) e.state_key, e.event_id \
+             FROM chain c CROSS JOIN LATERAL ( \
+                 SELECT state_key, event_id FROM state_group_entries \
+                 WHERE state_group = c.state_group AND event_type = 'm.room.member' OFFSET 0 \
+             ) e \
+             ORDER BY e.state_key, c.level \
+         ) \
+         SELECT m.state_key AS user_id FROM members m JOIN events ev USING (event_id) \
+         WHERE ev.pdu->'content'->>'membership' = 'join'",
+    )
+    .bind::<BigInt, _>(group)
+    .load(&mut conn)
+    .await?;
+    Ok(members.into_iter().map(|m| m.user_id).collect())
+}

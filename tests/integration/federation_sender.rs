@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::{
-    federation::{federated_options, federated_server, free_port, pair, FakeServer},
+    federation::{federated_options, federated_server, free_port, join_remote, pair, FakeServer},
     wait_until, Client, TestServer,
 };
 
@@ -227,6 +227,10 @@ async fn with_federation_off_nothing_is_queued_for_other_servers() {
             .await;
     let alice = server.register("alice").await;
     let remote = "@bob:remote.example.org";
+    // Nor our events, in a room with a member on another server.
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    join_remote(&server, &room, remote).await;
+    alice.send_text(&room, "t1", "local only").await.ok();
     alice
         .put(
             "/_matrix/client/v3/sendToDevice/m.test/t1",
@@ -237,6 +241,8 @@ async fn with_federation_off_nothing_is_queued_for_other_servers() {
     // The local part is delivered; nothing waits for the other server.
     let (events, _) = to_device_events(&alice, None, "m.test", 1, Duration::ZERO).await;
     assert_eq!(events[0]["content"], json!({ "own": 1 }));
+    // Longer than the sender's tick, were it running.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         server
             .count("SELECT count(*) AS n FROM federation_outbox")

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod join;
 pub mod membership;
+pub mod pdu_queue;
 pub mod pdus;
 pub mod query;
 pub mod reads;

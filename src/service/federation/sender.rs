@@ -1,19 +1,24 @@
 //! Sends what is queued for other servers in `PUT /_matrix/federation/v1/send/{txnId}`
-//! transactions, in the background.
+//! transactions, in the background: our events (PDUs, queued from the event stream by
+//! [`PduQueue`]) and EDUs.
 //!
 //! Rules that keep delivery exactly-once on the receiver (FEDERATION.md §5, invariant 3):
-//! - One transaction in flight per destination (at most [`MAX_EDUS`] EDUs; PDUs come with
-//!   rooms across servers). Its ID and body are committed before the first attempt and resent
-//!   unchanged until the destination answers 200, so a crash mid-send resends the same
-//!   transaction and the receiver deduplicates it by `(origin, txnId)`.
-//! - Queued EDUs leave the outbox only after that 200 (invariant 8: durable).
+//! - One transaction in flight per destination: its oldest queued PDUs (at most
+//!   [`MAX_PDUS`], in stream order) and EDUs (at most [`MAX_EDUS`]). Its ID and body are
+//!   committed before the first attempt and resent unchanged until the destination answers
+//!   200, so a crash mid-send resends the same transaction and the receiver deduplicates it by
+//!   `(origin, txnId)`.
+//! - What is queued leaves the outbox only after that 200 (invariant 8: durable). A PDU the
+//!   destination refuses (an `error` for it in the 200) is not retried: the spec makes a bad
+//!   PDU an answer, not a failed transaction.
 //! - A failure backs the destination off: jittered, doubling from `retry_min` up to
 //!   `retry_max`, stored in PostgreSQL so a restart keeps it. Any authenticated request from
 //!   the destination ends the backoff ([`Sender::destination_is_up`]).
 //! - One server process sends at a time (it holds a PostgreSQL advisory lock, distinct from
 //!   the push sender's), woken by `NOTIFY` on [`FEDERATION_CHANNEL`] from whichever process
-//!   queued, and by a tick for retries coming due.
-//! - With federation off nothing is sent.
+//!   queued EDUs, by every room write (`ROOM_CHANNEL`: a new event to queue), and by a tick
+//!   for retries coming due and events whose commit an earlier position held back.
+//! - With federation off nothing is queued or sent.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -30,7 +35,7 @@ use ruma::{
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{FederationClient, FederationError};
+use super::{pdu_queue::PduQueue, FederationClient, FederationError};
 use crate::{
     config::FederationConfig,
     error::{Error, Result},
@@ -41,6 +46,8 @@ use crate::{
     },
 };
 
+/// Most PDUs in one transaction (the spec's limit).
+pub const MAX_PDUS: i64 = 50;
 /// Most EDUs in one transaction (the spec's limit).
 pub const MAX_EDUS: i64 = 100;
 /// How often to look for work without being woken (retries coming due).
@@ -63,13 +70,14 @@ pub struct Sender {
     config: FederationConfig,
     origin: OwnedServerName,
     wake: Arc<Notify>,
+    pdus: PduQueue,
     busy: Mutex<HashSet<String>>,
     recently_up: Mutex<HashMap<OwnedServerName, Instant>>,
 }
 
 /// What became of one attempt to send a transaction.
 enum Outcome {
-    /// 200: the EDUs were delivered.
+    /// 200: the PDUs and EDUs were delivered.
     Delivered,
     /// The destination refused the transaction itself (400) or may not be contacted: it will
     /// never be accepted, so it is dropped rather than blocking the queue forever.
@@ -79,7 +87,8 @@ enum Outcome {
 }
 
 impl Sender {
-    /// Creates the sender; `wake` is notified whenever something is queued.
+    /// Creates the sender; `wake` is notified whenever something is queued or a room is
+    /// written to.
     pub fn new(
         db: Db,
         client: Arc<FederationClient>,
@@ -88,6 +97,7 @@ impl Sender {
         wake: Arc<Notify>,
     ) -> Arc<Self> {
         Arc::new(Sender {
+            pdus: PduQueue::new(db.clone(), config.clone(), origin.clone()),
             db,
             client,
             config,
@@ -194,9 +204,13 @@ impl Sender {
         }
     }
 
-    /// Starts a drain for every destination with queued EDUs that is not already being
-    /// drained or backed off.
+    /// Queues our new events, then starts a drain for every destination with something queued
+    /// that is not already being drained or backed off.
     async fn round(self: &Arc<Self>) -> Result<()> {
+        // EDUs still go when our events cannot be queued.
+        if let Err(err) = self.pdus.queue_new_events().await {
+            tracing::warn!("could not queue our events for other servers: {err}");
+        }
         let destinations = {
             let conn = self.db.conn().await?;
             store::get_ready_destinations(&conn, now_ms()).await?
@@ -229,8 +243,9 @@ impl Sender {
     /// attempt fails.
     async fn drain(&self, destination: &str) -> Result<()> {
         let Ok(server) = ServerName::parse(destination) else {
-            tracing::warn!(%destination, "queued EDUs for an invalid server name; dropping them");
-            return self.drop_queue(destination).await;
+            tracing::warn!(%destination, "queued for an invalid server name; dropping it all");
+            let conn = self.db.conn().await?;
+            return Ok(store::delete_queue(&conn, destination).await?);
         };
         loop {
             let Some((txn_id, body)) = self.next_txn(destination).await? else {
@@ -242,8 +257,9 @@ impl Sender {
                     store::finish_txn(&conn, destination, &txn_id).await?;
                 }
                 Outcome::Undeliverable(reason) => {
+                    let pdus = body["pdus"].as_array().map_or(0, Vec::len);
                     let edus = body["edus"].as_array().map_or(0, Vec::len);
-                    tracing::error!(%destination, %txn_id, %reason, "transaction refused; dropping its {edus} EDU(s)");
+                    tracing::error!(%destination, %txn_id, %reason, "transaction refused; dropping its {pdus} PDU(s) and {edus} EDU(s)");
                     let conn = self.db.conn().await?;
                     store::finish_txn(&conn, destination, &txn_id).await?;
                 }
@@ -264,7 +280,7 @@ impl Sender {
     }
 
     /// The transaction in flight to `destination`, or a new one built from its oldest queued
-    /// EDUs (committed before it is first sent); `None` when nothing is queued.
+    /// PDUs and EDUs (committed before it is first sent); `None` when nothing is queued.
     async fn next_txn(&self, destination: &str) -> Result<Option<(String, Value)>> {
         let mut conn = self.db.conn().await?;
         let origin = self.origin.clone();
@@ -274,22 +290,30 @@ impl Sender {
                     return Ok(Some((txn_id, body)));
                 }
             }
-            let rows = store::get_unsent_edus(conn, destination, MAX_EDUS).await?;
-            if rows.is_empty() {
+            let (pdu_rows, edu_rows) = tokio::try_join!(
+                store::get_unsent_pdus(conn, destination, MAX_PDUS),
+                store::get_unsent_edus(conn, destination, MAX_EDUS),
+            )?;
+            if pdu_rows.is_empty() && edu_rows.is_empty() {
                 return Ok(None);
             }
             let txn_id = new_txn_id();
-            let edus: Vec<Value> = rows
+            let pdus: Vec<&Value> = pdu_rows.iter().map(|row| &row.pdu).collect();
+            let edus: Vec<Value> = edu_rows
                 .iter()
                 .map(|row| json!({ "edu_type": row.edu_type, "content": row.content }))
                 .collect();
             let body = json!({
                 "origin": origin,
                 "origin_server_ts": now_ms(),
-                "pdus": [],
+                "pdus": pdus,
                 "edus": edus,
             });
-            let ids: Vec<i64> = rows.iter().map(|row| row.outbox_id).collect();
+            let ids: Vec<i64> = pdu_rows
+                .iter()
+                .map(|row| row.outbox_id)
+                .chain(edu_rows.iter().map(|row| row.outbox_id))
+                .collect();
             store::set_txn_in_flight(conn, destination, &txn_id, &body, &ids).await?;
             Ok(Some((txn_id, body)))
         })
@@ -307,7 +331,10 @@ impl Sender {
             .send_raw(destination, request, MAX_SEND_RESPONSE)
             .await
         {
-            Ok(raw) if raw.status == 200 => Outcome::Delivered,
+            Ok(raw) if raw.status == 200 => {
+                log_refused_pdus(destination, txn_id, &raw.body);
+                Outcome::Delivered
+            }
             Ok(raw) => Outcome::Failed(format!("answered {}", raw.status)),
             Err(FederationError::NotAllowed(reason)) => Outcome::Undeliverable(reason),
             Err(err @ FederationError::Remote { status: 400, .. }) => {
@@ -316,27 +343,18 @@ impl Sender {
             Err(err) => Outcome::Failed(err.to_string()),
         }
     }
+}
 
-    /// Drops everything queued for a destination that can never be contacted.
-    async fn drop_queue(&self, destination: &str) -> Result<()> {
-        let conn = self.db.conn().await?;
-        loop {
-            let rows = store::get_unsent_edus(&conn, destination, MAX_EDUS).await?;
-            if rows.is_empty() {
-                break;
-            }
-            let txn_id = new_txn_id();
-            let ids: Vec<i64> = rows.iter().map(|row| row.outbox_id).collect();
-            store::set_txn_in_flight(&conn, destination, &txn_id, &Value::Null, &ids).await?;
-            store::finish_txn(&conn, destination, &txn_id).await?;
+/// Logs (debug) the PDUs a destination answered an error for: it will not accept them, so
+/// they are not sent again, and the rest of the transaction stands.
+fn log_refused_pdus(destination: &ServerName, txn_id: &str, answer: &[u8]) {
+    let Ok(answer) = serde_json::from_slice::<Value>(answer) else {
+        return;
+    };
+    for (event_id, result) in answer["pdus"].as_object().into_iter().flatten() {
+        if let Some(error) = result.get("error") {
+            tracing::debug!(%destination, %txn_id, %event_id, %error, "the destination refused our event");
         }
-        if let Some(txn_id) = store::get_destination(&conn, destination)
-            .await?
-            .and_then(|d| d.txn_id)
-        {
-            store::finish_txn(&conn, destination, &txn_id).await?;
-        }
-        Ok(())
     }
 }
 

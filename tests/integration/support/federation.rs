@@ -1,6 +1,7 @@
 //! Federation test support: a test CA made at test time, pairs of `myelin` processes that
-//! federate over TLS on loopback, a fake homeserver that signs requests with its own key, and
-//! remote members written into a room until federated joins exist.
+//! federate over TLS on loopback, a fake homeserver that signs requests with its own key and
+//! records the transactions sent to it, and remote members written into a room until
+//! federated joins exist.
 //! Each federation test file uses a different part of it.
 #![allow(dead_code)]
 
@@ -8,7 +9,7 @@ use std::{
     net::TcpListener,
     path::PathBuf,
     process::Command,
-    sync::{Arc, OnceLock},
+    sync::{Arc, Mutex, OnceLock},
 };
 
 use diesel::{
@@ -182,11 +183,52 @@ impl TestServer {
 }
 
 /// A homeserver of the test's own: a name `localhost:{port}`, an ed25519 key it publishes at
-/// `/_matrix/key/v2/server` over TLS on that port, and requests it signs with X-Matrix.
+/// `/_matrix/key/v2/server` over TLS on that port, requests it signs with X-Matrix, and a
+/// record of the transactions (`PUT /send/{txnId}`) other servers send it.
 pub struct FakeServer {
     name: OwnedServerName,
     key_pair: Arc<Ed25519KeyPair>,
+    inbox: Arc<SendInbox>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// How a [`FakeServer`] answers `PUT /_matrix/federation/v1/send/{txnId}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SendAnswer {
+    /// 200, every PDU accepted.
+    #[default]
+    Accept,
+    /// 200 with an `error` for every PDU (the transaction itself is accepted).
+    RefusePdus,
+    /// This status with an `M_UNKNOWN` error (a server that is down behind a proxy).
+    Status(u16),
+    /// No answer: the connection is closed once the request is read (unreachable).
+    HangUp,
+}
+
+/// One `PUT /send` a [`FakeServer`] received.
+#[derive(Debug, Clone)]
+pub struct SendAttempt {
+    /// The transaction ID of the path.
+    pub txn_id: String,
+    /// The body.
+    pub body: Value,
+    /// How it was answered.
+    pub answer: SendAnswer,
+}
+
+impl SendAttempt {
+    /// Whether the sender got a 200.
+    pub fn delivered(&self) -> bool {
+        matches!(self.answer, SendAnswer::Accept | SendAnswer::RefusePdus)
+    }
+}
+
+/// The transactions a [`FakeServer`] received and how it answers the next ones.
+#[derive(Default)]
+struct SendInbox {
+    attempts: Mutex<Vec<SendAttempt>>,
+    answer: Mutex<SendAnswer>,
 }
 
 impl Drop for FakeServer {
@@ -233,12 +275,33 @@ impl FakeServer {
             .map(|(path, json)| (path, serde_json::to_vec(&json).unwrap()))
             .collect();
         documents.push(("/_matrix/key/v2/server".into(), document));
-        let task = serve_documents(listener, documents);
+        let inbox = Arc::new(SendInbox::default());
+        let task = serve_documents(listener, documents, Some(inbox.clone()));
         FakeServer {
             name,
             key_pair,
+            inbox,
             task,
         }
+    }
+
+    /// Answers the next `PUT /send` requests with `answer`.
+    pub fn set_send_answer(&self, answer: SendAnswer) {
+        *self.inbox.answer.lock().unwrap() = answer;
+    }
+
+    /// Every `PUT /send` received so far, in arrival order.
+    pub fn send_attempts(&self) -> Vec<SendAttempt> {
+        self.inbox.attempts.lock().unwrap().clone()
+    }
+
+    /// The PDUs of the transactions answered 200, in arrival order.
+    pub fn received_pdus(&self) -> Vec<Value> {
+        self.send_attempts()
+            .iter()
+            .filter(|attempt| attempt.delivered())
+            .flat_map(|attempt| attempt.body["pdus"].as_array().cloned().unwrap_or_default())
+            .collect()
     }
 
     /// The fake server's name, `localhost:{port}`.
@@ -363,10 +426,12 @@ fn tls_config(ca: &TestCa) -> rustls::ServerConfig {
 }
 
 /// Serves fixed JSON documents over TLS (the test certificate) on `listener`: `GET path`
-/// answers its document, anything else 404.
+/// answers its document, `PUT /send/{txnId}` is recorded in `inbox` (when given) and answered
+/// as it says, anything else 404.
 fn serve_documents(
     listener: tokio::net::TcpListener,
     documents: Vec<(String, Vec<u8>)>,
+    inbox: Option<Arc<SendInbox>>,
 ) -> tokio::task::JoinHandle<()> {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(test_ca())));
     let documents = Arc::new(documents);
@@ -377,11 +442,12 @@ fn serve_documents(
             };
             let acceptor = acceptor.clone();
             let documents = documents.clone();
+            let inbox = inbox.clone();
             tokio::spawn(async move {
                 let Ok(mut tls) = acceptor.accept(stream).await else {
                     return;
                 };
-                answer_one(&mut tls, &documents).await;
+                answer_one(&mut tls, &documents, inbox.as_deref()).await;
             });
         }
     })
@@ -409,34 +475,108 @@ impl StaticHttps {
             .map(|(path, doc)| (path.to_owned(), serde_json::to_vec(&doc).unwrap()))
             .collect();
         Some(StaticHttps {
-            task: serve_documents(listener, documents),
+            task: serve_documents(listener, documents, None),
         })
     }
 }
 
-/// Reads one request and answers it from `documents`, then closes the connection.
+/// The path prefix of `PUT /send/{txnId}`.
+const SEND_PATH: &str = "/_matrix/federation/v1/send/";
+
+/// Reads one request and answers it from `documents` (or `inbox`), then closes the
+/// connection.
 async fn answer_one<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     stream: &mut S,
     documents: &[(String, Vec<u8>)],
+    inbox: Option<&SendInbox>,
 ) {
     let mut request = Vec::new();
     let mut buf = [0u8; 4096];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+    let head_end = loop {
+        if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
         match stream.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => request.extend_from_slice(&buf[..n]),
         }
-    }
-    let found = documents.iter().find(|(path, _)| {
-        request.starts_with(format!("GET {path} ").as_bytes())
-            || request.starts_with(format!("GET {path}?").as_bytes())
-    });
-    let (status, body): (&str, &[u8]) = match found {
-        Some((_, document)) => ("200 OK", document),
-        None => (
-            "404 Not Found",
-            br#"{"errcode":"M_UNRECOGNIZED","error":"fake server"}"#,
-        ),
+    };
+    let head = String::from_utf8_lossy(&request[..head_end]).into_owned();
+    let send_txn = head
+        .strip_prefix(&format!("PUT {SEND_PATH}"))
+        .and_then(|rest| rest.split(' ').next())
+        .map(str::to_owned);
+    let answered: Vec<u8>;
+    let (status, body): (String, &[u8]) = match (send_txn, inbox) {
+        (Some(txn_id), Some(inbox)) => {
+            let length = head
+                .lines()
+                .filter_map(|line| line.split_once(':'))
+                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, value)| value.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            while request.len() < head_end + length {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let body: Value =
+                serde_json::from_slice(&request[head_end..head_end + length]).unwrap_or_default();
+            let answer = *inbox.answer.lock().unwrap();
+            // Keyed by position: the fake does not compute event IDs, and the sender only logs
+            // the errors.
+            let pdu_answers: serde_json::Map<String, Value> = body["pdus"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(n, _)| (format!("pdu{n}"), json!({})))
+                .collect();
+            inbox.attempts.lock().unwrap().push(SendAttempt {
+                txn_id,
+                body,
+                answer,
+            });
+            match answer {
+                SendAnswer::HangUp => {
+                    let _ = stream.shutdown().await;
+                    return;
+                }
+                SendAnswer::Accept => {
+                    answered = serde_json::to_vec(&json!({ "pdus": pdu_answers })).unwrap();
+                    ("200 OK".into(), &answered)
+                }
+                SendAnswer::RefusePdus => {
+                    let refused: serde_json::Map<String, Value> = pdu_answers
+                        .into_iter()
+                        .map(|(key, _)| (key, json!({ "error": "refused by the fake server" })))
+                        .collect();
+                    answered = serde_json::to_vec(&json!({ "pdus": refused })).unwrap();
+                    ("200 OK".into(), &answered)
+                }
+                SendAnswer::Status(code) => {
+                    answered = format!(
+                        r#"{{"errcode":"M_UNKNOWN","error":"fake server answers {code}"}}"#
+                    )
+                    .into_bytes();
+                    (format!("{code} Fake"), &answered)
+                }
+            }
+        }
+        _ => {
+            let found = documents.iter().find(|(path, _)| {
+                request.starts_with(format!("GET {path} ").as_bytes())
+                    || request.starts_with(format!("GET {path}?").as_bytes())
+            });
+            match found {
+                Some((_, document)) => ("200 OK".into(), document),
+                None => (
+                    "404 Not Found".into(),
+                    br#"{"errcode":"M_UNRECOGNIZED","error":"fake server"}"#,
+                ),
+            }
+        }
     };
     let head = format!(
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
