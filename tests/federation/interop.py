@@ -151,6 +151,7 @@ class Side:
         self.fallback_key = None  # (key ID, signed object)
         self.next_batch = None  # /sync position
         self.to_device = []  # every to-device event seen in /sync so far
+        self.timeline = []  # every (room ID, event) of a joined room's timeline seen so far
 
     def api(self, method, path, body=None, params=None, timeout=HTTP_TIMEOUT):
         """Calls this side's client API as its user; returns the body of a 200 answer."""
@@ -200,6 +201,21 @@ class Side:
         data = self.api("GET", "/sync", params=params, timeout=timeout_ms / 1000 + HTTP_TIMEOUT)
         self.next_batch = data["next_batch"]
         self.to_device.extend(data.get("to_device", {}).get("events", []))
+        for room_id, room in data.get("rooms", {}).get("join", {}).items():
+            for event in room.get("timeline", {}).get("events", []):
+                self.timeline.append((room_id, event))
+
+    def wait_for_timeline(self, room_id, matches):
+        """Polls /sync until an event of room_id's timeline seen so far satisfies matches."""
+        deadline = time.monotonic() + SYNC_WAIT
+        while True:
+            found = [e for (r, e) in self.timeline if r == room_id and matches(e)]
+            if found:
+                return found[0]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CheckFailed(f"not in {self.label}'s /sync of {room_id} within {SYNC_WAIT}s")
+            self.sync(int(min(SYNC_POLL_MS, remaining * 1000)))
 
     def wait_for_to_device(self, matches):
         """Polls /sync until a to-device event seen so far satisfies matches(event)."""
@@ -438,6 +454,50 @@ def check_to_device(src, dst):
     return f"nonce {nonce}"
 
 
+def check_room_join(src, dst, version, rooms):
+    """src's user creates a room of `version` with a name; dst's user joins it through src's
+    server. Both servers then list both users as joined, and dst's server has the room's name.
+    The room is remembered in rooms[(src, dst, version)] for the checks that follow."""
+    name = f"interop {version} {secrets.token_hex(3)}"
+    room_id = src.api(
+        "POST",
+        "/createRoom",
+        {"preset": "public_chat", "room_version": version, "name": name},
+    )["room_id"]
+    joined = dst.api("POST", f"/join/{quote(room_id)}", {}, params={"via": src.server_name})
+    if joined.get("room_id") != room_id:
+        raise CheckFailed(f"joined {joined!r}, not {room_id}")
+
+    def both_joined(side):
+        members = side.api("GET", f"/rooms/{quote(room_id)}/joined_members")["joined"]
+        missing = [u for u in (src.user_id, dst.user_id) if u not in members]
+        if missing:
+            raise CheckFailed(f"{side.label} does not list {missing} as joined: {members!r}")
+
+    eventually(lambda: both_joined(src))
+    both_joined(dst)
+    got = dst.api("GET", f"/rooms/{quote(room_id)}/state/m.room.name/")
+    if got.get("name") != name:
+        raise CheckFailed(f"{dst.label} has the name {got!r}, not {name!r}")
+    rooms[(src.label, dst.label, version)] = room_id
+    return room_id
+
+
+def check_room_message(src, dst, room_id):
+    """A message src's user sends into a room both are in shows up in dst's /sync."""
+    body = f"hello {secrets.token_hex(6)}"
+    txn_id = f"interop-{secrets.token_hex(6)}"
+    sent = src.api(
+        "PUT",
+        f"/rooms/{quote(room_id)}/send/m.room.message/{txn_id}",
+        {"msgtype": "m.text", "body": body},
+    )
+    event = dst.wait_for_timeline(room_id, lambda e: e.get("content", {}).get("body") == body)
+    if event.get("event_id") != sent["event_id"] or event.get("sender") != src.user_id:
+        raise CheckFailed(f"{dst.label} got {event!r} for {sent['event_id']}")
+    return sent["event_id"]
+
+
 def quote(s):
     """Percent-encodes a path segment (user IDs and aliases carry @, #, :)."""
     return urllib.parse.quote(s, safe="")
@@ -505,6 +565,29 @@ def main(argv):
     ]:
         for src, dst in ((a, b), (b, a)):
             report.run(f"{name} {src.label}->{dst.label}", check, src, dst)
+
+    rooms = {}
+    for version in ("11", "12"):
+        for src, dst in ((a, b), (b, a)):
+            report.run(
+                f"room_join v{version} {src.label}->{dst.label}",
+                check_room_join,
+                src,
+                dst,
+                version,
+                rooms,
+            )
+
+    for (creator, joiner, version), room_id in sorted(rooms.items()):
+        sides = {a.label: a, b.label: b}
+        for src, dst in ((creator, joiner), (joiner, creator)):
+            report.run(
+                f"room_message v{version} {src}->{dst} (room of {creator})",
+                check_room_message,
+                sides[src],
+                sides[dst],
+                room_id,
+            )
 
     print(f"checks took {time.monotonic() - started:.1f}s")
     print(f"{report.passed} passed, {report.failed} failed")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Federation interop as CI runs it: two Myelins and one Synapse (from PyPI) on loopback, each
 # with its own TLS federation listener and a certificate from a CA made for this run, and
-# tests/federation/interop.py between Myelin and Myelin, then Myelin and Synapse; then
-# matrix-js-sdk's Rust crypto starting Olm sessions across servers (olm.mjs).
+# tests/federation/interop.py between Myelin and Myelin, then Myelin and Synapse (queries, keys,
+# to-device, and rooms of v11 and v12 created on either side: joins and messages both ways);
+# a check that Synapse's log has no complaint about our events; then matrix-js-sdk's Rust
+# crypto starting Olm sessions across servers (olm.mjs).
 #
 #   tests/federation/run_interop.sh PATH/TO/myelin
 #
@@ -87,6 +89,15 @@ run() {
 export FED_CA="$work/tls/ca.pem"
 run "$VENV/bin/python" "$here/interop.py" "$m1_url" "$m1_name" "$m2_url" "$m2_name"
 run "$VENV/bin/python" "$here/interop.py" "$m1_url" "$m1_name" "$synapse_url" "$synapse_name"
+# Synapse must have taken every event of ours without complaint: no signature, hash or auth
+# failure, no rejected, soft-failed or unhandled PDU in its log.
+synapse_log="$work/synapse/homeserver.log"
+echo "== Synapse's log: no complaints about our events"
+if grep -E " - (WARNING|ERROR) - " "$synapse_log" |
+    grep -iE "Failed to handle PDU|signature|hash|auth|reject|soft.?fail|invalid event"; then
+    echo "run_interop.sh: Synapse complained about events from the Myelins (above)" >&2
+    status=1
+fi
 run node "$here/../clients/js/federation/olm.mjs" "$m1_url" "$m2_url"
 run node "$here/../clients/js/federation/olm.mjs" "$m1_url" "$synapse_url"
 echo "run_interop.sh: exit $status after $((SECONDS - started_at))s in all"
