@@ -441,3 +441,105 @@ async fn a_user_joins_a_room_on_another_myelin() {
         assert!(has_topic, "{synced}");
     }
 }
+
+/// A server that was down gets only the newest of what it missed (the sender keeps a bounded
+/// backlog, as Synapse's catch-up sends only the newest event per room); it fills the gap by
+/// asking for the missing events and ends up with the whole history, in order.
+#[tokio::test]
+async fn a_server_back_from_an_outage_fills_the_gap_with_get_missing_events() {
+    let fast = |options: crate::support::ServerOptions| {
+        options
+            .env("MYELIN_FEDERATION_RETRY_MIN_MS", "100")
+            .env("MYELIN_FEDERATION_RETRY_MAX_MS", "400")
+    };
+    let (a, mut b) = tokio::join!(
+        TestServer::start_with(
+            fast(federated_options(free_port())).env("MYELIN_FEDERATION_MAX_QUEUED_PDUS", "5")
+        ),
+        TestServer::start_with(fast(federated_options(free_port()))),
+    );
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "room_version": "11" }))
+        .await;
+    bob.post(
+        &format!(
+            "/_matrix/client/v3/join/{}?via={}",
+            enc(&room),
+            enc(a.server_name())
+        ),
+        json!({}),
+    )
+    .await
+    .ok();
+
+    b.kill();
+    let mut sent = Vec::new();
+    for n in 0..15 {
+        let body = format!("while away {n}");
+        let answer = alice
+            .send_text(&room, &format!("away{n}"), &body)
+            .await
+            .ok();
+        sent.push(answer["event_id"].as_str().unwrap().to_owned());
+    }
+    crate::support::wait_until(
+        "every message is queued for the server that is down",
+        std::time::Duration::from_secs(30),
+        || async {
+            a.count(
+                "SELECT count(*) AS n FROM federation_pdu_cursor \
+                 WHERE stream_ordering >= (SELECT persisted FROM myelin_stream_positions() \
+                                           WHERE stream = 'events')",
+            )
+            .await
+                == 1
+        },
+    )
+    .await;
+    b.relaunch().await;
+    let mut bob = bob;
+    bob.base = b.base_url.clone();
+    crate::support::wait_until(
+        "bob's server has every message",
+        std::time::Duration::from_secs(30),
+        || {
+            let bob = bob.clone();
+            let room = room.clone();
+            let last = sent[14].clone();
+            async move {
+                let page = bob
+                    .get(&format!(
+                        "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50",
+                        enc(&room)
+                    ))
+                    .await;
+                page.status == 200
+                    && page.ok()["chunk"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|e| e["event_id"] == last.as_str()))
+            }
+        },
+    )
+    .await;
+    let page = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    let mut seen: Vec<String> = page["chunk"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "m.room.message")
+        .map(|e| e["event_id"].as_str().unwrap().to_owned())
+        .collect();
+    seen.reverse();
+    assert_eq!(
+        seen, sent,
+        "bob's server is missing some of the history, or has it out of order"
+    );
+}

@@ -180,6 +180,11 @@ impl Federation {
             Received::Rejected(reason) | Received::NotTaken(reason) => {
                 return Err(Error::forbidden(format!("The join was refused: {reason}")))
             }
+            Received::MissingPrevEvents => {
+                return Err(Error::forbidden(
+                    "The join is not built on events this server has (ask make_join again)",
+                ))
+            }
         }
         self.get_state_for_server(origin, room_id, &event_id).await
     }

@@ -21,7 +21,7 @@ use super::Federation;
 use crate::{error::Result, service::keys::ServerKeys, storage::now_ms};
 
 /// A PDU that passed checks 1 to 3.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CheckedPdu {
     /// Its event ID (the reference hash).
     pub event_id: OwnedEventId,

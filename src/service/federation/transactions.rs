@@ -20,8 +20,10 @@ use std::collections::BTreeMap;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use ruma::{
-    api::federation::transactions::edu::Edu, serde::Raw, CanonicalJsonObject, CanonicalJsonValue,
-    OwnedRoomId, RoomId, RoomVersionId, ServerName, UserId,
+    api::federation::{event::get_missing_events, transactions::edu::Edu},
+    serde::Raw,
+    CanonicalJsonObject, CanonicalJsonValue, OwnedEventId, OwnedRoomId, RoomId, RoomVersionId,
+    ServerName, UserId,
 };
 use serde_json::{json, value::RawValue as RawJsonValue, Map, Value};
 
@@ -32,7 +34,7 @@ use crate::{
         e2ee::{keys::Keys, to_device},
         rooms::{incoming::Received, Rooms},
     },
-    storage::{federation_received as store, now_ms, rooms as rooms_store},
+    storage::{dag, federation_received as store, now_ms, rooms as rooms_store},
 };
 
 /// Most PDUs in one transaction.
@@ -376,12 +378,25 @@ impl Federation {
             }
             let event_id = event_id_under(&object, &rules);
             let answer = match self.check_pdu(&rules, object).await? {
-                Ok(checked) => match rooms.receive_pdu(&room_id, &rules, checked).await? {
-                    Received::Accepted | Received::AlreadyKnown => json!({}),
-                    Received::SoftFailed => json!({}),
-                    Received::Rejected(reason) => json!({ "error": format!("Rejected: {reason}") }),
-                    Received::NotTaken(reason) => json!({ "error": reason }),
-                },
+                Ok(checked) => {
+                    let mut received = rooms.receive_pdu(&room_id, &rules, checked.clone()).await?;
+                    if received == Received::MissingPrevEvents {
+                        self.fill_gap(rooms, origin, &room_id, &rules, &checked.event_id)
+                            .await?;
+                        received = rooms.receive_pdu(&room_id, &rules, checked).await?;
+                    }
+                    match received {
+                        Received::Accepted | Received::AlreadyKnown => json!({}),
+                        Received::SoftFailed => json!({}),
+                        Received::Rejected(reason) => {
+                            json!({ "error": format!("Rejected: {reason}") })
+                        }
+                        Received::NotTaken(reason) => json!({ "error": reason }),
+                        Received::MissingPrevEvents => json!({
+                            "error": "Some of its prev_events are unknown here and the sender did not fill the gap"
+                        }),
+                    }
+                }
                 Err(dropped) => json!({ "error": format!("Dropped: {dropped}") }),
             };
             if let Some(event_id) = event_id {
@@ -391,6 +406,66 @@ impl Federation {
         Ok(json!({ "pdus": answers }))
     }
 }
+
+impl Federation {
+    /// Asks `origin` for the events between the room's forward extremities here and `latest`
+    /// (`get_missing_events`, at most [`GAP_LIMIT`]) and takes them oldest first, each through
+    /// every check. What cannot be had is left: the event that needed it is then not taken.
+    async fn fill_gap(
+        &self,
+        rooms: &Rooms,
+        origin: &ServerName,
+        room_id: &RoomId,
+        rules: &ruma::room_version_rules::RoomVersionRules,
+        latest: &ruma::EventId,
+    ) -> Result<()> {
+        let conn = self.db.conn().await?;
+        let extremities = dag::get_forward_extremities(&conn, room_id.as_str()).await?;
+        drop(conn);
+        let earliest: Vec<OwnedEventId> = extremities
+            .into_iter()
+            .filter_map(|(id, _)| OwnedEventId::try_from(id).ok())
+            .collect();
+        let mut request = get_missing_events::v1::Request::new(
+            room_id.to_owned(),
+            earliest,
+            vec![latest.to_owned()],
+        );
+        request.limit = GAP_LIMIT.into();
+        let events = match self.client.send(origin, request).await {
+            Ok(response) => response.events,
+            Err(problem) => {
+                tracing::info!(%origin, %room_id, %problem, "get_missing_events failed");
+                return Ok(());
+            }
+        };
+        let mut missing: Vec<(i64, CanonicalJsonObject)> = events
+            .iter()
+            .filter_map(|raw| serde_json::from_str::<CanonicalJsonObject>(raw.get()).ok())
+            .filter(|object| {
+                matches!(object.get("room_id"), Some(CanonicalJsonValue::String(r)) if r == room_id.as_str())
+            })
+            .map(|object| {
+                let depth = match object.get("depth") {
+                    Some(CanonicalJsonValue::Integer(depth)) => i64::from(*depth),
+                    _ => 0,
+                };
+                (depth, object)
+            })
+            .collect();
+        missing.sort_by_key(|(depth, _)| *depth);
+        for (_, object) in missing.into_iter().take(GAP_LIMIT as usize) {
+            if let Ok(checked) = self.check_pdu(rules, object).await? {
+                let received = rooms.receive_pdu(room_id, rules, checked).await?;
+                tracing::debug!(%room_id, ?received, "event of a gap");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Most events asked for to fill one gap.
+const GAP_LIMIT: u32 = 20;
 
 /// The event ID of a PDU of a room we do not know: its `event_id` in room versions 1 and 2,
 /// otherwise its reference hash as room version 11 computes it (12 for a create event

@@ -8,8 +8,9 @@
 //! - Check 6, against the room's current state: failing it soft-fails the event (a ban
 //!   evader's message built on the state before the ban). It is stored and may be served to
 //!   servers, but never reaches clients and never becomes a forward extremity.
-//! - An event whose auth events or `prev_events` are not all stored is not taken yet (nothing
-//!   is stored): fetching them (`/event_auth`, `get_missing_events`, `/state_ids`) comes next.
+//! - An event whose auth events or `prev_events` are not all stored is not taken (nothing is
+//!   stored); for missing `prev_events` the caller asks the sender for the gap
+//!   (`get_missing_events`) and tries again.
 //!
 //! An accepted event takes a stream position like a local one, replaces its `prev_events` among
 //! the forward extremities, and the room's current state becomes the resolution of the states
@@ -60,6 +61,8 @@ pub enum Received {
     AlreadyKnown,
     /// Not taken (nothing stored), for this reason: it may be sent again.
     NotTaken(String),
+    /// Not taken: some of its `prev_events` are unknown here (a gap to fill first).
+    MissingPrevEvents,
 }
 
 /// The state before an event: its entries, and the stored group holding exactly them, if any.
@@ -158,9 +161,7 @@ impl Rooms {
         let prev_ids: Vec<String> = pdu.prev_events.iter().map(|id| id.to_string()).collect();
         let prev_groups = event_graph::get_state_groups(conn, room, &prev_ids).await?;
         if prev_groups.len() < prev_ids.len() {
-            return Ok(Received::NotTaken(
-                "Some of its prev_events are unknown here".into(),
-            ));
+            return Ok(Received::MissingPrevEvents);
         }
         let before = state_before(conn, rules, room, &prev_groups).await?;
         let needed = auth_keys(rules, pdu)?;
