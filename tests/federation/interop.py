@@ -152,6 +152,7 @@ class Side:
         self.next_batch = None  # /sync position
         self.to_device = []  # every to-device event seen in /sync so far
         self.timeline = []  # every (room ID, event) of a joined room's timeline seen so far
+        self.invites = {}  # room ID -> invite_state events, for every invite seen so far
 
     def api(self, method, path, body=None, params=None, timeout=HTTP_TIMEOUT):
         """Calls this side's client API as its user; returns the body of a 200 answer."""
@@ -201,6 +202,8 @@ class Side:
         data = self.api("GET", "/sync", params=params, timeout=timeout_ms / 1000 + HTTP_TIMEOUT)
         self.next_batch = data["next_batch"]
         self.to_device.extend(data.get("to_device", {}).get("events", []))
+        for room_id, room in data.get("rooms", {}).get("invite", {}).items():
+            self.invites[room_id] = room.get("invite_state", {}).get("events", [])
         for room_id, room in data.get("rooms", {}).get("join", {}).items():
             for event in room.get("timeline", {}).get("events", []):
                 self.timeline.append((room_id, event))
@@ -483,6 +486,37 @@ def check_room_join(src, dst, version, rooms):
     return room_id
 
 
+def check_room_invite(src, dst, version):
+    """src's user creates a private room of `version` and invites dst's user, whose /sync
+    shows the invite with the room's name; accepting it (no `via`: the inviter's server is
+    known from the invite) joins, and a message dst's user sends then reaches src."""
+    name = f"invite {version} {secrets.token_hex(3)}"
+    room_id = src.api(
+        "POST",
+        "/createRoom",
+        {"preset": "private_chat", "room_version": version, "name": name},
+    )["room_id"]
+    src.api("POST", f"/rooms/{quote(room_id)}/invite", {"user_id": dst.user_id})
+    deadline = time.monotonic() + SYNC_WAIT
+    while room_id not in dst.invites:
+        if time.monotonic() >= deadline:
+            raise CheckFailed(f"no invite in {dst.label}'s /sync within {SYNC_WAIT}s")
+        dst.sync(SYNC_POLL_MS)
+    shown = {(e.get("type"), e.get("content", {}).get("name")) for e in dst.invites[room_id]}
+    if ("m.room.name", name) not in shown:
+        raise CheckFailed(f"the invite does not show the name: {dst.invites[room_id]!r}")
+    dst.api("POST", f"/join/{quote(room_id)}", {})
+
+    def joined():
+        members = src.api("GET", f"/rooms/{quote(room_id)}/joined_members")["joined"]
+        if dst.user_id not in members:
+            raise CheckFailed(f"{src.label} does not list {dst.user_id} as joined")
+
+    eventually(joined)
+    check_room_message(dst, src, room_id)
+    return room_id
+
+
 def check_room_message(src, dst, room_id):
     """A message src's user sends into a room both are in shows up in dst's /sync."""
     body = f"hello {secrets.token_hex(6)}"
@@ -587,6 +621,16 @@ def main(argv):
                 sides[src],
                 sides[dst],
                 room_id,
+            )
+
+    for version in ("11", "12"):
+        for src, dst in ((a, b), (b, a)):
+            report.run(
+                f"room_invite v{version} {src.label}->{dst.label}",
+                check_room_invite,
+                src,
+                dst,
+                version,
             )
 
     print(f"checks took {time.monotonic() - started:.1f}s")

@@ -543,3 +543,71 @@ async fn a_server_back_from_an_outage_fills_the_gap_with_get_missing_events() {
         "bob's server is missing some of the history, or has it out of order"
     );
 }
+
+/// A user of one Myelin invites a user of another into a private room: the invitee's server
+/// countersigns the invite, the invitee's /sync shows it with the room's name, and accepting it
+/// joins through the inviter's server.
+#[tokio::test]
+async fn a_user_invites_a_user_of_another_myelin_who_accepts() {
+    let (a, b) = crate::support::federation::pair().await;
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    for version in ["11", "12"] {
+        let room = alice
+            .create_room(json!({
+                "preset": "private_chat", "room_version": version, "name": format!("Secret {version}"),
+            }))
+            .await;
+        let since = bob.sync(None, 0, None).await["next_batch"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        alice
+            .post(
+                &format!("/_matrix/client/v3/rooms/{}/invite", enc(&room)),
+                json!({ "user_id": bob.user_id }),
+            )
+            .await
+            .ok();
+        let synced = bob.sync(Some(&since), 5_000, None).await;
+        let invite = &synced["rooms"]["invite"][&room]["invite_state"]["events"];
+        let events = invite.as_array().unwrap_or_else(|| panic!("{synced}"));
+        assert!(
+            events.iter().any(|e| e["type"] == "m.room.name"
+                && e["content"]["name"] == format!("Secret {version}")),
+            "{synced}"
+        );
+        assert!(
+            events.iter().any(|e| e["type"] == "m.room.member"
+                && e["state_key"] == bob.user_id.as_str()
+                && e["content"]["membership"] == "invite"),
+            "{synced}"
+        );
+
+        // Accepting: the room is private, the invite lets Bob in, through Alice's server.
+        bob.post(
+            &format!("/_matrix/client/v3/rooms/{}/join", enc(&room)),
+            json!({}),
+        )
+        .await
+        .ok();
+        let members = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/joined_members",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        assert!(members["joined"][&bob.user_id].is_object(), "{members}");
+        let synced = bob.sync(None, 0, None).await;
+        assert!(synced["rooms"]["join"][&room].is_object(), "{synced}");
+        let name = bob
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/state/m.room.name/",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        assert_eq!(name["name"], format!("Secret {version}"));
+    }
+}

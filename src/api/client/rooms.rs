@@ -181,6 +181,21 @@ pub async fn invite_route(
     let InvitationRecipient::UserId(recipient) = &body.body.recipient else {
         return Err(Error::forbidden("Third-party invites are not supported"));
     };
+    if recipient.user_id.server_name() != services.config.server_name
+        && services.federation.enabled()
+    {
+        services
+            .federation
+            .invite_remote(
+                &services.rooms,
+                &caller.user_id,
+                &body.body.room_id,
+                &recipient.user_id,
+                recipient.reason.as_deref(),
+            )
+            .await?;
+        return Ok(invite::Response::new().into());
+    }
     services
         .rooms
         .change_membership(

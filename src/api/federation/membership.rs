@@ -1,13 +1,15 @@
 //! Membership handshakes with this server as the resident: `make_join` and `send_join` (v2).
 
 use actix_web::web::Data;
-use ruma::api::federation::membership::{create_join_event, prepare_join_event};
+use ruma::api::federation::membership::{
+    create_invite, create_join_event, prepare_join_event, RawStrippedState,
+};
 use serde_json::value::to_raw_value;
 
 use crate::{
     api::ruma::{Ruma, RumaResponse},
     error::{Error, Result},
-    service::Services,
+    service::{federation::invite::IncomingInvite, Services},
 };
 
 /// `GET /_matrix/federation/v1/make_join/{roomId}/{userId}`: a join event template.
@@ -52,4 +54,38 @@ pub async fn send_join_route(
     room_state.state = state;
     room_state.auth_chain = auth_chain;
     Ok(create_join_event::v2::Response::new(room_state).into())
+}
+
+/// `PUT /_matrix/federation/v2/invite/{roomId}/{eventId}`: another server invites one of our
+/// users; answers the invite with our signature added.
+pub async fn invite_route(
+    services: Data<Services>,
+    body: Ruma<create_invite::v2::Request>,
+) -> Result<RumaResponse<create_invite::v2::Response>> {
+    let request = &body.body;
+    #[allow(deprecated)]
+    let state: Vec<Box<serde_json::value::RawValue>> = request
+        .invite_room_state
+        .iter()
+        .filter_map(|entry| match entry {
+            RawStrippedState::Pdu(pdu) => Some(pdu.clone()),
+            RawStrippedState::Stripped(stripped) => Some(stripped.json().to_owned()),
+            _ => None,
+        })
+        .collect();
+    let signed = services
+        .federation
+        .receive_invite(
+            &services.rooms,
+            body.origin()?,
+            IncomingInvite {
+                room_id: &request.room_id,
+                event_id: &request.event_id,
+                version: &request.room_version,
+                event: &request.event,
+                invite_room_state: &state,
+            },
+        )
+        .await?;
+    Ok(create_invite::v2::Response::new(to_raw_value(&signed).map_err(Error::internal)?).into())
 }

@@ -65,6 +65,10 @@ impl Federation {
             return rooms.join(user_id, &room, reason).await;
         }
         servers.splice(0..0, via.iter().cloned());
+        // Whoever invited us is in the room.
+        if let Some(inviter) = rooms.inviter(&room_id, user_id).await? {
+            servers.push(inviter.server_name().to_owned());
+        }
         if let Some(server) = room_id.server_name() {
             servers.push(server.to_owned());
         }

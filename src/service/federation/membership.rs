@@ -25,6 +25,93 @@ use crate::{
     storage::{dag, now_ms, rooms as store},
 };
 
+/// An unsigned `m.room.member` event of `sender` about `target` with `content`, on the
+/// room's current forward extremities (at most 20, the deepest) with the auth events the
+/// rules select from the current state; 403 `M_FORBIDDEN` when the auth rules refuse it now
+/// (refused before anyone signs anything).
+pub(super) async fn member_template(
+    conn: &diesel_async::AsyncPgConnection,
+    rules: &RoomVersionRules,
+    room_id: &RoomId,
+    sender: &UserId,
+    target: &UserId,
+    content: Value,
+) -> Result<Value> {
+    let extremities: Vec<(OwnedEventId, i64)> =
+        dag::get_forward_extremities(conn, room_id.as_str())
+            .await?
+            .into_iter()
+            .filter_map(|(id, depth)| Some((OwnedEventId::try_from(id).ok()?, depth)))
+            .collect();
+    let (prev_events, depth) = choose_prev_events(&extremities);
+    let content_raw = serde_json::value::to_raw_value(&content).map_err(Error::internal)?;
+    let kind = ruma::events::TimelineEventType::RoomMember;
+    let auth_types = ruma::state_res::auth_types_for_event(
+        &kind,
+        sender,
+        Some(target.as_str()),
+        &content_raw,
+        &rules.authorization,
+    )
+    .map_err(|e| Error::bad_json(format!("Invalid member event: {e}")))?;
+    let auth_keys: Vec<(String, String)> = auth_types
+        .iter()
+        .map(|(kind, key)| (kind.to_string(), key.clone()))
+        .collect();
+    // What the auth rules read: the selected auth events, the create event (never an auth
+    // event in v12) and the power levels and join rules.
+    let mut keys: Vec<(&str, &str)> = auth_keys
+        .iter()
+        .map(|(kind, key)| (kind.as_str(), key.as_str()))
+        .collect();
+    keys.extend([
+        ("m.room.create", ""),
+        ("m.room.power_levels", ""),
+        ("m.room.join_rules", ""),
+        ("m.room.member", sender.as_str()),
+    ]);
+    let state = store::get_current_state_events(conn, room_id.as_str(), &keys).await?;
+    let auth_events: Vec<&str> = state
+        .iter()
+        .filter(|row| {
+            auth_keys.iter().any(|(kind, key)| {
+                *kind == row.event_type && Some(key.as_str()) == row.state_key.as_deref()
+            })
+        })
+        .map(|row| row.event_id.as_str())
+        .collect();
+    let template = json!({
+        "room_id": room_id,
+        "type": "m.room.member",
+        "state_key": target,
+        "sender": sender,
+        "content": content,
+        "origin": sender.server_name(),
+        "origin_server_ts": now_ms(),
+        "depth": depth,
+        "prev_events": prev_events,
+        "auth_events": auth_events,
+    });
+    let candidate = Pdu::from_json("$template", &template)?;
+    let pdus: Vec<Pdu> = state
+        .iter()
+        .map(|row| Pdu::from_json(&row.event_id, &row.pdu))
+        .collect::<Result<_>>()?;
+    check_state_dependent_auth_rules(
+        &rules.authorization,
+        &candidate,
+        |kind: &StateEventType, key: &str| {
+            pdus.iter()
+                .find(|p| {
+                    p.kind.to_string() == kind.to_string() && p.state_key.as_deref() == Some(key)
+                })
+                .cloned()
+        },
+    )
+    .map_err(|reason| Error::forbidden(format!("Not allowed: {reason}")))?;
+    Ok(template)
+}
+
 /// A room this server is in, as a resident answering another server.
 struct ResidentRoom {
     version: RoomVersionId,
@@ -57,62 +144,23 @@ impl Federation {
             )
             .with("room_version", room.version.as_str()));
         }
-        let extremities: Vec<(OwnedEventId, i64)> =
-            dag::get_forward_extremities(&conn, room_id.as_str())
-                .await?
-                .into_iter()
-                .filter_map(|(id, depth)| Some((OwnedEventId::try_from(id).ok()?, depth)))
-                .collect();
-        let (prev_events, depth) = choose_prev_events(&extremities);
-        let user = user_id.as_str();
-        // What the auth rules read; the create event is never an auth event in v12.
-        let keys = [
-            ("m.room.create", ""),
-            ("m.room.power_levels", ""),
-            ("m.room.join_rules", ""),
-            ("m.room.member", user),
-        ];
-        let state = store::get_current_state_events(&conn, room_id.as_str(), &keys).await?;
-        let auth_events: Vec<&str> = state
-            .iter()
-            .filter(|row| {
-                !(row.event_type == "m.room.create"
-                    && room.rules.authorization.room_create_event_id_as_room_id)
-            })
-            .map(|row| row.event_id.as_str())
-            .collect();
-        let template = json!({
-            "room_id": room_id,
-            "type": "m.room.member",
-            "state_key": user,
-            "sender": user,
-            "content": { "membership": "join" },
-            "origin": user_id.server_name(),
-            "origin_server_ts": now_ms(),
-            "depth": depth,
-            "prev_events": prev_events,
-            "auth_events": auth_events,
-        });
-        // Refused now (banned, invite-only without an invite) is refused before the joining
-        // server signs anything.
-        let candidate = Pdu::from_json("$template", &template)?;
-        let pdus: Vec<Pdu> = state
-            .iter()
-            .map(|row| Pdu::from_json(&row.event_id, &row.pdu))
-            .collect::<Result<_>>()?;
-        check_state_dependent_auth_rules(
-            &room.rules.authorization,
-            &candidate,
-            |kind: &StateEventType, key: &str| {
-                pdus.iter()
-                    .find(|p| {
-                        p.kind.to_string() == kind.to_string()
-                            && p.state_key.as_deref() == Some(key)
-                    })
-                    .cloned()
-            },
+        let template = member_template(
+            &conn,
+            &room.rules,
+            room_id,
+            user_id,
+            user_id,
+            json!({ "membership": "join" }),
         )
-        .map_err(|reason| Error::forbidden(format!("You may not join this room: {reason}")))?;
+        .await
+        .map_err(|e| match e {
+            Error::Matrix {
+                errcode: "M_FORBIDDEN",
+                message,
+                ..
+            } => Error::forbidden(format!("You may not join this room: {message}")),
+            other => other,
+        })?;
         Ok((room.version, template))
     }
 

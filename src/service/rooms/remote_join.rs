@@ -3,7 +3,7 @@
 //! room's timeline here with the state it joined as its state before.
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use ruma::{OwnedRoomId, RoomId, RoomVersionId};
+use ruma::{OwnedRoomId, OwnedUserId, RoomId, RoomVersionId, UserId};
 use serde_json::Value;
 
 use super::{pdu::Pdu, writer::lock_room, Rooms};
@@ -75,6 +75,11 @@ async fn store_in(
     json: &Value,
 ) -> Result<()> {
     let room_id = room.room_id.as_str();
+    if let Some(user) = join.state_key.as_deref() {
+        // An invite that came out of band stops being the room's latest served event here:
+        // the state the join brought is what the room's history starts from.
+        dag::demote_invites(conn, room_id, user).await?;
+    }
     for (event_id, pdu) in &room.events {
         dag::insert_outlier(conn, event_id, room_id, pdu).await?;
     }
@@ -186,4 +191,119 @@ async fn store_in(
     store::notify(conn, notifier::ROOM_CHANNEL, room_id).await?;
     store::notify(conn, notifier::USER_CHANNEL, user).await?;
     Ok(())
+}
+
+impl Rooms {
+    /// Stores an invite of one of our users from another server, with the room state it came
+    /// with (for display: the invite shows the room's name and avatar), so the invitee's
+    /// `/sync` reports it. In a room we are in, the invite also comes as an ordinary event.
+    pub async fn store_remote_invite(
+        &self,
+        room_id: &RoomId,
+        version: &RoomVersionId,
+        invite: &Pdu,
+        json: &Value,
+        state: &[Value],
+    ) -> Result<()> {
+        if self.is_resident(room_id).await? {
+            return Ok(());
+        }
+        let rules = version
+            .rules()
+            .ok_or_else(|| Error::internal("room version without rules"))?;
+        let _room_lock = self.locks.lock(room_id).await;
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let conn = &*conn;
+            lock_room(conn, room_id).await?;
+            let room = room_id.as_str();
+            let invitee = invite
+                .state_key
+                .as_deref()
+                .ok_or_else(|| Error::internal("an invite without a state key"))?;
+            let mut entries: Vec<(String, String, String)> = Vec::new();
+            let mut creator = invite.sender.to_string();
+            for event in state {
+                let Ok(object) = serde_json::from_value::<ruma::CanonicalJsonObject>(event.clone())
+                else {
+                    continue;
+                };
+                let Ok(hash) = ruma::signatures::reference_hash(&object, &rules) else {
+                    continue;
+                };
+                let event_id = format!("${hash}");
+                let kind = event["type"].as_str().unwrap_or_default().to_owned();
+                let key = event["state_key"].as_str().unwrap_or_default().to_owned();
+                if kind == "m.room.member" && key == invitee {
+                    continue;
+                }
+                if kind == "m.room.create" {
+                    creator = event["sender"].as_str().unwrap_or(&creator).to_owned();
+                }
+                dag::insert_outlier(conn, &event_id, room, event).await?;
+                entries.push((kind, key, event_id));
+            }
+            let invite_id = invite.event_id.as_str();
+            entries.push((
+                "m.room.member".into(),
+                invitee.to_owned(),
+                invite_id.to_owned(),
+            ));
+            let refs: Vec<(&str, &str, &str)> = entries
+                .iter()
+                .map(|(k, s, e)| (k.as_str(), s.as_str(), e.as_str()))
+                .collect();
+            let group = state_store::insert_state_group(conn, room, None, &refs).await?;
+            if store::get_room(conn, room).await?.is_none() {
+                store::insert_room(conn, room, version.as_str(), &creator, group, now_ms()).await?;
+            }
+            let new_event = store::NewEvent {
+                event_id: invite_id,
+                room_id: room,
+                depth: invite.depth,
+                sender: invite.sender.as_str(),
+                event_type: "m.room.member",
+                state_key: Some(invitee),
+                origin_server_ts: i64::from(invite.origin_server_ts.get()),
+                pdu: json,
+                state_group: group,
+            };
+            if dag::event_exists(conn, invite_id).await? {
+                return Ok(());
+            }
+            let content = invite.content_value();
+            tokio::try_join!(
+                streams::next_position(conn, streams::EVENTS),
+                store::insert_event(conn, &new_event, None),
+            )?;
+            store::set_membership(
+                conn,
+                room,
+                invitee,
+                "invite",
+                content.get("displayname").and_then(Value::as_str),
+                invite_id,
+            )
+            .await?;
+            store::notify(conn, notifier::USER_CHANNEL, invitee).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Who invited `user_id` to a room, when their current membership is an invite.
+    pub async fn inviter(&self, room_id: &RoomId, user_id: &UserId) -> Result<Option<OwnedUserId>> {
+        let conn = self.db.conn().await?;
+        let Some((membership, event_id)) =
+            store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?
+        else {
+            return Ok(None);
+        };
+        if membership != "invite" {
+            return Ok(None);
+        }
+        Ok(store::get_state_event(&conn, &event_id)
+            .await?
+            .and_then(|row| UserId::parse(row.sender).ok()))
+    }
 }
