@@ -611,3 +611,58 @@ async fn a_user_invites_a_user_of_another_myelin_who_accepts() {
         assert_eq!(name["name"], format!("Secret {version}"));
     }
 }
+
+/// Rejecting an invite from another server to a room this server is not in: the invite goes
+/// away from the invitee's /sync, and the inviting server learns that the invitee left.
+#[tokio::test]
+async fn an_invite_from_another_myelin_is_rejected() {
+    let (a, b) = crate::support::federation::pair().await;
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "private_chat", "room_version": "11" }))
+        .await;
+    alice
+        .post(
+            &format!("/_matrix/client/v3/rooms/{}/invite", enc(&room)),
+            json!({ "user_id": bob.user_id }),
+        )
+        .await
+        .ok();
+    let synced = bob.sync(None, 0, None).await;
+    assert!(synced["rooms"]["invite"][&room].is_object(), "{synced}");
+    let since = synced["next_batch"].as_str().unwrap().to_owned();
+
+    bob.post(
+        &format!("/_matrix/client/v3/rooms/{}/leave", enc(&room)),
+        json!({}),
+    )
+    .await
+    .ok();
+    let synced = bob.sync(Some(&since), 0, None).await;
+    assert!(synced["rooms"]["invite"].get(&room).is_none(), "{synced}");
+    assert!(synced["rooms"]["leave"][&room].is_object(), "{synced}");
+    let synced = bob.sync(None, 0, None).await;
+    assert!(synced["rooms"]["invite"].get(&room).is_none(), "{synced}");
+
+    crate::support::wait_until(
+        "the inviting server sees the invite rejected",
+        std::time::Duration::from_secs(15),
+        || {
+            let alice = alice.clone();
+            let room = room.clone();
+            let bob_id = bob.user_id.clone();
+            async move {
+                let member = alice
+                    .get(&format!(
+                        "/_matrix/client/v3/rooms/{}/state/m.room.member/{}",
+                        enc(&room),
+                        enc(&bob_id)
+                    ))
+                    .await;
+                member.status == 200 && member.ok()["membership"] == "leave"
+            }
+        },
+    )
+    .await;
+}

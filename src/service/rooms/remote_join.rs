@@ -307,3 +307,104 @@ impl Rooms {
             .and_then(|row| UserId::parse(row.sender).ok()))
     }
 }
+
+impl Rooms {
+    /// Rejects an invite to a room this server is not in: our leave, built on the invite and
+    /// the room state it came with, signed here and stored in place of the invite. The
+    /// federation sender then sends it to the servers that invite state shows joined (the
+    /// inviter's), which take it like any event: a leave of an invited user is theirs to make.
+    pub(super) async fn reject_remote_invite(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        invite_id: &str,
+        reason: Option<&str>,
+    ) -> Result<()> {
+        let _room_lock = self.locks.lock(room_id).await;
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let conn = &*conn;
+            lock_room(conn, room_id).await?;
+            let room = room_id.as_str();
+            let room_row = store::get_room(conn, room)
+                .await?
+                .ok_or_else(|| Error::not_found("Unknown room"))?;
+            let rules = super::writer::rules_for(&room_row.room_version)?;
+            let invite = store::get_state_event(conn, invite_id)
+                .await?
+                .ok_or_else(|| Error::forbidden("You are not invited to this room"))?;
+            let group = invite
+                .state_group
+                .ok_or_else(|| Error::forbidden("You are not invited to this room"))?;
+            let state = state_store::get_state_ids(conn, group).await?;
+            let mut auth_events: Vec<ruma::OwnedEventId> = Vec::new();
+            let mut wanted = vec![
+                ("m.room.power_levels", ""),
+                ("m.room.member", user_id.as_str()),
+            ];
+            if !rules.authorization.room_create_event_id_as_room_id {
+                wanted.push(("m.room.create", ""));
+            }
+            for (kind, key) in wanted {
+                if let Some(id) = state.get(&(kind.to_owned(), key.to_owned())) {
+                    auth_events
+                        .push(ruma::OwnedEventId::try_from(id.as_str()).map_err(Error::internal)?);
+                }
+            }
+            let mut content = serde_json::json!({ "membership": "leave" });
+            if let Some(reason) = reason {
+                content["reason"] = serde_json::json!(reason);
+            }
+            let prev_events = [ruma::OwnedEventId::try_from(invite_id).map_err(Error::internal)?];
+            let template = super::pdu::PduTemplate {
+                room_id: Some(room_id),
+                sender: user_id,
+                kind: "m.room.member",
+                state_key: Some(user_id.as_str()),
+                content: &content,
+                redacts: None,
+                prev_events: &prev_events,
+                auth_events: &auth_events,
+                depth: invite.depth + 1,
+                origin_server_ts: now_ms(),
+            };
+            let (event_id, json) = super::pdu::build_pdu(
+                &template,
+                &rules,
+                &self.config.server_name,
+                &self.keys.key_pair,
+            )?;
+            let event = event_id.as_str();
+            let parent = state_store::get_chain_length(conn, group).await?;
+            let after = state_store::insert_state_group(
+                conn,
+                room,
+                Some((group, parent)),
+                &[("m.room.member", user_id.as_str(), event)],
+            )
+            .await?;
+            let new_event = store::NewEvent {
+                event_id: event,
+                room_id: room,
+                depth: template.depth,
+                sender: user_id.as_str(),
+                event_type: "m.room.member",
+                state_key: Some(user_id.as_str()),
+                origin_server_ts: template.origin_server_ts,
+                pdu: &json,
+                state_group: after,
+            };
+            let prev_ids = [invite_id];
+            let auth_ids: Vec<&str> = auth_events.iter().map(|id| id.as_str()).collect();
+            tokio::try_join!(
+                streams::next_position(conn, streams::EVENTS),
+                store::insert_event(conn, &new_event, None),
+                dag::insert_edges(conn, event, room, &prev_ids, &auth_ids),
+            )?;
+            store::set_membership(conn, room, user_id.as_str(), "leave", None, event).await?;
+            store::notify(conn, notifier::USER_CHANNEL, user_id.as_str()).await?;
+            Ok(())
+        })
+        .await
+    }
+}
