@@ -517,6 +517,27 @@ def check_room_invite(src, dst, version):
     return room_id
 
 
+def check_room_invite_reject(src, dst):
+    """src's user invites dst's user into a private room; dst's user rejects the invite, and
+    src's server learns that they left."""
+    room_id = src.api("POST", "/createRoom", {"preset": "private_chat"})["room_id"]
+    src.api("POST", f"/rooms/{quote(room_id)}/invite", {"user_id": dst.user_id})
+    deadline = time.monotonic() + SYNC_WAIT
+    while room_id not in dst.invites:
+        if time.monotonic() >= deadline:
+            raise CheckFailed(f"no invite in {dst.label}'s /sync within {SYNC_WAIT}s")
+        dst.sync(SYNC_POLL_MS)
+    dst.api("POST", f"/rooms/{quote(room_id)}/leave", {})
+
+    def left():
+        member = src.api("GET", f"/rooms/{quote(room_id)}/state/m.room.member/{quote(dst.user_id)}")
+        if member.get("membership") != "leave":
+            raise CheckFailed(f"{src.label} has {dst.user_id} as {member!r}")
+
+    eventually(left)
+    return room_id
+
+
 def check_room_message(src, dst, room_id):
     """A message src's user sends into a room both are in shows up in dst's /sync."""
     body = f"hello {secrets.token_hex(6)}"
@@ -632,6 +653,11 @@ def main(argv):
                 dst,
                 version,
             )
+
+    for src, dst in ((a, b), (b, a)):
+        report.run(
+            f"room_invite_reject {src.label}->{dst.label}", check_room_invite_reject, src, dst
+        )
 
     print(f"checks took {time.monotonic() - started:.1f}s")
     print(f"{report.passed} passed, {report.failed} failed")

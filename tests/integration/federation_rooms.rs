@@ -666,3 +666,68 @@ async fn an_invite_from_another_myelin_is_rejected() {
     )
     .await;
 }
+
+/// A user of another server leaves one of our rooms through make_leave/send_leave; someone
+/// who is not in the room gets no template.
+#[tokio::test]
+async fn a_remote_user_leaves_through_make_leave_and_send_leave() {
+    let server = TestServer::start_with(federated_options(free_port())).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let eve = fake.user_id("eve");
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "room_version": "12" }))
+        .await;
+    let make_leave = |user: &str| {
+        format!(
+            "/_matrix/federation/v1/make_leave/{}/{}",
+            enc(&room),
+            enc(user)
+        )
+    };
+    let (status, answer) = fake.request(&server, "GET", &make_leave(&eve), None).await;
+    assert_eq!(
+        (status, answer["errcode"].clone()),
+        (403, json!("M_FORBIDDEN")),
+        "{answer}"
+    );
+
+    join_through_handshake(&fake, &server, &room, &eve, "12").await;
+    let (status, made) = fake.request(&server, "GET", &make_leave(&eve), None).await;
+    assert_eq!(status, 200, "{made}");
+    assert_eq!(made["room_version"], "12");
+    assert_eq!(made["event"]["content"]["membership"], "leave");
+    let mut template = made["event"].clone();
+    template["origin_server_ts"] = json!(now_ms());
+    let (event_id, signed) = fake.sign_pdu(template, "12");
+    let (status, answer) = fake
+        .request(
+            &server,
+            "PUT",
+            &format!(
+                "/_matrix/federation/v2/send_leave/{}/{}",
+                enc(&room),
+                enc(&event_id)
+            ),
+            Some(signed),
+        )
+        .await;
+    assert_eq!((status, answer), (200, json!({})));
+    let members = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/joined_members",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert!(members["joined"].get(&eve).is_none(), "{members}");
+    let member = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.member/{}",
+            enc(&room),
+            enc(&eve)
+        ))
+        .await
+        .ok();
+    assert_eq!(member["membership"], "leave");
+}

@@ -2,7 +2,8 @@
 
 use actix_web::web::Data;
 use ruma::api::federation::membership::{
-    create_invite, create_join_event, prepare_join_event, RawStrippedState,
+    create_invite, create_join_event, create_leave_event, prepare_join_event, prepare_leave_event,
+    RawStrippedState,
 };
 use serde_json::value::to_raw_value;
 
@@ -88,4 +89,40 @@ pub async fn invite_route(
         )
         .await?;
     Ok(create_invite::v2::Response::new(to_raw_value(&signed).map_err(Error::internal)?).into())
+}
+
+/// `GET /_matrix/federation/v1/make_leave/{roomId}/{userId}`: a leave event template.
+pub async fn make_leave_route(
+    services: Data<Services>,
+    body: Ruma<prepare_leave_event::v1::Request>,
+) -> Result<RumaResponse<prepare_leave_event::v1::Response>> {
+    let request = &body.body;
+    let (version, template) = services
+        .federation
+        .make_leave(body.origin()?, &request.room_id, &request.user_id)
+        .await?;
+    Ok(prepare_leave_event::v1::Response::new(
+        Some(version),
+        to_raw_value(&template).map_err(Error::internal)?,
+    )
+    .into())
+}
+
+/// `PUT /_matrix/federation/v2/send_leave/{roomId}/{eventId}`: the signed leave.
+pub async fn send_leave_route(
+    services: Data<Services>,
+    body: Ruma<create_leave_event::v2::Request>,
+) -> Result<RumaResponse<create_leave_event::v2::Response>> {
+    let request = &body.body;
+    services
+        .federation
+        .send_leave(
+            &services.rooms,
+            body.origin()?,
+            &request.room_id,
+            &request.event_id,
+            &request.pdu,
+        )
+        .await?;
+    Ok(create_leave_event::v2::Response::new().into())
 }

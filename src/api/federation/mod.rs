@@ -53,4 +53,6 @@ pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::membership::prepare_join_event::v1::Request, _, _>(membership::make_join_route);
     t.ruma::<f::membership::create_join_event::v2::Request, _, _>(membership::send_join_route);
     t.ruma::<f::membership::create_invite::v2::Request, _, _>(membership::invite_route);
+    t.ruma::<f::membership::prepare_leave_event::v1::Request, _, _>(membership::make_leave_route);
+    t.ruma::<f::membership::create_leave_event::v2::Request, _, _>(membership::send_leave_route);
 }

@@ -174,6 +174,64 @@ impl Federation {
         event_id: &EventId,
         pdu: &RawJsonValue,
     ) -> Result<(Vec<Box<RawJsonValue>>, Vec<Box<RawJsonValue>>)> {
+        let event_id = self
+            .take_member_event(rooms, origin, room_id, event_id, pdu, "join")
+            .await?;
+        self.get_state_for_server(origin, room_id, &event_id).await
+    }
+
+    /// `make_leave`: a leave template for `user_id` (of `origin`), who is in the room, invited
+    /// to it or knocking on it.
+    pub async fn make_leave(
+        &self,
+        origin: &ServerName,
+        room_id: &RoomId,
+        user_id: &UserId,
+    ) -> Result<(RoomVersionId, Value)> {
+        if user_id.server_name() != origin {
+            return Err(Error::forbidden("The user is not on the requesting server"));
+        }
+        let conn = self.db.conn().await?;
+        let room = self.resident_room(&conn, origin, room_id).await?;
+        let template = member_template(
+            &conn,
+            &room.rules,
+            room_id,
+            user_id,
+            user_id,
+            json!({ "membership": "leave" }),
+        )
+        .await?;
+        Ok((room.version, template))
+    }
+
+    /// `send_leave` (v2): takes the leaving server's signed leave event (a rejected invite, a
+    /// withdrawn knock, a leave).
+    pub async fn send_leave(
+        &self,
+        rooms: &Rooms,
+        origin: &ServerName,
+        room_id: &RoomId,
+        event_id: &EventId,
+        pdu: &RawJsonValue,
+    ) -> Result<()> {
+        self.take_member_event(rooms, origin, room_id, event_id, pdu, "leave")
+            .await
+            .map(drop)
+    }
+
+    /// Takes a user's own member event with `membership` sent by their server through a
+    /// membership handshake: the event must be that, for this room, with the path's event ID,
+    /// and pass every check like any PDU.
+    async fn take_member_event(
+        &self,
+        rooms: &Rooms,
+        origin: &ServerName,
+        room_id: &RoomId,
+        event_id: &EventId,
+        pdu: &RawJsonValue,
+        membership: &str,
+    ) -> Result<OwnedEventId> {
         if pdu.get().len() > MAX_PDU_BYTES + 1 {
             return Err(Error::bad_json("The event is too large"));
         }
@@ -189,19 +247,17 @@ impl Federation {
             .ok_or_else(|| Error::invalid_param("The event has no valid sender"))?;
         if field("type") != Some("m.room.member")
             || field("state_key") != Some(sender.as_str())
-            || value.pointer("/content/membership").and_then(Value::as_str) != Some("join")
+            || value.pointer("/content/membership").and_then(Value::as_str) != Some(membership)
         {
-            return Err(Error::invalid_param(
-                "send_join takes the sender's own m.room.member join event",
-            ));
+            return Err(Error::invalid_param(format!(
+                "This takes the sender's own m.room.member {membership} event"
+            )));
         }
         if field("room_id") != Some(room_id.as_str()) {
             return Err(Error::invalid_param("The event is for another room"));
         }
         if sender.server_name() != origin {
-            return Err(Error::forbidden(
-                "The joining user is not on the sending server",
-            ));
+            return Err(Error::forbidden("The user is not on the sending server"));
         }
         let checked = match self.check_pdu(&room.rules, object).await? {
             Ok(checked) => checked,
@@ -219,22 +275,17 @@ impl Federation {
         }
         let event_id: OwnedEventId = checked.event_id.clone();
         match rooms.receive_pdu(room_id, &room.rules, checked).await? {
-            Received::Accepted | Received::AlreadyKnown => {}
-            Received::SoftFailed => {
-                return Err(Error::forbidden(
-                    "The join is not allowed by the room's current state",
-                ))
-            }
+            Received::Accepted | Received::AlreadyKnown => Ok(event_id),
+            Received::SoftFailed => Err(Error::forbidden(
+                "The room's current state does not allow it",
+            )),
             Received::Rejected(reason) | Received::NotTaken(reason) => {
-                return Err(Error::forbidden(format!("The join was refused: {reason}")))
+                Err(Error::forbidden(format!("Refused: {reason}")))
             }
-            Received::MissingPrevEvents => {
-                return Err(Error::forbidden(
-                    "The join is not built on events this server has (ask make_join again)",
-                ))
-            }
+            Received::MissingPrevEvents => Err(Error::forbidden(
+                "The event is not built on events this server has (ask for a template again)",
+            )),
         }
-        self.get_state_for_server(origin, room_id, &event_id).await
     }
 
     /// A room this server is in (a local member is joined), which `origin` may reach (its
