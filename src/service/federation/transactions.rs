@@ -344,11 +344,13 @@ impl Federation {
             }
         }
         incoming.sort_by(|a, b| (&a.room_id, a.depth).cmp(&(&b.room_id, b.depth)));
-        let conn = self.db.conn().await?;
         for Incoming {
             room_id, object, ..
         } in incoming
         {
+            // A connection per PDU, given back before the checks: they may wait on other
+            // servers (keys, missing events), and the room's own step takes its own.
+            let conn = self.db.conn().await?;
             let (room, acl) = tokio::try_join!(
                 rooms_store::get_room(&conn, room_id.as_str()),
                 rooms_store::get_current_state_event(
@@ -358,6 +360,7 @@ impl Federation {
                     ""
                 ),
             )?;
+            drop(conn);
             let rules = room
                 .and_then(|room| RoomVersionId::try_from(room.room_version.as_str()).ok())
                 .and_then(|version| version.rules());
