@@ -114,12 +114,15 @@ impl Typing {
         changed
     }
 
-    /// Typing users of the given rooms whose typing changed after `since` (initial sync:
-    /// `None`, rooms where someone is typing).
+    /// Typing users of the given rooms whose typing changed after `since` and at or before
+    /// `up_to`, the position the response reports (initial sync: `None`, rooms where someone
+    /// is typing). A change after `up_to` waits for the next sync: reported now, it would be
+    /// reported again from the token this response hands out.
     pub fn changed_since(
         &self,
         room_ids: &[String],
         since: Option<i64>,
+        up_to: i64,
     ) -> HashMap<String, Vec<String>> {
         let rooms = self.rooms.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
@@ -134,7 +137,7 @@ impl Typing {
                     .map(|(user, _)| user.clone())
                     .collect();
                 let report = match since {
-                    Some(since) => room.changed_at > since,
+                    Some(since) => room.changed_at > since && room.changed_at <= up_to,
                     None => !users.is_empty(),
                 };
                 users.sort();
@@ -155,14 +158,16 @@ mod tests {
         let start = typing.position();
         assert!(typing.apply("!r:x", "@a:x", Some(Duration::from_millis(30))));
         assert!(!typing.apply("!r:x", "@a:x", Some(Duration::from_millis(30))));
-        let seen = typing.changed_since(&rooms, Some(start));
+        let seen = typing.changed_since(&rooms, Some(start), typing.position());
         assert_eq!(seen["!r:x"], ["@a:x"]);
         let after = typing.position();
-        assert!(typing.changed_since(&rooms, Some(after)).is_empty());
+        assert!(typing
+            .changed_since(&rooms, Some(after), typing.position())
+            .is_empty());
         std::thread::sleep(Duration::from_millis(40));
         assert!(typing.expire("!r:x"));
         assert_eq!(
-            typing.changed_since(&rooms, Some(after))["!r:x"],
+            typing.changed_since(&rooms, Some(after), typing.position())["!r:x"],
             Vec::<String>::new()
         );
         assert_eq!(

@@ -291,7 +291,8 @@ impl Sync {
                 user,
             )
             .await?;
-        let mut typing_events = typing.changed_since(&joined_rooms, since.map(|s| s.typing));
+        let mut typing_events =
+            typing.changed_since(&joined_rooms, since.map(|s| s.typing), next.typing);
         let changes = match request.since {
             Some(token) => Some(
                 self.index
