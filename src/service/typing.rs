@@ -152,6 +152,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_change_after_the_reported_position_waits_for_the_next_sync() {
+        let typing = Typing::default();
+        let rooms = vec!["!r:x".to_owned()];
+        let since = typing.position();
+        // The response's position is read, then the change lands while it is being built.
+        let reported = typing.position();
+        assert!(typing.apply("!r:x", "@a:x", Some(Duration::from_secs(30))));
+        assert!(typing
+            .changed_since(&rooms, Some(since), reported)
+            .is_empty());
+        // The next sync, from the position handed out, reports it once.
+        let next = typing.position();
+        assert_eq!(
+            typing.changed_since(&rooms, Some(reported), next)["!r:x"],
+            ["@a:x"]
+        );
+        assert!(typing
+            .changed_since(&rooms, Some(next), typing.position())
+            .is_empty());
+    }
+
+    #[test]
     fn typing_is_reported_once_per_change_and_expires() {
         let typing = Typing::default();
         let rooms = vec!["!r:x".to_owned()];
