@@ -375,6 +375,75 @@ pub async fn insert_outlier(
     .map(drop)
 }
 
+/// The room's backward extremities near its oldest served events: `prev_events` of the
+/// `OLDEST_SCANNED` earliest events (in topological order) that have no place here yet (unknown,
+/// or known only as outliers). Where history here begins, older history may be asked for.
+pub async fn get_backward_extremities(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    limit: i64,
+) -> QueryResult<Vec<String>> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT DISTINCT edge.prev_event_id AS event_id \
+             FROM (SELECT event_id FROM events WHERE room_id = $1 AND {SERVED_TO_CLIENTS} \
+                   ORDER BY depth, stream_ordering LIMIT {OLDEST_SCANNED}) oldest \
+             JOIN event_edges edge ON edge.event_id = oldest.event_id \
+             WHERE NOT EXISTS (SELECT 1 FROM events prev WHERE prev.event_id = edge.prev_event_id \
+                               AND (prev.state_group IS NOT NULL OR prev.rejected_reason IS NOT NULL)) \
+             LIMIT $2"
+        )
+    });
+    let rows: Vec<EventIdRow> = super::cached_sql(SQL.as_str())
+        .bind::<Text, _>(room_id)
+        .bind::<BigInt, _>(limit)
+        .load(&mut conn)
+        .await?;
+    Ok(rows.into_iter().map(|row| row.event_id).collect())
+}
+
+/// How many of a room's earliest events [`get_backward_extremities`] looks behind.
+const OLDEST_SCANNED: i64 = 10;
+
+#[derive(QueryableByName)]
+struct EventIdRow {
+    #[diesel(sql_type = Text)]
+    event_id: String,
+}
+
+/// Whether the event is stored as an outlier that was not rejected: history fetched later may
+/// give it its place (see [`place_outlier`]).
+pub async fn is_placeable_outlier(
+    mut conn: &AsyncPgConnection,
+    event_id: &str,
+) -> QueryResult<bool> {
+    diesel::select(diesel::dsl::exists(
+        super::schema::events::table
+            .find(event_id)
+            .filter(super::schema::events::outlier)
+            .filter(super::schema::events::rejected_reason.is_null()),
+    ))
+    .get_result(&mut conn)
+    .await
+}
+
+/// Gives an outlier its place in the room's history: the state after it. It keeps its
+/// backfill position (never new to anyone) and its edges.
+pub async fn place_outlier(
+    mut conn: &AsyncPgConnection,
+    event_id: &str,
+    state_group: i64,
+) -> QueryResult<()> {
+    super::cached_sql(
+        "UPDATE events SET outlier = false, state_group = $2 WHERE event_id = $1 AND outlier",
+    )
+    .bind::<Text, _>(event_id)
+    .bind::<BigInt, _>(state_group)
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
 /// Makes `event_id` the room's only forward extremity, at `depth` (a room joined through
 /// another server starts its history here).
 pub async fn reset_forward_extremities(

@@ -447,6 +447,19 @@ async fn a_user_joins_a_room_on_another_myelin() {
 /// asking for the missing events and ends up with the whole history, in order.
 #[tokio::test]
 async fn a_server_back_from_an_outage_fills_the_gap_with_get_missing_events() {
+    missed_messages_arrive_in_order(15).await;
+}
+
+/// A gap wider than `get_missing_events` answers (20): the newest event is taken with the state
+/// before it as the sender gives it (`/state`), and what lies between is backfilled.
+#[tokio::test]
+async fn a_gap_too_wide_for_get_missing_events_is_bridged_by_state_and_backfill() {
+    missed_messages_arrive_in_order(45).await;
+}
+
+/// Alice sends `missed` messages while Bob's server is down; once it is back, Bob's history
+/// holds every one of them, in order.
+async fn missed_messages_arrive_in_order(missed: usize) {
     let fast = |options: crate::support::ServerOptions| {
         options
             .env("MYELIN_FEDERATION_RETRY_MIN_MS", "100")
@@ -476,7 +489,7 @@ async fn a_server_back_from_an_outage_fills_the_gap_with_get_missing_events() {
 
     b.kill();
     let mut sent = Vec::new();
-    for n in 0..15 {
+    for n in 0..missed {
         let body = format!("while away {n}");
         let answer = alice
             .send_text(&room, &format!("away{n}"), &body)
@@ -507,25 +520,26 @@ async fn a_server_back_from_an_outage_fills_the_gap_with_get_missing_events() {
         || {
             let bob = bob.clone();
             let room = room.clone();
-            let last = sent[14].clone();
+            let sent = sent.clone();
             async move {
                 let page = bob
                     .get(&format!(
-                        "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50",
+                        "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=100",
                         enc(&room)
                     ))
                     .await;
                 page.status == 200
-                    && page.ok()["chunk"]
-                        .as_array()
-                        .is_some_and(|c| c.iter().any(|e| e["event_id"] == last.as_str()))
+                    && page.ok()["chunk"].as_array().is_some_and(|c| {
+                        sent.iter()
+                            .all(|id| c.iter().any(|e| e["event_id"] == id.as_str()))
+                    })
             }
         },
     )
     .await;
     let page = bob
         .get(&format!(
-            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=50",
+            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=100",
             enc(&room)
         ))
         .await

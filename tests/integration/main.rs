@@ -12,6 +12,7 @@ mod errors;
 mod event_dag;
 mod federation;
 mod federation_auth;
+mod federation_backfill;
 mod federation_e2ee;
 mod federation_pdu_sending;
 mod federation_pdus;

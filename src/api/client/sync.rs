@@ -82,7 +82,7 @@ pub async fn messages_route(
         lazy_load_members: !request.filter.lazy_load_options.is_disabled(),
         filter: EventFilter::from_room_filter(&request.filter),
     };
-    let found = services.rooms.messages(&page).await?;
+    let found = services.federation.messages(&services.rooms, &page).await?;
     let mut response = messages::Response::new();
     response.start = found.start;
     response.end = found.end;

@@ -213,7 +213,7 @@ impl Federation {
     /// The events of a `send_join` answer, each through checks 1 to 4; an event failing them
     /// is left out (and so is anything whose auth depends on it). The answer's state must
     /// hold the room's create event.
-    async fn check_room_state(
+    pub(super) async fn check_room_state(
         &self,
         rules: &RoomVersionRules,
         version: &RoomVersionId,
@@ -236,11 +236,7 @@ impl Federation {
             };
             let json = serde_json::to_value(&passed.pdu).map_err(Error::internal)?;
             let pdu = Pdu::from_json(passed.event_id.as_str(), &json)?;
-            // The v12 create event has no room ID; every other event names this room.
-            let in_room = pdu.room_id.as_deref() == Some(room_id)
-                || (pdu.room_id.is_none()
-                    && rules.authorization.room_create_event_id_as_room_id
-                    && room_id.as_str()[1..] == pdu.event_id.as_str()[1..]);
+            let in_room = pdu.is_in_room(room_id, rules);
             if !in_room {
                 continue;
             }

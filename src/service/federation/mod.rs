@@ -1,6 +1,7 @@
 //! Federation (the Server-Server API): the signed-request client, server-name resolution,
 //! server keys, and authentication of requests from other servers.
 
+pub mod backfill;
 pub mod client;
 pub mod invite;
 pub mod join;

@@ -31,6 +31,22 @@ pub struct CheckedPdu {
     pub redacted: bool,
 }
 
+impl CheckedPdu {
+    /// Its `prev_events` (those that are valid event IDs).
+    pub fn prev_events(&self) -> Vec<OwnedEventId> {
+        match self.pdu.get("prev_events") {
+            Some(CanonicalJsonValue::Array(ids)) => ids
+                .iter()
+                .filter_map(|id| match id {
+                    CanonicalJsonValue::String(id) => OwnedEventId::try_from(id.as_str()).ok(),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// Why a PDU was dropped.
 #[derive(Debug, thiserror::Error)]
 pub enum Dropped {

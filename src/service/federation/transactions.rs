@@ -32,7 +32,10 @@ use crate::{
     error::{Error, Result},
     service::{
         e2ee::{keys::Keys, to_device},
-        rooms::{incoming::Received, Rooms},
+        rooms::{
+            incoming::{Arrival, Received},
+            Rooms,
+        },
     },
     storage::{dag, federation_received as store, now_ms, rooms as rooms_store},
 };
@@ -361,10 +364,11 @@ impl Federation {
                 ),
             )?;
             drop(conn);
-            let rules = room
-                .and_then(|room| RoomVersionId::try_from(room.room_version.as_str()).ok())
-                .and_then(|version| version.rules());
-            let Some(rules) = rules else {
+            let version =
+                room.and_then(|room| RoomVersionId::try_from(room.room_version.as_str()).ok());
+            let Some((version, rules)) =
+                version.and_then(|version| Some((version.clone(), version.rules()?)))
+            else {
                 if let Some(event_id) = fallback_event_id(&object) {
                     answers.insert(event_id, json!({ "error": "Unknown room" }));
                 }
@@ -386,7 +390,32 @@ impl Federation {
                     if received == Received::MissingPrevEvents {
                         self.fill_gap(rooms, origin, &room_id, &rules, &checked.event_id)
                             .await?;
-                        received = rooms.receive_pdu(&room_id, &rules, checked).await?;
+                        received = rooms.receive_pdu(&room_id, &rules, checked.clone()).await?;
+                    }
+                    if received == Received::MissingPrevEvents {
+                        // A gap wider than get_missing_events fills: the state before the
+                        // event, as the sender gives it, stands in for its prev events.
+                        let state = self
+                            .fetch_state_before(rooms, origin, &room_id, &rules, &version, &checked)
+                            .await?;
+                        if let Some(state) = &state {
+                            let arrival = Arrival {
+                                backfilled: false,
+                                state_before: Some(state),
+                            };
+                            let prev_events = checked.prev_events();
+                            received = rooms.receive(&room_id, &rules, checked, arrival).await?;
+                            if received == Received::Accepted {
+                                // What the gap held is history now: backfilled, never news.
+                                self.backfill_from(
+                                    rooms,
+                                    &room_id,
+                                    &prev_events,
+                                    &[origin.to_owned()],
+                                )
+                                .await?;
+                            }
+                        }
                     }
                     match received {
                         Received::Accepted | Received::AlreadyKnown => json!({}),

@@ -65,6 +65,40 @@ pub enum Received {
     MissingPrevEvents,
 }
 
+/// How a PDU reached us.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival<'a> {
+    /// Older history we asked for (`/backfill`): placed in history only, never new to anyone,
+    /// never moving the room's current state, raising no unread counts.
+    pub backfilled: bool,
+    /// The state before the event when its `prev_events` are beyond what we hold, as a server
+    /// in the room gave it (its events checked and stored already).
+    pub state_before: Option<&'a StateIds>,
+}
+
+impl Arrival<'_> {
+    /// Sent to us as new, its `prev_events` ours.
+    pub const LIVE: Arrival<'static> = Arrival {
+        backfilled: false,
+        state_before: None,
+    };
+}
+
+/// A PDU being taken, and how.
+struct Arrived<'a> {
+    pdu: &'a Pdu,
+    json: &'a Value,
+    arrival: Arrival<'a>,
+    /// Stored already as an outlier: it only takes its place in history.
+    placing: bool,
+}
+
+/// The room's current state, and whether the event fails it (check 6).
+struct Current {
+    ids: StateIds,
+    soft_failed: bool,
+}
+
 /// The state before an event: its entries, and the stored group holding exactly them, if any.
 struct StateBefore {
     ids: StateIds,
@@ -72,16 +106,28 @@ struct StateBefore {
 }
 
 impl Rooms {
-    /// Takes a checked PDU (checks 1 to 3 passed) of a room this server knows.
+    /// Takes a checked PDU (checks 1 to 3 passed) of a room this server knows, sent to us as
+    /// new.
     pub async fn receive_pdu(
         &self,
         room_id: &RoomId,
         rules: &RoomVersionRules,
         checked: CheckedPdu,
     ) -> Result<Received> {
+        self.receive(room_id, rules, checked, Arrival::LIVE).await
+    }
+
+    /// Takes a checked PDU (checks 1 to 3 passed) as [`Arrival`] says it came.
+    pub async fn receive(
+        &self,
+        room_id: &RoomId,
+        rules: &RoomVersionRules,
+        checked: CheckedPdu,
+        arrival: Arrival<'_>,
+    ) -> Result<Received> {
         let json = serde_json::to_value(&checked.pdu).map_err(Error::internal)?;
         let pdu = Pdu::from_json(checked.event_id.as_str(), &json)?;
-        if pdu.room_id.as_deref() != Some(room_id) {
+        if !pdu.is_in_room(room_id, rules) {
             return Ok(Received::NotTaken("The event is not in this room".into()));
         }
         let _room_lock = self.locks.lock(room_id).await;
@@ -90,10 +136,20 @@ impl Rooms {
             let conn = &*conn;
             // The room's advisory lock (and that the room exists) first.
             RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
-            if dag::event_exists(conn, pdu.event_id.as_str()).await? {
+            let event_id = pdu.event_id.as_str();
+            // An outlier (an auth or state event fetched on its own) found again in older
+            // history takes its place there.
+            let placing = arrival.backfilled && dag::is_placeable_outlier(conn, event_id).await?;
+            if !placing && dag::event_exists(conn, event_id).await? {
                 return Ok(Received::AlreadyKnown);
             }
-            self.receive_in(conn, room_id, rules, &pdu, &json).await
+            let arrived = Arrived {
+                pdu: &pdu,
+                json: &json,
+                arrival,
+                placing,
+            };
+            self.receive_in(conn, room_id, rules, &arrived).await
         })
         .await
     }
@@ -103,9 +159,9 @@ impl Rooms {
         conn: &AsyncPgConnection,
         room_id: &RoomId,
         rules: &RoomVersionRules,
-        pdu: &Pdu,
-        json: &Value,
+        arrived: &Arrived<'_>,
     ) -> Result<Received> {
+        let pdu = arrived.pdu;
         let room = room_id.as_str();
         // Check 4: the event's own auth events, all stored and none rejected.
         let auth_ids: Vec<String> = pdu.auth_events.iter().map(|id| id.to_string()).collect();
@@ -138,7 +194,7 @@ impl Rooms {
             })
         {
             return self
-                .store_rejected(conn, room, pdu, json, None, reason.to_string())
+                .store_rejected(conn, room, arrived, None, reason.to_string())
                 .await;
         }
         // The create event's rules apply to every event: in v12 it joins the event's own
@@ -152,26 +208,40 @@ impl Rooms {
         );
         let by_key = keyed(&own_auth);
         if let Err(reason) = check_against(rules, pdu, &by_key) {
-            return self
-                .store_rejected(conn, room, pdu, json, None, reason)
-                .await;
+            return self.store_rejected(conn, room, arrived, None, reason).await;
         }
 
         // Check 5: the state before the event, from its prev events.
         let prev_ids: Vec<String> = pdu.prev_events.iter().map(|id| id.to_string()).collect();
         let prev_groups = event_graph::get_state_groups(conn, room, &prev_ids).await?;
-        if prev_groups.len() < prev_ids.len() {
-            return Ok(Received::MissingPrevEvents);
-        }
-        let before = state_before(conn, rules, room, &prev_groups).await?;
+        let before = match (
+            prev_groups.len() < prev_ids.len(),
+            arrived.arrival.state_before,
+        ) {
+            (false, _) => state_before(conn, rules, room, &prev_groups).await?,
+            // Its prev events are beyond what we hold: the state before it, as a server in
+            // the room gave it (every event in it checked and stored), is all there is.
+            (true, Some(ids)) => StateBefore {
+                ids: ids.clone(),
+                group: None,
+            },
+            (true, None) => return Ok(Received::MissingPrevEvents),
+        };
         let needed = auth_keys(rules, pdu)?;
         let at_before = load_state_pdus(conn, &before.ids, &needed).await?;
         if let Err(reason) = check_against(rules, pdu, &at_before) {
             return self
-                .store_rejected(conn, room, pdu, json, Some(before), reason)
+                .store_rejected(conn, room, arrived, Some(before), reason)
                 .await;
         }
 
+        if arrived.arrival.backfilled {
+            // Old history is not judged by today's state (Synapse does not soft-fail it
+            // either): the ban it predates would hide what the room really said.
+            return self
+                .persist(conn, room_id, rules, arrived, before, None)
+                .await;
+        }
         // Check 6: the current state.
         let current_ids: StateIds = store::get_current_state_ids(conn, room)
             .await?
@@ -180,33 +250,28 @@ impl Rooms {
             .collect();
         let at_current = load_state_pdus(conn, &current_ids, &needed).await?;
         let soft_failed = check_against(rules, pdu, &at_current).is_err();
-
-        self.persist(
-            conn,
-            room_id,
-            rules,
-            pdu,
-            json,
-            before,
-            current_ids,
+        let current = Current {
+            ids: current_ids,
             soft_failed,
-        )
-        .await
+        };
+        self.persist(conn, room_id, rules, arrived, before, Some(current))
+            .await
     }
 
-    /// Stores an event that passed checks 4 and 5, soft-failed or not.
-    #[allow(clippy::too_many_arguments)]
+    /// Stores an event that passed checks 4 and 5: a live one with the outcome of check 6
+    /// against the room's current state, a backfilled one (`current` is `None`) in history
+    /// only.
     async fn persist(
         &self,
         conn: &AsyncPgConnection,
         room_id: &RoomId,
         rules: &RoomVersionRules,
-        pdu: &Pdu,
-        json: &Value,
+        arrived: &Arrived<'_>,
         before: StateBefore,
-        current: StateIds,
-        soft_failed: bool,
+        current: Option<Current>,
     ) -> Result<Received> {
+        let (pdu, json) = (arrived.pdu, arrived.json);
+        let soft_failed = current.as_ref().is_some_and(|c| c.soft_failed);
         let room = room_id.as_str();
         let event_id = pdu.event_id.as_str();
         let kind = pdu.kind.to_string();
@@ -224,7 +289,8 @@ impl Rooms {
             },
         };
         let content = pdu.content_value();
-        let audience = match soft_failed {
+        // Old history raises no unread counts and no notifications.
+        let audience = match soft_failed || current.is_none() {
             true => None,
             false => Some(
                 Audience::load(
@@ -275,6 +341,32 @@ impl Rooms {
         };
         let prev_ids: Vec<&str> = pdu.prev_events.iter().map(|id| id.as_str()).collect();
         let auth_ids: Vec<&str> = pdu.auth_events.iter().map(|id| id.as_str()).collect();
+        let insert_relation = async {
+            match &relation {
+                Some(relation) => relations_store::insert_relation(conn, relation, None).await,
+                None => Ok(()),
+            }
+        };
+        let Some(current) = current else {
+            // Backfilled: a position below every token (or the one it has as an outlier).
+            if arrived.placing {
+                tokio::try_join!(
+                    dag::place_outlier(conn, event_id, after_group),
+                    insert_relation
+                )?;
+            } else {
+                let position = dag::next_backfill_position(conn).await?;
+                tokio::try_join!(
+                    store::insert_event(conn, &new_event, Some(position)),
+                    dag::insert_edges(conn, event_id, room, &prev_ids, &auth_ids),
+                    insert_relation,
+                )?;
+            }
+            if pdu.kind == TimelineEventType::RoomRedaction {
+                self.apply_remote_redaction(conn, rules, room, pdu).await?;
+            }
+            return Ok(Received::Accepted);
+        };
         // The position, then the rows written at it, in one pipeline.
         tokio::try_join!(
             streams::next_position(conn, streams::EVENTS),
@@ -282,12 +374,7 @@ impl Rooms {
             dag::insert_edges(conn, event_id, room, &prev_ids, &auth_ids),
             dag::set_soft_failed(conn, event_id, soft_failed),
             push_store::insert_push_actions_at_taken_position(conn, &push_rows),
-            async {
-                match &relation {
-                    Some(relation) => relations_store::insert_relation(conn, relation, None).await,
-                    None => Ok(()),
-                }
-            },
+            insert_relation,
         )?;
         if soft_failed {
             return Ok(Received::SoftFailed);
@@ -300,7 +387,7 @@ impl Rooms {
             event_id,
             &after_ids,
             after_group,
-            current,
+            current.ids,
         )
         .await?;
         if pdu.kind == TimelineEventType::RoomRedaction {
@@ -423,12 +510,16 @@ impl Rooms {
         &self,
         conn: &AsyncPgConnection,
         room: &str,
-        pdu: &Pdu,
-        json: &Value,
+        arrived: &Arrived<'_>,
         before: Option<StateBefore>,
         reason: String,
     ) -> Result<Received> {
+        let (pdu, json) = (arrived.pdu, arrived.json);
         tracing::info!(event_id = %pdu.event_id, %reason, "event from another server rejected");
+        if arrived.placing {
+            // An outlier stays one: its place in history is not where it belongs.
+            return Ok(Received::Rejected(reason));
+        }
         let group = match before {
             Some(StateBefore {
                 group: Some(group), ..

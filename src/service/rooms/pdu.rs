@@ -63,6 +63,15 @@ struct PduFields {
 }
 
 impl Pdu {
+    /// Whether the event belongs to `room_id`: it names the room, or it is the room's v12
+    /// create event (which has no room ID: the room's ID is derived from the event's).
+    pub fn is_in_room(&self, room_id: &RoomId, rules: &RoomVersionRules) -> bool {
+        self.room_id.as_deref() == Some(room_id)
+            || (self.room_id.is_none()
+                && rules.authorization.room_create_event_id_as_room_id
+                && room_id.as_str()[1..] == self.event_id.as_str()[1..])
+    }
+
     /// Parses a stored PDU.
     pub fn from_json(event_id: &str, json: &Value) -> Result<Self> {
         let fields: PduFields = serde_json::from_value(json.clone())

@@ -68,6 +68,30 @@ impl Rooms {
     }
 }
 
+impl Rooms {
+    /// Stores events a server in the room gave, each checked on its own (state and auth
+    /// events), as outliers: known, but without a place in the room's history.
+    pub async fn store_outliers(&self, room_id: &RoomId, events: &[(String, Value)]) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let conn = &*conn;
+            insert_outliers(conn, room_id.as_str(), events).await
+        })
+        .await
+    }
+}
+
+async fn insert_outliers(
+    conn: &AsyncPgConnection,
+    room_id: &str,
+    events: &[(String, Value)],
+) -> Result<()> {
+    for (event_id, pdu) in events {
+        dag::insert_outlier(conn, event_id, room_id, pdu).await?;
+    }
+    Ok(())
+}
+
 async fn store_in(
     conn: &AsyncPgConnection,
     room: &JoinedRoom,
@@ -80,9 +104,7 @@ async fn store_in(
         // the state the join brought is what the room's history starts from.
         dag::demote_invites(conn, room_id, user).await?;
     }
-    for (event_id, pdu) in &room.events {
-        dag::insert_outlier(conn, event_id, room_id, pdu).await?;
-    }
+    insert_outliers(conn, room_id, &room.events).await?;
     let entries: Vec<(&str, &str, &str)> = room
         .state
         .iter()

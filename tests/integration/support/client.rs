@@ -69,8 +69,14 @@ impl Response {
 impl Client {
     /// A client for `base` without a token.
     pub fn new(base: &str) -> Self {
+        // Idle connections are dropped before the server's keep-alive (5 s) closes them: a
+        // request sent on a connection the server is closing fails with `IncompleteMessage`.
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(std::time::Duration::from_secs(2))
+            .build()
+            .expect("an HTTP client");
         Client {
-            http: reqwest::Client::new(),
+            http,
             base: base.to_owned(),
             token: None,
             user_id: String::new(),
