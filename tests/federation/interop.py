@@ -40,6 +40,7 @@ HTTP_TIMEOUT = 30  # seconds, for any one request
 EVENTUAL_TIMEOUT = 15  # seconds to wait for a remote answer that may come from a cache
 SYNC_WAIT = 30  # seconds to wait for something to arrive in /sync
 SYNC_POLL_MS = 5000  # long-poll timeout of each /sync request
+BACKFILL_MESSAGES = 30  # messages sent before the join in the backfill check
 # Synapse keeps a remote server's public room list for 30 s (RoomListHandler's
 # remote_response_cache), so a list fetched before publication may hide the room that long.
 PUBLIC_ROOMS_WAIT = 40
@@ -538,6 +539,47 @@ def check_room_invite_reject(src, dst):
     return room_id
 
 
+def check_room_backfill(src, dst, version):
+    """src's user creates a room of `version` (history visible to members, `shared`) and sends
+    BACKFILL_MESSAGES messages; dst's user then joins and pages back through /messages: dst's
+    server asks src's for the history before the join (/backfill), and every message shows,
+    in order, down to the room's create event."""
+    room_id = src.api(
+        "POST", "/createRoom", {"preset": "public_chat", "room_version": version}
+    )["room_id"]
+    sent = []
+    for n in range(BACKFILL_MESSAGES):
+        body = f"before the join {n} {secrets.token_hex(3)}"
+        src.api(
+            "PUT",
+            f"/rooms/{quote(room_id)}/send/m.room.message/bf-{secrets.token_hex(6)}",
+            {"msgtype": "m.text", "body": body},
+        )
+        sent.append(body)
+    dst.api("POST", f"/join/{quote(room_id)}", {}, params={"via": src.server_name})
+
+    def paged_back():
+        events, start = [], None
+        for _ in range(BACKFILL_MESSAGES):
+            params = {"dir": "b", "limit": "20"}
+            if start:
+                params["from"] = start
+            page = dst.api("GET", f"/rooms/{quote(room_id)}/messages", params=params)
+            events.extend(page.get("chunk", []))
+            start = page.get("end")
+            if not start or not page.get("chunk"):
+                break
+        events.reverse()
+        bodies = [e["content"].get("body") for e in events if e.get("type") == "m.room.message"]
+        if bodies != sent:
+            raise CheckFailed(f"{dst.label} pages back {len(bodies)} of {len(sent)} messages: {bodies[:5]!r}...")
+        if not events or events[0].get("type") != "m.room.create":
+            raise CheckFailed(f"{dst.label}'s history does not start at the create event")
+        return len(events)
+
+    return f"{eventually(paged_back)} events"
+
+
 def check_room_message(src, dst, room_id):
     """A message src's user sends into a room both are in shows up in dst's /sync."""
     body = f"hello {secrets.token_hex(6)}"
@@ -658,6 +700,16 @@ def main(argv):
         report.run(
             f"room_invite_reject {src.label}->{dst.label}", check_room_invite_reject, src, dst
         )
+
+    for version in ("11", "12"):
+        for src, dst in ((a, b), (b, a)):
+            report.run(
+                f"room_backfill v{version} {src.label}->{dst.label}",
+                check_room_backfill,
+                src,
+                dst,
+                version,
+            )
 
     print(f"checks took {time.monotonic() - started:.1f}s")
     print(f"{report.passed} passed, {report.failed} failed")

@@ -172,14 +172,21 @@ impl PduQueue {
     }
 
     /// The servers `event` goes to: those with a joined member in the state after it, plus a
-    /// member event's target's server; never ours, never one we may not contact.
+    /// member event's target's server (a kick or ban reaches the server it removes), except for
+    /// an invite, which reached it through `/invite` already (sent again, it would arrive after
+    /// a quick accept and fail the state); never ours, never one we may not contact.
     async fn destinations(
         &self,
         conn: &AsyncPgConnection,
         event: &EventToSend,
     ) -> Result<Vec<OwnedServerName>> {
         let servers = self.servers_in(conn, event.state_group).await?;
-        let target = (event.event_type == "m.room.member")
+        let membership = event
+            .pdu
+            .pointer("/content/membership")
+            .and_then(Value::as_str);
+        let is_invite = membership == Some("invite");
+        let target = (event.event_type == "m.room.member" && !is_invite)
             .then(|| {
                 event
                     .state_key
