@@ -5,18 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{client::enc, Client, TestServer};
-
-/// Bob (on `b`) joins Alice's room (on `a`) through the federation.
-async fn join_remote(bob: &Client, a: &TestServer, room: &str) {
-    let path = format!(
-        "/_matrix/client/v3/join/{}?via={}",
-        enc(room),
-        enc(a.server_name())
-    );
-    let joined = bob.post(&path, json!({})).await.ok();
-    assert_eq!(joined["room_id"], room);
-}
+use crate::support::federation::join_over_federation;
 
 fn bodies(events: &[Value]) -> Vec<String> {
     events
@@ -60,7 +49,7 @@ async fn a_joiner_pages_back_through_history_from_before_the_join() {
                 .ok();
             sent.push(body);
         }
-        join_remote(&bob, &a, &room).await;
+        join_over_federation(&bob, &a, &room).await;
         let synced = bob.sync(None, 0, None).await;
         let since = synced["next_batch"].as_str().unwrap().to_owned();
 
@@ -123,7 +112,7 @@ async fn backfilled_history_is_shown_only_as_history_visibility_allows() {
             .await
             .ok();
     }
-    join_remote(&bob, &a, &room).await;
+    join_over_federation(&bob, &a, &room).await;
     alice.send_text(&room, "after", "after the join").await.ok();
     crate::support::wait_until(
         "bob's server has the message sent after the join",

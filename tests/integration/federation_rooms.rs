@@ -6,29 +6,11 @@ use serde_json::{json, Value};
 
 use crate::support::{
     client::{enc, timeline},
-    federation::{federated_options, free_port, FakeServer},
-    Client, TestServer,
+    federation::{
+        federated_options, free_port, join_over_federation, quick_retries, state_ids, FakeServer,
+    },
+    TestServer,
 };
-
-/// The current state event IDs of a room by `(type, state_key)`, as `alice` reads them.
-async fn state_ids(alice: &Client, room: &str) -> Vec<(String, String, String)> {
-    let state = alice
-        .get(&format!("/_matrix/client/v3/rooms/{}/state", enc(room)))
-        .await
-        .ok();
-    state
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["type"].as_str().unwrap().to_owned(),
-                e["state_key"].as_str().unwrap().to_owned(),
-                e["event_id"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
 
 fn id_of(state: &[(String, String, String)], kind: &str, key: &str) -> String {
     state
@@ -380,18 +362,7 @@ async fn a_user_joins_a_room_on_another_myelin() {
                 "topic": "far away",
             }))
             .await;
-        let joined = bob
-            .post(
-                &format!(
-                    "/_matrix/client/v3/join/{}?via={}",
-                    enc(&room),
-                    enc(a.server_name())
-                ),
-                json!({}),
-            )
-            .await
-            .ok();
-        assert_eq!(joined["room_id"], room.as_str());
+        join_over_federation(&bob, &a, &room).await;
 
         // Both servers have Bob joined.
         for (client, side) in [(&alice, "resident"), (&bob, "joiner")] {
@@ -460,32 +431,19 @@ async fn a_gap_too_wide_for_get_missing_events_is_bridged_by_state_and_backfill(
 /// Alice sends `missed` messages while Bob's server is down; once it is back, Bob's history
 /// holds every one of them, in order.
 async fn missed_messages_arrive_in_order(missed: usize) {
-    let fast = |options: crate::support::ServerOptions| {
-        options
-            .env("MYELIN_FEDERATION_RETRY_MIN_MS", "100")
-            .env("MYELIN_FEDERATION_RETRY_MAX_MS", "400")
-    };
     let (a, mut b) = tokio::join!(
         TestServer::start_with(
-            fast(federated_options(free_port())).env("MYELIN_FEDERATION_MAX_QUEUED_PDUS", "5")
+            quick_retries(federated_options(free_port()))
+                .env("MYELIN_FEDERATION_MAX_QUEUED_PDUS", "5")
         ),
-        TestServer::start_with(fast(federated_options(free_port()))),
+        TestServer::start_with(quick_retries(federated_options(free_port()))),
     );
     let alice = a.register("alice").await;
     let bob = b.register("bob").await;
     let room = alice
         .create_room(json!({ "preset": "public_chat", "room_version": "11" }))
         .await;
-    bob.post(
-        &format!(
-            "/_matrix/client/v3/join/{}?via={}",
-            enc(&room),
-            enc(a.server_name())
-        ),
-        json!({}),
-    )
-    .await
-    .ok();
+    join_over_federation(&bob, &a, &room).await;
 
     b.kill();
     let mut sent = Vec::new();

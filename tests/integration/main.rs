@@ -18,6 +18,7 @@ mod federation_pdu_sending;
 mod federation_pdus;
 mod federation_queries;
 mod federation_reads;
+mod federation_robustness;
 mod federation_rooms;
 mod federation_sender;
 mod media;

@@ -28,7 +28,7 @@ use ruma::{
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{ServerOptions, TestServer};
+use super::{client::enc, Client, ServerOptions, TestServer};
 
 /// A CA and a leaf certificate for `localhost`, `127.0.0.1` and `::1`, made once per test
 /// binary with openssl. Every server presents the leaf and trusts the CA.
@@ -163,6 +163,53 @@ pub async fn federated_server() -> TestServer {
 /// Two federating servers with different names.
 pub async fn pair() -> (TestServer, TestServer) {
     tokio::join!(federated_server(), federated_server())
+}
+
+/// `options` with retries to an unreachable server after 100 to 400 ms (not seconds): tests
+/// that stop a server see the other catch up at once when it is back.
+pub fn quick_retries(options: ServerOptions) -> ServerOptions {
+    options
+        .env("MYELIN_FEDERATION_RETRY_MIN_MS", "100")
+        .env("MYELIN_FEDERATION_RETRY_MAX_MS", "400")
+}
+
+/// Two federating servers (see [`pair`]) that retry quickly (see [`quick_retries`]).
+pub async fn quick_pair() -> (TestServer, TestServer) {
+    tokio::join!(
+        TestServer::start_with(quick_retries(federated_options(free_port()))),
+        TestServer::start_with(quick_retries(federated_options(free_port()))),
+    )
+}
+
+/// `client` (a user of another server) joins `room` through `resident`'s server.
+pub async fn join_over_federation(client: &Client, resident: &TestServer, room: &str) {
+    let path = format!(
+        "/_matrix/client/v3/join/{}?via={}",
+        enc(room),
+        enc(resident.server_name())
+    );
+    let joined = client.post(&path, json!({})).await.ok();
+    assert_eq!(joined["room_id"], room, "{joined}");
+}
+
+/// A room's current state as `client` reads it: `(type, state_key, event ID)`.
+pub async fn state_ids(client: &Client, room: &str) -> Vec<(String, String, String)> {
+    let state = client
+        .get(&format!("/_matrix/client/v3/rooms/{}/state", enc(room)))
+        .await
+        .ok();
+    state
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_owned(),
+                e["state_key"].as_str().unwrap().to_owned(),
+                e["event_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// An HTTPS client trusting the test CA (for requests straight to a federation listener).
