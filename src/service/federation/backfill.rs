@@ -3,20 +3,20 @@
 //!
 //! The events a server answers go through every check, oldest first. An event whose
 //! `prev_events` lie beyond what we hold (the oldest of a batch) needs the state before it: we
-//! ask the same server for it (`/state`, checked event by event as a `send_join` answer is, and
-//! stored as outliers), at most [`MAX_STATE_FETCHES`] times a round. Backfilled events take
+//! ask the same server for it ([`Federation::fetch_state_before`]), at most
+//! [`MAX_STATE_FETCHES`] times a round. Backfilled events take
 //! positions below every sync token: history, never news.
 
 use std::collections::HashMap;
 
 use ruma::{
-    api::federation::{backfill::get_backfill, event::get_room_state},
+    api::federation::backfill::get_backfill,
     canonical_json::{CanonicalJsonObject, CanonicalJsonValue},
     room_version_rules::RoomVersionRules,
     OwnedEventId, OwnedServerName, RoomId, RoomVersionId, ServerName, UInt, UserId,
 };
 
-use super::{pdus::CheckedPdu, Federation};
+use super::Federation;
 use crate::{
     error::{Error, Result},
     service::rooms::{
@@ -24,7 +24,7 @@ use crate::{
         messages::{Page, PageRequest},
         Rooms,
     },
-    storage::{dag, rooms as store, state::StateIds},
+    storage::{dag, rooms as store},
 };
 
 /// Events asked for in one round (Synapse asks for 100 too).
@@ -190,52 +190,5 @@ impl Federation {
             }
         }
         Ok(added)
-    }
-
-    /// The state before `event` as `server` gives it (`/state`), every event of the answer
-    /// checked as a `send_join` answer's are and stored as an outlier; `None` when the server
-    /// does not answer usably. For an event whose `prev_events` are beyond what we hold (the
-    /// oldest of a backfilled batch, or one past a gap too wide to fill).
-    pub(super) async fn fetch_state_before(
-        &self,
-        rooms: &Rooms,
-        server: &ServerName,
-        room_id: &RoomId,
-        rules: &RoomVersionRules,
-        version: &RoomVersionId,
-        event: &CheckedPdu,
-    ) -> Result<Option<StateIds>> {
-        let request = get_room_state::v1::Request::new(event.event_id.clone(), room_id.to_owned());
-        let response = match self.client.send(server, request).await {
-            Ok(response) => response,
-            Err(problem) => {
-                tracing::info!(%server, %room_id, %problem, "state request failed");
-                return Ok(None);
-            }
-        };
-        let answer = match self
-            .check_room_state(
-                rules,
-                version,
-                room_id,
-                &response.pdus,
-                &response.auth_chain,
-            )
-            .await
-        {
-            Ok(answer) => answer,
-            Err(problem) => {
-                tracing::info!(%server, %room_id, %problem, "unusable state answer");
-                return Ok(None);
-            }
-        };
-        rooms.store_outliers(room_id, &answer.events).await?;
-        Ok(Some(
-            answer
-                .state
-                .into_iter()
-                .map(|s| ((s.kind, s.state_key), s.event_id))
-                .collect(),
-        ))
     }
 }

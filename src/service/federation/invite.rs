@@ -149,9 +149,9 @@ impl Federation {
             Received::Rejected(reason) | Received::NotTaken(reason) => Err(Error::forbidden(
                 format!("The invite was refused: {reason}"),
             )),
-            Received::MissingPrevEvents => {
-                Err(Error::internal("our own invite lost its prev events"))
-            }
+            Received::MissingPrevEvents | Received::MissingAuthEvents => Err(Error::internal(
+                "our own invite lost its prev or auth events",
+            )),
         }
     }
 

@@ -282,7 +282,7 @@ impl Federation {
             Received::Rejected(reason) | Received::NotTaken(reason) => {
                 Err(Error::forbidden(format!("Refused: {reason}")))
             }
-            Received::MissingPrevEvents => Err(Error::forbidden(
+            Received::MissingPrevEvents | Received::MissingAuthEvents => Err(Error::forbidden(
                 "The event is not built on events this server has (ask for a template again)",
             )),
         }

@@ -3,6 +3,7 @@
 
 pub mod backfill;
 pub mod client;
+pub mod fetch;
 pub mod invite;
 pub mod join;
 pub mod membership;

@@ -387,6 +387,13 @@ impl Federation {
             let answer = match self.check_pdu(&rules, object).await? {
                 Ok(checked) => {
                     let mut received = rooms.receive_pdu(&room_id, &rules, checked.clone()).await?;
+                    if received == Received::MissingAuthEvents
+                        && self
+                            .fetch_auth_chain(rooms, origin, &room_id, &rules, &version, &checked)
+                            .await?
+                    {
+                        received = rooms.receive_pdu(&room_id, &rules, checked.clone()).await?;
+                    }
                     if received == Received::MissingPrevEvents {
                         self.fill_gap(rooms, origin, &room_id, &rules, &checked.event_id)
                             .await?;
@@ -424,6 +431,9 @@ impl Federation {
                             json!({ "error": format!("Rejected: {reason}") })
                         }
                         Received::NotTaken(reason) => json!({ "error": reason }),
+                        Received::MissingAuthEvents => json!({
+                            "error": "Some of its auth events are unknown here and the sender did not give them"
+                        }),
                         Received::MissingPrevEvents => json!({
                             "error": "Some of its prev_events are unknown here and the sender did not fill the gap"
                         }),

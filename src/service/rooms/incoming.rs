@@ -9,8 +9,8 @@
 //!   evader's message built on the state before the ban). It is stored and may be served to
 //!   servers, but never reaches clients and never becomes a forward extremity.
 //! - An event whose auth events or `prev_events` are not all stored is not taken (nothing is
-//!   stored); for missing `prev_events` the caller asks the sender for the gap
-//!   (`get_missing_events`) and tries again.
+//!   stored); the caller asks the sender for the auth chain (`/event_auth`) or for the gap
+//!   (`get_missing_events`, then `/state`) and tries again.
 //!
 //! An accepted event takes a stream position like a local one, replaces its `prev_events` among
 //! the forward extremities, and the room's current state becomes the resolution of the states
@@ -63,6 +63,8 @@ pub enum Received {
     NotTaken(String),
     /// Not taken: some of its `prev_events` are unknown here (a gap to fill first).
     MissingPrevEvents,
+    /// Not taken: some of its auth events are unknown here (or rejected).
+    MissingAuthEvents,
 }
 
 /// How a PDU reached us.
@@ -180,9 +182,7 @@ impl Rooms {
             .cloned()
             .collect();
         if auth_events.len() < auth_ids.len() {
-            return Ok(Received::NotTaken(
-                "Some of its auth events are unknown here".into(),
-            ));
+            return Ok(Received::MissingAuthEvents);
         }
         let by_id: HashMap<OwnedEventId, Pdu> = loaded
             .iter()
