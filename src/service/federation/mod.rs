@@ -4,6 +4,7 @@
 pub mod client;
 pub mod invite;
 pub mod join;
+pub mod knock;
 pub mod membership;
 pub mod pdu_queue;
 pub mod pdus;
