@@ -151,8 +151,16 @@ impl Federation {
             .await
             .map_err(|e| client_error(e, "room (make_join)"))?;
         let (version, rules) = supported(made.room_version)?;
-        let (event_id, join) =
-            self.sign_member(&made.event, &rules, user_id, room_id, "join", reason)?;
+        let profile = rooms.own_member_profile(user_id).await?;
+        let (event_id, join) = self.sign_member(
+            &made.event,
+            &rules,
+            user_id,
+            room_id,
+            "join",
+            reason,
+            &profile,
+        )?;
         let raw = serde_json::value::to_raw_value(&join).map_err(Error::internal)?;
         let answer = self
             .client
@@ -185,6 +193,7 @@ impl Federation {
         room_id: &RoomId,
         membership: &str,
         reason: Option<&str>,
+        profile: &serde_json::Map<String, Value>,
     ) -> Result<(OwnedEventId, CanonicalJsonObject)> {
         let bad =
             |what: &str| bad_gateway(format!("The make_{membership} template is wrong: {what}"));
@@ -214,6 +223,12 @@ impl Federation {
                 "reason".into(),
                 CanonicalJsonValue::String(reason.to_owned()),
             );
+        }
+        // A join or knock shows the user's name and avatar, as a local one does.
+        for (field, value) in profile {
+            if let Ok(value) = CanonicalJsonValue::try_from(value.clone()) {
+                content.insert(field.clone(), value);
+            }
         }
         event.insert("content".into(), CanonicalJsonValue::Object(content));
         for key in ["signatures", "hashes", "unsigned", "event_id"] {

@@ -77,8 +77,16 @@ impl Federation {
                 "The room's version does not allow knocking",
             ));
         }
-        let (event_id, knock) =
-            self.sign_member(&made.event, &rules, user_id, room_id, "knock", reason)?;
+        let profile = rooms.own_member_profile(user_id).await?;
+        let (event_id, knock) = self.sign_member(
+            &made.event,
+            &rules,
+            user_id,
+            room_id,
+            "knock",
+            reason,
+            &profile,
+        )?;
         let raw = to_raw_value(&knock).map_err(Error::internal)?;
         let answer = self
             .client
@@ -164,8 +172,15 @@ impl Federation {
             .await
             .map_err(|e| client_error(e, "room (make_leave)"))?;
         let (_, rules) = supported(made.room_version)?;
-        let (event_id, leave) =
-            self.sign_member(&made.event, &rules, user_id, room_id, "leave", reason)?;
+        let (event_id, leave) = self.sign_member(
+            &made.event,
+            &rules,
+            user_id,
+            room_id,
+            "leave",
+            reason,
+            &Default::default(),
+        )?;
         let raw = to_raw_value(&leave).map_err(Error::internal)?;
         self.client
             .send(

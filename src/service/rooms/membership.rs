@@ -54,6 +54,13 @@ impl Rooms {
             .collect())
     }
 
+    /// What a local user's join or knock through another server shows of them: their display
+    /// name and avatar.
+    pub async fn own_member_profile(&self, user_id: &UserId) -> Result<Map<String, Value>> {
+        let conn = self.db.conn().await?;
+        self.member_profile(&conn, user_id).await
+    }
+
     /// Resolves a room ID or a local alias to a room ID.
     pub async fn resolve_room(&self, room: &RoomOrAliasId) -> Result<OwnedRoomId> {
         match <&RoomId>::try_from(room) {
