@@ -80,7 +80,7 @@ async fn a_user_knocks_on_a_room_of_another_myelin_is_invited_and_joins() {
                     && e["state_key"] == bob.user_id.as_str()
                     && e["content"]["membership"] == "knock"
                     && e["content"]["reason"] == "let me in"
-                && e["content"]["displayname"].is_string()),
+                    && e["content"]["displayname"].is_string()),
             "{synced}"
         );
 

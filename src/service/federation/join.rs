@@ -151,16 +151,9 @@ impl Federation {
             .await
             .map_err(|e| client_error(e, "room (make_join)"))?;
         let (version, rules) = supported(made.room_version)?;
-        let profile = rooms.own_member_profile(user_id).await?;
-        let (event_id, join) = self.sign_member(
-            &made.event,
-            &rules,
-            user_id,
-            room_id,
-            "join",
-            reason,
-            &profile,
-        )?;
+        let extra = member_content(rooms.own_member_profile(user_id).await?, reason);
+        let (event_id, join) =
+            self.sign_member(&made.event, &rules, user_id, room_id, "join", extra)?;
         let raw = serde_json::value::to_raw_value(&join).map_err(Error::internal)?;
         let answer = self
             .client
@@ -184,7 +177,8 @@ impl Federation {
     }
 
     /// Our own member event with `membership` from a `make_join`, `make_knock` or
-    /// `make_leave` template: checked to be what we asked for, filled in, hashed and signed.
+    /// `make_leave` template: checked to be what we asked for, filled in (`extra` added to its
+    /// content), hashed and signed.
     pub(super) fn sign_member(
         &self,
         template: &RawJsonValue,
@@ -192,8 +186,7 @@ impl Federation {
         user_id: &UserId,
         room_id: &RoomId,
         membership: &str,
-        reason: Option<&str>,
-        profile: &serde_json::Map<String, Value>,
+        extra: serde_json::Map<String, Value>,
     ) -> Result<(OwnedEventId, CanonicalJsonObject)> {
         let bad =
             |what: &str| bad_gateway(format!("The make_{membership} template is wrong: {what}"));
@@ -218,16 +211,9 @@ impl Federation {
         {
             return Err(bad("another membership"));
         }
-        if let Some(reason) = reason {
-            content.insert(
-                "reason".into(),
-                CanonicalJsonValue::String(reason.to_owned()),
-            );
-        }
-        // A join or knock shows the user's name and avatar, as a local one does.
-        for (field, value) in profile {
-            if let Ok(value) = CanonicalJsonValue::try_from(value.clone()) {
-                content.insert(field.clone(), value);
+        for (field, value) in extra {
+            if let Ok(value) = CanonicalJsonValue::try_from(value) {
+                content.insert(field, value);
             }
         }
         event.insert("content".into(), CanonicalJsonValue::Object(content));
@@ -419,6 +405,18 @@ impl Federation {
         })?;
         Ok((pdu, json))
     }
+}
+
+/// What our member event adds to a template's content: the user's profile (a join or knock
+/// shows their name and avatar, as a local one does) and the client's reason.
+pub(super) fn member_content(
+    mut fields: serde_json::Map<String, Value>,
+    reason: Option<&str>,
+) -> serde_json::Map<String, Value> {
+    if let Some(reason) = reason {
+        fields.insert("reason".into(), Value::from(reason));
+    }
+    fields
 }
 
 /// The room version a resident's template names, with its rules: one we support, or 400

@@ -21,7 +21,7 @@ use ruma::{
 use serde_json::{value::to_raw_value, Value};
 
 use super::{
-    join::{bad_gateway, supported},
+    join::{bad_gateway, member_content, supported},
     query::client_error,
     Federation,
 };
@@ -77,16 +77,9 @@ impl Federation {
                 "The room's version does not allow knocking",
             ));
         }
-        let profile = rooms.own_member_profile(user_id).await?;
-        let (event_id, knock) = self.sign_member(
-            &made.event,
-            &rules,
-            user_id,
-            room_id,
-            "knock",
-            reason,
-            &profile,
-        )?;
+        let extra = member_content(rooms.own_member_profile(user_id).await?, reason);
+        let (event_id, knock) =
+            self.sign_member(&made.event, &rules, user_id, room_id, "knock", extra)?;
         let raw = to_raw_value(&knock).map_err(Error::internal)?;
         let answer = self
             .client
@@ -172,15 +165,9 @@ impl Federation {
             .await
             .map_err(|e| client_error(e, "room (make_leave)"))?;
         let (_, rules) = supported(made.room_version)?;
-        let (event_id, leave) = self.sign_member(
-            &made.event,
-            &rules,
-            user_id,
-            room_id,
-            "leave",
-            reason,
-            &Default::default(),
-        )?;
+        let extra = member_content(Default::default(), reason);
+        let (event_id, leave) =
+            self.sign_member(&made.event, &rules, user_id, room_id, "leave", extra)?;
         let raw = to_raw_value(&leave).map_err(Error::internal)?;
         self.client
             .send(
