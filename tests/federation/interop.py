@@ -592,7 +592,8 @@ def check_room_knock(src, dst, version):
     if knocked.get("room_id") != room_id:
         raise CheckFailed(f"knocked on {knocked!r}, not {room_id}")
     wait_for_membership(src, room_id, dst.user_id, "knock")
-    shown = {(e.get("type"), e.get("content", {}).get("name")) for e in wait_for_knock(dst, room_id)}
+    knock_state = wait_for_knock(dst, room_id)
+    shown = {(e.get("type"), e.get("content", {}).get("name")) for e in knock_state}
     if ("m.room.name", name) not in shown:
         raise CheckFailed(f"the knock does not show the name: {dst.knocks[room_id]!r}")
     src.api("POST", f"/rooms/{quote(room_id)}/invite", {"user_id": dst.user_id})
