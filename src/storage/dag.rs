@@ -464,9 +464,9 @@ pub async fn reset_forward_extremities(
     .map(drop)
 }
 
-/// Turns a user's out-of-band invites to a room (stored for display while we were not in it)
-/// into outliers, once the room's real state arrives with their join.
-pub async fn demote_invites(
+/// Turns a user's out-of-band invites and knocks of a room (stored for display while we were
+/// not in it) into outliers, once the room's real state arrives with their join.
+pub async fn demote_invites_and_knocks(
     mut conn: &AsyncPgConnection,
     room_id: &str,
     user_id: &str,
@@ -474,7 +474,7 @@ pub async fn demote_invites(
     super::cached_sql(
         "UPDATE events SET outlier = true, state_group = NULL \
          WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2 \
-           AND NOT outlier AND pdu->'content'->>'membership' = 'invite'",
+           AND NOT outlier AND pdu->'content'->>'membership' IN ('invite', 'knock')",
     )
     .bind::<Text, _>(room_id)
     .bind::<Text, _>(user_id)

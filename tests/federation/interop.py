@@ -154,6 +154,8 @@ class Side:
         self.to_device = []  # every to-device event seen in /sync so far
         self.timeline = []  # every (room ID, event) of a joined room's timeline seen so far
         self.invites = {}  # room ID -> invite_state events, for every invite seen so far
+        self.knocks = {}  # room ID -> knock_state events, for every knock seen so far
+        self.software = None  # the federation version endpoint's server name (check_version)
 
     def api(self, method, path, body=None, params=None, timeout=HTTP_TIMEOUT):
         """Calls this side's client API as its user; returns the body of a 200 answer."""
@@ -205,6 +207,8 @@ class Side:
         self.to_device.extend(data.get("to_device", {}).get("events", []))
         for room_id, room in data.get("rooms", {}).get("invite", {}).items():
             self.invites[room_id] = room.get("invite_state", {}).get("events", [])
+        for room_id, room in data.get("rooms", {}).get("knock", {}).items():
+            self.knocks[room_id] = room.get("knock_state", {}).get("events", [])
         for room_id, room in data.get("rooms", {}).get("join", {}).items():
             for event in room.get("timeline", {}).get("events", []):
                 self.timeline.append((room_id, event))
@@ -265,6 +269,7 @@ def check_version(side):
     server = expect_200("GET", url, verify=ca).get("server")
     if not isinstance(server, dict) or not server.get("name"):
         raise CheckFailed(f"no server name object in the answer: {server!r}")
+    side.software = server["name"]
     return f"{server['name']} {server.get('version', '')}".strip()
 
 
@@ -572,12 +577,109 @@ def check_room_backfill(src, dst, version):
         events.reverse()
         bodies = [e["content"].get("body") for e in events if e.get("type") == "m.room.message"]
         if bodies != sent:
-            raise CheckFailed(f"{dst.label} pages back {len(bodies)} of {len(sent)} messages: {bodies[:5]!r}...")
+            raise CheckFailed(
+                f"{dst.label} pages back {len(bodies)} of {len(sent)} messages: {bodies[:5]!r}..."
+            )
         if not events or events[0].get("type") != "m.room.create":
             raise CheckFailed(f"{dst.label}'s history does not start at the create event")
         return len(events)
 
     return f"{eventually(paged_back)} events"
+
+
+def knock_room(src, version, name):
+    """A room of src's user, of `version`, named `name`, that takes knocks."""
+    return src.api(
+        "POST",
+        "/createRoom",
+        {
+            "preset": "private_chat",
+            "room_version": version,
+            "name": name,
+            "initial_state": [
+                {"type": "m.room.join_rules", "state_key": "", "content": {"join_rule": "knock"}}
+            ],
+        },
+    )["room_id"]
+
+
+def wait_for_membership(side, room_id, user_id, membership):
+    """Waits until side's server has user_id's membership in room_id as `membership`."""
+
+    def has():
+        member = side.api("GET", f"/rooms/{quote(room_id)}/state/m.room.member/{quote(user_id)}")
+        if member.get("membership") != membership:
+            raise CheckFailed(f"{side.label} has {user_id} as {member!r}, not {membership}")
+
+    eventually(has)
+
+
+def wait_for_knock(side, room_id):
+    """Polls side's /sync until it shows its knock on room_id (rooms.knock)."""
+    deadline = time.monotonic() + SYNC_WAIT
+    while room_id not in side.knocks:
+        if time.monotonic() >= deadline:
+            raise CheckFailed(f"no knock in {side.label}'s /sync within {SYNC_WAIT}s")
+        side.sync(SYNC_POLL_MS)
+    return side.knocks[room_id]
+
+
+def check_room_knock(src, dst, version):
+    """dst's user knocks (make_knock/send_knock through src's server) on a room of src's user
+    that takes knocks: src's server has the knock, dst's /sync shows the room under
+    rooms.knock with its name; src's user invites them and they join."""
+    name = f"knock {version} {secrets.token_hex(3)}"
+    room_id = knock_room(src, version, name)
+    knocked = dst.api(
+        "POST", f"/knock/{quote(room_id)}", {"reason": "interop"}, params={"via": src.server_name}
+    )
+    if knocked.get("room_id") != room_id:
+        raise CheckFailed(f"knocked on {knocked!r}, not {room_id}")
+    wait_for_membership(src, room_id, dst.user_id, "knock")
+    knock_state = wait_for_knock(dst, room_id)
+    shown = {(e.get("type"), e.get("content", {}).get("name")) for e in knock_state}
+    if ("m.room.name", name) not in shown:
+        raise CheckFailed(f"the knock does not show the name: {dst.knocks[room_id]!r}")
+    src.api("POST", f"/rooms/{quote(room_id)}/invite", {"user_id": dst.user_id})
+    deadline = time.monotonic() + SYNC_WAIT
+    while room_id not in dst.invites:
+        if time.monotonic() >= deadline:
+            raise CheckFailed(f"no invite in {dst.label}'s /sync within {SYNC_WAIT}s")
+        dst.sync(SYNC_POLL_MS)
+    dst.api("POST", f"/join/{quote(room_id)}", {})
+    wait_for_membership(src, room_id, dst.user_id, "join")
+    return room_id
+
+
+def check_room_knock_withdraw(src, dst):
+    """dst's user knocks on a room of src's user and withdraws the knock with /leave (through
+    src's server: make_leave/send_leave), and src's server learns it; a knock on a public room
+    is refused with 403 M_FORBIDDEN."""
+    room_id = knock_room(src, "12", f"withdraw {secrets.token_hex(3)}")
+    dst.api("POST", f"/knock/{quote(room_id)}", {}, params={"via": src.server_name})
+    wait_for_membership(src, room_id, dst.user_id, "knock")
+    wait_for_knock(dst, room_id)
+    dst.api("POST", f"/rooms/{quote(room_id)}/leave", {})
+    if dst.software == "Synapse":
+        # Synapse withdraws its knocks on remote rooms locally only (RoomMemberMasterHandler.
+        # remote_rescind_knock: it does not know which server to send the leave to).
+        detail = "Synapse withdrew locally only"
+        wait_for_membership(src, room_id, dst.user_id, "knock")
+    else:
+        detail = "withdrawn"
+        wait_for_membership(src, room_id, dst.user_id, "leave")
+
+    public = src.api("POST", "/createRoom", {"preset": "public_chat"})["room_id"]
+    status, body = request(
+        "POST",
+        dst.client_url + f"/_matrix/client/v3/knock/{quote(public)}",
+        token=dst.access_token,
+        body={},
+        params={"via": src.server_name},
+    )
+    if status != 403 or not isinstance(body, dict) or body.get("errcode") != "M_FORBIDDEN":
+        raise CheckFailed(f"a knock on a public room got {status} {body!r}, not 403 M_FORBIDDEN")
+    return f"{room_id} {detail}; a knock on a public room refused"
 
 
 def check_room_message(src, dst, room_id):
@@ -710,6 +812,20 @@ def main(argv):
                 dst,
                 version,
             )
+
+    for version in ("11", "12"):
+        for src, dst in ((a, b), (b, a)):
+            report.run(
+                f"room_knock v{version} {src.label}->{dst.label}",
+                check_room_knock,
+                src,
+                dst,
+                version,
+            )
+    for src, dst in ((a, b), (b, a)):
+        report.run(
+            f"room_knock_withdraw {src.label}->{dst.label}", check_room_knock_withdraw, src, dst
+        )
 
     print(f"checks took {time.monotonic() - started:.1f}s")
     print(f"{report.passed} passed, {report.failed} failed")

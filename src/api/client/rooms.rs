@@ -145,10 +145,12 @@ pub async fn knock_route(
 ) -> Result<RumaResponse<knock::Response>> {
     let caller = body.caller()?;
     let room_id = services
-        .rooms
+        .federation
         .knock(
+            &services.rooms,
             &caller.user_id,
             &body.body.room_id_or_alias,
+            &body.body.via,
             body.body.reason.as_deref(),
         )
         .await?;
@@ -162,8 +164,9 @@ pub async fn leave_route(
 ) -> Result<RumaResponse<leave::Response>> {
     let caller = body.caller()?;
     services
-        .rooms
+        .federation
         .leave(
+            &services.rooms,
             &caller.user_id,
             &body.body.room_id,
             body.body.reason.as_deref(),

@@ -1,9 +1,10 @@
-//! Membership handshakes with this server as the resident: `make_join` and `send_join` (v2).
+//! Membership handshakes with this server as the resident: `make_join` and `send_join` (v2),
+//! `make_knock` and `send_knock`, `make_leave` and `send_leave` (v2), and invites (v2).
 
 use actix_web::web::Data;
 use ruma::api::federation::membership::{
-    create_invite, create_join_event, create_leave_event, prepare_join_event, prepare_leave_event,
-    RawStrippedState,
+    create_invite, create_join_event, create_knock_event, create_leave_event, prepare_join_event,
+    prepare_knock_event, prepare_leave_event, RawStrippedState,
 };
 use serde_json::value::to_raw_value;
 
@@ -125,4 +126,46 @@ pub async fn send_leave_route(
         )
         .await?;
     Ok(create_leave_event::v2::Response::new().into())
+}
+
+/// `GET /_matrix/federation/v1/make_knock/{roomId}/{userId}`: a knock event template.
+pub async fn make_knock_route(
+    services: Data<Services>,
+    body: Ruma<prepare_knock_event::v1::Request>,
+) -> Result<RumaResponse<prepare_knock_event::v1::Response>> {
+    let request = &body.body;
+    let (version, template) = services
+        .federation
+        .make_knock(
+            body.origin()?,
+            &request.room_id,
+            &request.user_id,
+            &request.ver,
+        )
+        .await?;
+    Ok(prepare_knock_event::v1::Response::new(
+        version,
+        to_raw_value(&template).map_err(Error::internal)?,
+    )
+    .into())
+}
+
+/// `PUT /_matrix/federation/v1/send_knock/{roomId}/{eventId}`: the signed knock; answers the
+/// room state a knocker sees.
+pub async fn send_knock_route(
+    services: Data<Services>,
+    body: Ruma<create_knock_event::v1::Request>,
+) -> Result<RumaResponse<create_knock_event::v1::Response>> {
+    let request = &body.body;
+    let knock_room_state = services
+        .federation
+        .send_knock(
+            &services.rooms,
+            body.origin()?,
+            &request.room_id,
+            &request.event_id,
+            &request.pdu,
+        )
+        .await?;
+    Ok(create_knock_event::v1::Response::new(knock_room_state).into())
 }

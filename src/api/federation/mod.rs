@@ -55,4 +55,6 @@ pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::membership::create_invite::v2::Request, _, _>(membership::invite_route);
     t.ruma::<f::membership::prepare_leave_event::v1::Request, _, _>(membership::make_leave_route);
     t.ruma::<f::membership::create_leave_event::v2::Request, _, _>(membership::send_leave_route);
+    t.ruma::<f::membership::prepare_knock_event::v1::Request, _, _>(membership::make_knock_route);
+    t.ruma::<f::membership::create_knock_event::v1::Request, _, _>(membership::send_knock_route);
 }

@@ -37,6 +37,35 @@ const INVITE_STATE: [&str; 6] = [
     "m.room.encryption",
 ];
 
+/// The room state an invite or a knock carries so the invitee or knocker can show the room:
+/// full PDUs (the spec since v1.16, MSC4311: Synapse reads the stripped fields of these and
+/// will require the create event as a PDU), with `member`'s member event when given (the
+/// inviter's).
+pub(super) async fn stripped_room_state(
+    conn: &diesel_async::AsyncPgConnection,
+    room_id: &RoomId,
+    member: Option<&UserId>,
+) -> Result<Vec<RawStrippedState>> {
+    let keys: Vec<(&str, &str)> = INVITE_STATE
+        .iter()
+        .map(|kind| (*kind, ""))
+        .chain(member.map(|member| ("m.room.member", member.as_str())))
+        .collect();
+    let state = store::get_current_state_events(conn, room_id.as_str(), &keys).await?;
+    state
+        .iter()
+        .map(|row| {
+            let mut pdu = row.pdu.clone();
+            if let Some(object) = pdu.as_object_mut() {
+                object.remove("unsigned");
+            }
+            serde_json::value::to_raw_value(&pdu)
+                .map(RawStrippedState::Pdu)
+                .map_err(Error::internal)
+        })
+        .collect()
+}
+
 /// An invite another server sends (`PUT /v2/invite`).
 pub struct IncomingInvite<'a> {
     /// The room of the path.
@@ -82,25 +111,8 @@ impl Federation {
             content["reason"] = json!(reason);
         }
         let template = member_template(&conn, &rules, room_id, sender, target, content).await?;
-        let keys: Vec<(&str, &str)> = INVITE_STATE
-            .iter()
-            .map(|kind| (*kind, ""))
-            .chain(std::iter::once(("m.room.member", sender.as_str())))
-            .collect();
-        let state = store::get_current_state_events(&conn, room_id.as_str(), &keys).await?;
+        let invite_room_state = stripped_room_state(&conn, room_id, Some(sender)).await?;
         drop(conn);
-        let invite_room_state: Vec<RawStrippedState> = state
-            .iter()
-            .map(|row| {
-                let mut pdu = row.pdu.clone();
-                if let Some(object) = pdu.as_object_mut() {
-                    object.remove("unsigned");
-                }
-                serde_json::value::to_raw_value(&pdu)
-                    .map(RawStrippedState::Pdu)
-                    .map_err(Error::internal)
-            })
-            .collect::<Result<_>>()?;
 
         let mut event: CanonicalJsonObject =
             serde_json::from_value(template).map_err(Error::internal)?;
@@ -240,7 +252,7 @@ impl Federation {
             .filter(|event| event.get("state_key").is_some() && event.get("type").is_some())
             .collect();
         rooms
-            .store_remote_invite(room_id, version, &pdu, &json, &state)
+            .store_out_of_band_membership(room_id, version, &pdu, &json, &state)
             .await?;
         Ok(json)
     }

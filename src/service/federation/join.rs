@@ -49,6 +49,30 @@ impl Federation {
         via: &[OwnedServerName],
         reason: Option<&str>,
     ) -> Result<OwnedRoomId> {
+        let (room_id, servers) = self.route(rooms, user_id, room, via).await?;
+        let Some(servers) = servers else {
+            let room = ruma::OwnedRoomOrAliasId::from(room_id);
+            return rooms.join(user_id, &room, reason).await;
+        };
+        self.through_each(&servers, &room_id, "join", async |server| {
+            self.join_through(rooms, server, user_id, &room_id, reason)
+                .await
+        })
+        .await?;
+        Ok(room_id)
+    }
+
+    /// Where a membership handshake for `user_id` with `room` goes: `None` for a room this
+    /// server is in (or with federation off: the change is made here), or the servers to try
+    /// in turn: the `via` servers the client named, those of the alias, the inviter's and the
+    /// server in the room ID (rooms before v12), never our own.
+    pub(super) async fn route(
+        &self,
+        rooms: &Rooms,
+        user_id: &UserId,
+        room: &RoomOrAliasId,
+        via: &[OwnedServerName],
+    ) -> Result<(OwnedRoomId, Option<Vec<OwnedServerName>>)> {
         let ours = &self.config.server_name;
         let (room_id, mut servers) = match <&RoomId>::try_from(room) {
             Ok(room_id) => (room_id.to_owned(), Vec::new()),
@@ -61,8 +85,7 @@ impl Federation {
             }
         };
         if !self.enabled() || rooms.is_resident(&room_id).await? {
-            let room = ruma::OwnedRoomOrAliasId::from(room_id);
-            return rooms.join(user_id, &room, reason).await;
+            return Ok((room_id, None));
         }
         servers.splice(0..0, via.iter().cloned());
         // Whoever invited us is in the room.
@@ -72,27 +95,42 @@ impl Federation {
         if let Some(server) = room_id.server_name() {
             servers.push(server.to_owned());
         }
+        Ok((room_id, Some(self.candidates(servers))))
+    }
+
+    /// `servers` without duplicates and without this server, in order.
+    pub(super) fn candidates(&self, mut servers: Vec<OwnedServerName>) -> Vec<OwnedServerName> {
         let mut seen = BTreeSet::new();
-        servers.retain(|server| server != ours && seen.insert(server.clone()));
+        servers.retain(|server| server != &self.config.server_name && seen.insert(server.clone()));
+        servers
+    }
+
+    /// Runs one handshake (`what`: "join", "knock", "leave") through each server in turn
+    /// until one succeeds; the last failure otherwise.
+    pub(super) async fn through_each(
+        &self,
+        servers: &[OwnedServerName],
+        room_id: &RoomId,
+        what: &str,
+        attempt: impl AsyncFn(&OwnedServerName) -> Result<()>,
+    ) -> Result<()> {
         if servers.is_empty() {
-            return Err(Error::not_found(
-                "This server is not in the room and knows no server to join it through",
-            ));
+            return Err(Error::not_found(format!(
+                "This server is not in the room and knows no server to {what} it through"
+            )));
         }
         let mut last_error = None;
-        for server in &servers {
-            match self
-                .join_through(rooms, server, user_id, &room_id, reason)
-                .await
-            {
-                Ok(()) => return Ok(room_id),
+        for server in servers {
+            match attempt(server).await {
+                Ok(()) => return Ok(()),
                 Err(problem) => {
-                    tracing::info!(%server, %room_id, %problem, "remote join failed");
+                    tracing::info!(%server, %room_id, %problem, "remote {what} failed");
                     last_error = Some(problem);
                 }
             }
         }
-        Err(last_error.unwrap_or_else(|| Error::not_found("No server could join the room")))
+        Err(last_error
+            .unwrap_or_else(|| Error::not_found(format!("No server could {what} the room"))))
     }
 
     /// One attempt at joining through `server`.
@@ -112,20 +150,10 @@ impl Federation {
             .send(server, request)
             .await
             .map_err(|e| client_error(e, "room (make_join)"))?;
-        let version = made
-            .room_version
-            .filter(|v| SUPPORTED_VERSIONS.contains(v))
-            .ok_or_else(|| {
-                Error::matrix(
-                    actix_web::http::StatusCode::BAD_REQUEST,
-                    "M_INCOMPATIBLE_ROOM_VERSION",
-                    "The room's version is not supported here",
-                )
-            })?;
-        let rules = version
-            .rules()
-            .ok_or_else(|| Error::internal("room version without rules"))?;
-        let (event_id, join) = self.sign_join(&made.event, &rules, user_id, room_id, reason)?;
+        let (version, rules) = supported(made.room_version)?;
+        let extra = member_content(rooms.own_member_profile(user_id).await?, reason);
+        let (event_id, join) =
+            self.sign_member(&made.event, &rules, user_id, room_id, "join", extra)?;
         let raw = serde_json::value::to_raw_value(&join).map_err(Error::internal)?;
         let answer = self
             .client
@@ -148,17 +176,20 @@ impl Federation {
         rooms.store_joined_room(room, join).await
     }
 
-    /// Our join event from a `make_join` template: checked to be what we asked for, filled in,
-    /// hashed and signed.
-    fn sign_join(
+    /// Our own member event with `membership` from a `make_join`, `make_knock` or
+    /// `make_leave` template: checked to be what we asked for, filled in (`extra` added to its
+    /// content), hashed and signed.
+    pub(super) fn sign_member(
         &self,
         template: &RawJsonValue,
         rules: &RoomVersionRules,
         user_id: &UserId,
         room_id: &RoomId,
-        reason: Option<&str>,
+        membership: &str,
+        extra: serde_json::Map<String, Value>,
     ) -> Result<(OwnedEventId, CanonicalJsonObject)> {
-        let bad = |what: &str| bad_gateway(format!("The make_join template is wrong: {what}"));
+        let bad =
+            |what: &str| bad_gateway(format!("The make_{membership} template is wrong: {what}"));
         let mut event: CanonicalJsonObject =
             serde_json::from_str(template.get()).map_err(|_| bad("not a JSON object"))?;
         let string = |event: &CanonicalJsonObject, key: &str| match event.get(key) {
@@ -170,21 +201,20 @@ impl Federation {
             || string(&event, "state_key").as_deref() != Some(user_id.as_str())
             || string(&event, "room_id").as_deref() != Some(room_id.as_str())
         {
-            return Err(bad("not our join in this room"));
+            return Err(bad("not our own member event in this room"));
         }
         let mut content = match event.remove("content") {
             Some(CanonicalJsonValue::Object(content)) => content,
             _ => CanonicalJsonObject::new(),
         };
-        if !matches!(content.get("membership"), Some(CanonicalJsonValue::String(m)) if m == "join")
+        if !matches!(content.get("membership"), Some(CanonicalJsonValue::String(m)) if m == membership)
         {
-            return Err(bad("not a join"));
+            return Err(bad("another membership"));
         }
-        if let Some(reason) = reason {
-            content.insert(
-                "reason".into(),
-                CanonicalJsonValue::String(reason.to_owned()),
-            );
+        for (field, value) in extra {
+            if let Ok(value) = CanonicalJsonValue::try_from(value) {
+                content.insert(field, value);
+            }
         }
         event.insert("content".into(), CanonicalJsonValue::Object(content));
         for key in ["signatures", "hashes", "unsigned", "event_id"] {
@@ -373,8 +403,40 @@ impl Federation {
     }
 }
 
+/// What our member event adds to a template's content: the user's profile (a join or knock
+/// shows their name and avatar, as a local one does) and the client's reason.
+pub(super) fn member_content(
+    mut fields: serde_json::Map<String, Value>,
+    reason: Option<&str>,
+) -> serde_json::Map<String, Value> {
+    if let Some(reason) = reason {
+        fields.insert("reason".into(), Value::from(reason));
+    }
+    fields
+}
+
+/// The room version a resident's template names, with its rules: one we support, or 400
+/// `M_INCOMPATIBLE_ROOM_VERSION`.
+pub(super) fn supported(
+    version: Option<RoomVersionId>,
+) -> Result<(RoomVersionId, RoomVersionRules)> {
+    let version = version
+        .filter(|v| SUPPORTED_VERSIONS.contains(v))
+        .ok_or_else(|| {
+            Error::matrix(
+                actix_web::http::StatusCode::BAD_REQUEST,
+                "M_INCOMPATIBLE_ROOM_VERSION",
+                "The room's version is not supported here",
+            )
+        })?;
+    let rules = version
+        .rules()
+        .ok_or_else(|| Error::internal("room version without rules"))?;
+    Ok((version, rules))
+}
+
 /// 502: the other server's answer is unusable.
-fn bad_gateway(message: impl Into<String>) -> Error {
+pub(super) fn bad_gateway(message: impl Into<String>) -> Error {
     Error::matrix(
         actix_web::http::StatusCode::BAD_GATEWAY,
         "M_UNKNOWN",

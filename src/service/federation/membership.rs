@@ -3,17 +3,20 @@
 //! current extremities and state) and `send_join` (the joining server's signed event goes
 //! through every check, [`Rooms::receive_pdu`], and the answer is the room's state before it
 //! with its auth chain, whole: `members_omitted` stays false even when Synapse asks for a
-//! partial state, which the spec allows).
+//! partial state, which the spec allows). `make_knock` and `send_knock` are the same
+//! handshake for a knock, answered with the room state a knocker sees; `make_leave` and
+//! `send_leave` for a leave.
 
 use actix_web::http::StatusCode;
 use ruma::{
-    canonical_json::CanonicalJsonObject, events::StateEventType,
-    room_version_rules::RoomVersionRules, state_res::check_state_dependent_auth_rules, EventId,
-    OwnedEventId, RoomId, RoomVersionId, ServerName, UserId,
+    api::federation::membership::RawStrippedState, canonical_json::CanonicalJsonObject,
+    events::StateEventType, room_version_rules::RoomVersionRules,
+    state_res::check_state_dependent_auth_rules, EventId, OwnedEventId, RoomId, RoomVersionId,
+    ServerName, UserId,
 };
 use serde_json::{json, value::RawValue as RawJsonValue, Value};
 
-use super::{pdus::Dropped, room_access::acl_allows, Federation};
+use super::{invite::stripped_room_state, pdus::Dropped, room_access::acl_allows, Federation};
 use crate::{
     error::{Error, Result},
     service::rooms::{
@@ -128,21 +131,64 @@ impl Federation {
         user_id: &UserId,
         versions: &[RoomVersionId],
     ) -> Result<(RoomVersionId, Value)> {
+        self.make_member(origin, room_id, user_id, Some(versions), "join")
+            .await
+    }
+
+    /// `make_knock`: a knock template, in a room whose version and join rule (`knock` or
+    /// `knock_restricted`) allow knocking, for a server that supports one of `versions`.
+    pub async fn make_knock(
+        &self,
+        origin: &ServerName,
+        room_id: &RoomId,
+        user_id: &UserId,
+        versions: &[RoomVersionId],
+    ) -> Result<(RoomVersionId, Value)> {
+        self.make_member(origin, room_id, user_id, Some(versions), "knock")
+            .await
+    }
+
+    /// A template of `user_id`'s own member event with `membership`: the user must be of
+    /// `origin`, the room ours and open to `origin`, its version among `versions` (when the
+    /// handshake names them), and the auth rules must allow the event now.
+    async fn make_member(
+        &self,
+        origin: &ServerName,
+        room_id: &RoomId,
+        user_id: &UserId,
+        versions: Option<&[RoomVersionId]>,
+        membership: &str,
+    ) -> Result<(RoomVersionId, Value)> {
         if user_id.server_name() != origin {
             return Err(Error::forbidden("The user is not on the requesting server"));
         }
         let conn = self.db.conn().await?;
         let room = self.resident_room(&conn, origin, room_id).await?;
-        if !versions.contains(&room.version) {
+        if versions.is_some_and(|versions| !versions.contains(&room.version)) {
             return Err(Error::matrix(
                 StatusCode::BAD_REQUEST,
                 "M_INCOMPATIBLE_ROOM_VERSION",
                 format!(
-                    "The room is of version {}, which the joining server does not support",
+                    "The room is of version {}, which the requesting server does not support",
                     room.version
                 ),
             )
             .with("room_version", room.version.as_str()));
+        }
+        if membership == "knock" {
+            // Said plainly rather than left to the auth rules' wording.
+            let rule =
+                store::get_current_state_event(&conn, room_id.as_str(), "m.room.join_rules", "")
+                    .await?
+                    .and_then(|row| row.pdu["content"]["join_rule"].as_str().map(str::to_owned));
+            let knockable = match rule.as_deref() {
+                Some("knock") => room.rules.authorization.knocking,
+                Some("knock_restricted") => room.rules.authorization.knock_restricted_join_rule,
+                _ => false,
+            };
+            if !knockable {
+                return Err(Error::forbidden("This room does not take knocks"));
+            }
         }
         let template = member_template(
             &conn,
@@ -150,7 +196,7 @@ impl Federation {
             room_id,
             user_id,
             user_id,
-            json!({ "membership": "join" }),
+            json!({ "membership": membership }),
         )
         .await
         .map_err(|e| match e {
@@ -158,7 +204,7 @@ impl Federation {
                 errcode: "M_FORBIDDEN",
                 message,
                 ..
-            } => Error::forbidden(format!("You may not join this room: {message}")),
+            } => Error::forbidden(format!("You may not {membership} here: {message}")),
             other => other,
         })?;
         Ok((room.version, template))
@@ -180,6 +226,22 @@ impl Federation {
         self.get_state_for_server(origin, room_id, &event_id).await
     }
 
+    /// `send_knock`: takes the knocking server's signed knock event and answers the room's
+    /// state a knocker sees (the same as an invite carries).
+    pub async fn send_knock(
+        &self,
+        rooms: &Rooms,
+        origin: &ServerName,
+        room_id: &RoomId,
+        event_id: &EventId,
+        pdu: &RawJsonValue,
+    ) -> Result<Vec<RawStrippedState>> {
+        self.take_member_event(rooms, origin, room_id, event_id, pdu, "knock")
+            .await?;
+        let conn = self.db.conn().await?;
+        stripped_room_state(&conn, room_id, None).await
+    }
+
     /// `make_leave`: a leave template for `user_id` (of `origin`), who is in the room, invited
     /// to it or knocking on it.
     pub async fn make_leave(
@@ -188,21 +250,8 @@ impl Federation {
         room_id: &RoomId,
         user_id: &UserId,
     ) -> Result<(RoomVersionId, Value)> {
-        if user_id.server_name() != origin {
-            return Err(Error::forbidden("The user is not on the requesting server"));
-        }
-        let conn = self.db.conn().await?;
-        let room = self.resident_room(&conn, origin, room_id).await?;
-        let template = member_template(
-            &conn,
-            &room.rules,
-            room_id,
-            user_id,
-            user_id,
-            json!({ "membership": "leave" }),
-        )
-        .await?;
-        Ok((room.version, template))
+        self.make_member(origin, room_id, user_id, None, "leave")
+            .await
     }
 
     /// `send_leave` (v2): takes the leaving server's signed leave event (a rejected invite, a

@@ -6,6 +6,7 @@ pub mod client;
 pub mod fetch;
 pub mod invite;
 pub mod join;
+pub mod knock;
 pub mod membership;
 pub mod pdu_queue;
 pub mod pdus;

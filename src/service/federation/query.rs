@@ -63,6 +63,7 @@ fn known_errcode(errcode: &str) -> &'static str {
         "M_NOT_JSON",
         "M_UNRECOGNIZED",
         "M_TOO_LARGE",
+        "M_INCOMPATIBLE_ROOM_VERSION",
     ];
     KNOWN
         .iter()

@@ -54,6 +54,13 @@ impl Rooms {
             .collect())
     }
 
+    /// What a local user's join or knock through another server shows of them: their display
+    /// name and avatar.
+    pub async fn own_member_profile(&self, user_id: &UserId) -> Result<Map<String, Value>> {
+        let conn = self.db.conn().await?;
+        self.member_profile(&conn, user_id).await
+    }
+
     /// Resolves a room ID or a local alias to a room ID.
     pub async fn resolve_room(&self, room: &RoomOrAliasId) -> Result<OwnedRoomId> {
         match <&RoomId>::try_from(room) {
@@ -304,16 +311,20 @@ impl Rooms {
             return Err(Error::forbidden("You are not in this room"));
         }
         drop(conn);
-        // An invite from another server to a room this server is not in is rejected on the
-        // invite itself: there is no room here to write into.
-        if let Some(("invite", invite_id)) = current.as_ref().map(|(m, id)| (m.as_str(), id)) {
-            let remote_inviter = self
-                .inviter(room_id, user_id)
-                .await?
-                .is_some_and(|inviter| inviter.server_name() != self.config.server_name);
-            if remote_inviter && !self.is_resident(room_id).await? {
+        // An invite from another server, or a knock, on a room this server is not in is ended
+        // on the invite or knock itself: there is no room here to write into.
+        if let Some((membership, event_id)) = current.as_ref().map(|(m, id)| (m.as_str(), id)) {
+            let out_of_band = match membership {
+                "invite" => self
+                    .inviter(room_id, user_id)
+                    .await?
+                    .is_some_and(|inviter| inviter.server_name() != self.config.server_name),
+                "knock" => true,
+                _ => false,
+            };
+            if out_of_band && !self.is_resident(room_id).await? {
                 return self
-                    .reject_remote_invite(user_id, room_id, invite_id, reason)
+                    .reject_remote_invite(user_id, room_id, event_id, reason)
                     .await;
             }
         }

@@ -3,7 +3,7 @@
 //! room's timeline here with the state it joined as its state before.
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use ruma::{OwnedRoomId, OwnedUserId, RoomId, RoomVersionId, UserId};
+use ruma::{OwnedRoomId, OwnedServerName, OwnedUserId, RoomId, RoomVersionId, UserId};
 use serde_json::Value;
 
 use super::{pdu::Pdu, writer::lock_room, Rooms};
@@ -100,9 +100,9 @@ async fn store_in(
 ) -> Result<()> {
     let room_id = room.room_id.as_str();
     if let Some(user) = join.state_key.as_deref() {
-        // An invite that came out of band stops being the room's latest served event here:
-        // the state the join brought is what the room's history starts from.
-        dag::demote_invites(conn, room_id, user).await?;
+        // An invite or knock that came out of band stops being the room's latest served event
+        // here: the state the join brought is what the room's history starts from.
+        dag::demote_invites_and_knocks(conn, room_id, user).await?;
     }
     insert_outliers(conn, room_id, &room.events).await?;
     let entries: Vec<(&str, &str, &str)> = room
@@ -216,10 +216,11 @@ async fn store_in(
 }
 
 impl Rooms {
-    /// Stores an invite of one of our users from another server, with the room state it came
-    /// with (for display: the invite shows the room's name and avatar), so the invitee's
-    /// `/sync` reports it. In a room we are in, the invite also comes as an ordinary event.
-    pub async fn store_remote_invite(
+    /// Stores an invite of one of our users from another server, or one of our users' knock
+    /// on a room of another server, with the room state it came with (for display: the
+    /// invite or knock shows the room's name and avatar), so the user's `/sync` reports it.
+    /// In a room we are in, the invite also comes as an ordinary event.
+    pub async fn store_out_of_band_membership(
         &self,
         room_id: &RoomId,
         version: &RoomVersionId,
@@ -298,11 +299,15 @@ impl Rooms {
                 streams::next_position(conn, streams::EVENTS),
                 store::insert_event(conn, &new_event, None),
             )?;
+            let membership = match content.get("membership").and_then(Value::as_str) {
+                Some(membership @ ("invite" | "knock")) => membership,
+                _ => return Err(Error::internal("neither an invite nor a knock")),
+            };
             store::set_membership(
                 conn,
                 room,
                 invitee,
-                "invite",
+                membership,
                 content.get("displayname").and_then(Value::as_str),
                 invite_id,
             )
@@ -311,6 +316,47 @@ impl Rooms {
             Ok(())
         })
         .await
+    }
+
+    /// `user_id`'s knock (its event ID), when their current membership in a room this server
+    /// is not in is a knock.
+    pub async fn out_of_band_knock(
+        &self,
+        room_id: &RoomId,
+        user_id: &UserId,
+    ) -> Result<Option<String>> {
+        let conn = self.db.conn().await?;
+        let knock = match store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await? {
+            Some((membership, event_id)) if membership == "knock" => event_id,
+            _ => return Ok(None),
+        };
+        drop(conn);
+        Ok((!self.is_resident(room_id).await?).then_some(knock))
+    }
+
+    /// The servers whose users sent the room state an invite or knock of ours came with, as
+    /// far as this server (not in the room) knows the room's servers; ours left out.
+    pub async fn servers_in_room_state_of(&self, event_id: &str) -> Result<Vec<OwnedServerName>> {
+        let conn = self.db.conn().await?;
+        let Some(group) = store::get_state_event(&conn, event_id)
+            .await?
+            .and_then(|row| row.state_group)
+        else {
+            return Ok(Vec::new());
+        };
+        let ids: Vec<String> = state_store::get_state_ids(&conn, group)
+            .await?
+            .into_values()
+            .collect();
+        let mut servers: Vec<OwnedServerName> = store::get_state_events(&conn, &ids)
+            .await?
+            .into_iter()
+            .filter_map(|row| Some(UserId::parse(row.sender).ok()?.server_name().to_owned()))
+            .filter(|server| server != &self.config.server_name)
+            .collect();
+        servers.sort();
+        servers.dedup();
+        Ok(servers)
     }
 
     /// Who invited `user_id` to a room, when their current membership is an invite.
@@ -331,8 +377,9 @@ impl Rooms {
 }
 
 impl Rooms {
-    /// Rejects an invite to a room this server is not in: our leave, built on the invite and
-    /// the room state it came with, signed here and stored in place of the invite. The
+    /// Rejects an invite to a room this server is not in (or withdraws a knock no server of the
+    /// room took the withdrawal of): our leave, built on the invite and the room state it came
+    /// with, signed here and stored in place of the invite. The
     /// federation sender then sends it to the servers that invite state shows joined (the
     /// inviter's), which take it like any event: a leave of an invited user is theirs to make.
     pub(super) async fn reject_remote_invite(
@@ -396,37 +443,78 @@ impl Rooms {
                 &self.config.server_name,
                 &self.keys.key_pair,
             )?;
-            let event = event_id.as_str();
-            let parent = state_store::get_chain_length(conn, group).await?;
-            let after = state_store::insert_state_group(
-                conn,
-                room,
-                Some((group, parent)),
-                &[("m.room.member", user_id.as_str(), event)],
-            )
-            .await?;
-            let new_event = store::NewEvent {
-                event_id: event,
-                room_id: room,
-                depth: template.depth,
-                sender: user_id.as_str(),
-                event_type: "m.room.member",
-                state_key: Some(user_id.as_str()),
-                origin_server_ts: template.origin_server_ts,
-                pdu: &json,
-                state_group: after,
-            };
-            let prev_ids = [invite_id];
-            let auth_ids: Vec<&str> = auth_events.iter().map(|id| id.as_str()).collect();
-            tokio::try_join!(
-                streams::next_position(conn, streams::EVENTS),
-                store::insert_event(conn, &new_event, None),
-                dag::insert_edges(conn, event, room, &prev_ids, &auth_ids),
-            )?;
-            store::set_membership(conn, room, user_id.as_str(), "leave", None, event).await?;
-            store::notify(conn, notifier::USER_CHANNEL, user_id.as_str()).await?;
-            Ok(())
+            let pdu = Pdu::from_json(event_id.as_str(), &json)?;
+            store_leave_in_place(conn, room_id, user_id, group, &pdu, &json).await
         })
         .await
     }
+}
+
+impl Rooms {
+    /// Stores our leave `(pdu, json)`, which the room's resident server has taken, in place of
+    /// our invite or knock `replaced` in a room this server is not in.
+    pub async fn store_remote_leave(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+        replaced: &str,
+        pdu: &Pdu,
+        json: &Value,
+    ) -> Result<()> {
+        let _room_lock = self.locks.lock(room_id).await;
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let conn = &*conn;
+            lock_room(conn, room_id).await?;
+            let group = store::get_state_event(conn, replaced)
+                .await?
+                .and_then(|row| row.state_group)
+                .ok_or_else(|| Error::forbidden("You are not in this room"))?;
+            store_leave_in_place(conn, room_id, user_id, group, pdu, json).await
+        })
+        .await
+    }
+}
+
+/// Stores our leave on the state (group `group`) of the invite or knock it ends, in a room
+/// this server is not in, and tells the user's `/sync`.
+async fn store_leave_in_place(
+    conn: &AsyncPgConnection,
+    room_id: &RoomId,
+    user_id: &UserId,
+    group: i64,
+    pdu: &Pdu,
+    json: &Value,
+) -> Result<()> {
+    let room = room_id.as_str();
+    let event = pdu.event_id.as_str();
+    let parent = state_store::get_chain_length(conn, group).await?;
+    let after = state_store::insert_state_group(
+        conn,
+        room,
+        Some((group, parent)),
+        &[("m.room.member", user_id.as_str(), event)],
+    )
+    .await?;
+    let new_event = store::NewEvent {
+        event_id: event,
+        room_id: room,
+        depth: pdu.depth,
+        sender: user_id.as_str(),
+        event_type: "m.room.member",
+        state_key: Some(user_id.as_str()),
+        origin_server_ts: i64::from(pdu.origin_server_ts.get()),
+        pdu: json,
+        state_group: after,
+    };
+    let prev_ids: Vec<&str> = pdu.prev_events.iter().map(|id| id.as_str()).collect();
+    let auth_ids: Vec<&str> = pdu.auth_events.iter().map(|id| id.as_str()).collect();
+    tokio::try_join!(
+        streams::next_position(conn, streams::EVENTS),
+        store::insert_event(conn, &new_event, None),
+        dag::insert_edges(conn, event, room, &prev_ids, &auth_ids),
+    )?;
+    store::set_membership(conn, room, user_id.as_str(), "leave", None, event).await?;
+    store::notify(conn, notifier::USER_CHANNEL, user_id.as_str()).await?;
+    Ok(())
 }
