@@ -13,6 +13,7 @@ mod event_dag;
 mod federation;
 mod federation_auth;
 mod federation_e2ee;
+mod federation_edus;
 mod federation_pdu_sending;
 mod federation_pdus;
 mod federation_queries;

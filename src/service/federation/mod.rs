@@ -2,6 +2,7 @@
 //! server keys, and authentication of requests from other servers.
 
 pub mod client;
+pub mod edus;
 pub mod invite;
 pub mod join;
 pub mod membership;
