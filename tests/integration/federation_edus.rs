@@ -321,7 +321,7 @@ async fn typing_and_receipts_of_a_server_the_acl_denies_are_dropped() {
         .into_iter()
         .map(|(user, _)| user)
         .collect();
-    assert_eq!(read, [carol.clone()], "{sync}");
+    assert_eq!(read, std::slice::from_ref(&carol), "{sync}");
 
     // Denied by the ACL: Dave's typing and receipt are dropped.
     alice
