@@ -400,3 +400,94 @@ async fn only_public_receipts_leave_the_server() {
         "{edus:?}"
     );
 }
+
+/// A local user's new device keys and cross-signing keys go to a server sharing a room with
+/// them as `m.device_list_update` (chained by `prev_id`) and `m.signing_key_update` (never
+/// the user-signing key).
+#[tokio::test]
+async fn device_and_signing_key_updates_reach_servers_sharing_a_room() {
+    let server = crate::support::federation::federated_server().await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    join_remote(&server, &room, &fake.user_id("carol")).await;
+    let cross = crate::e2ee::set_up_cross_signing(&alice).await;
+
+    let edus = || {
+        fake.send_attempts()
+            .iter()
+            .filter(|attempt| attempt.delivered())
+            .flat_map(|attempt| attempt.body["edus"].as_array().cloned().unwrap_or_default())
+            .collect::<Vec<Value>>()
+    };
+    wait_until("the fake server got the signing keys", CROSSING, || async {
+        edus()
+            .iter()
+            .any(|edu| edu["edu_type"] == "m.signing_key_update")
+    })
+    .await;
+    let edus = edus();
+    let device: Vec<&Value> = edus
+        .iter()
+        .filter(|e| e["edu_type"] == "m.device_list_update")
+        .map(|e| &e["content"])
+        .collect();
+    assert_eq!(device.len(), 1, "{edus:?}");
+    assert_eq!(device[0]["user_id"], alice.user_id.as_str());
+    assert_eq!(device[0]["device_id"], alice.device_id.as_str());
+    assert_eq!(device[0]["deleted"], false);
+    assert!(device[0]["stream_id"].is_i64(), "{edus:?}");
+    assert_eq!(
+        device[0]["keys"]["keys"][cross.device.key_id()],
+        cross.device.public.as_str()
+    );
+    let signing = edus
+        .iter()
+        .find(|e| e["edu_type"] == "m.signing_key_update")
+        .unwrap();
+    assert_eq!(signing["content"]["user_id"], alice.user_id.as_str());
+    assert_eq!(
+        signing["content"]["master_key"]["keys"][cross.master.key_id()],
+        cross.master.public.as_str()
+    );
+    assert!(
+        signing["content"]["self_signing_key"].is_object(),
+        "{signing}"
+    );
+    assert!(
+        signing["content"].get("user_signing_key").is_none(),
+        "{signing}"
+    );
+
+    // Deleting the device is a later update, chained to the user's previous change (the
+    // cross-signing upload is one too: a receiver that missed it resyncs).
+    let first_stream = device[0]["stream_id"].as_i64().unwrap();
+    alice
+        .post("/_matrix/client/v3/logout", json!({}))
+        .await
+        .ok();
+    wait_until("the fake server got the deletion", CROSSING, || async {
+        fake.send_attempts().iter().any(|attempt| {
+            attempt.body["edus"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["edu_type"] == "m.device_list_update" && e["content"]["deleted"] == true)
+        })
+    })
+    .await;
+    let deleted: Vec<Value> = fake
+        .send_attempts()
+        .iter()
+        .flat_map(|attempt| attempt.body["edus"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["edu_type"] == "m.device_list_update" && e["content"]["deleted"] == true)
+        .collect();
+    let content = &deleted[0]["content"];
+    let prev = content["prev_id"].as_array().unwrap();
+    assert!(
+        prev.len() == 1 && prev[0].as_i64().unwrap() >= first_stream,
+        "{content}"
+    );
+    assert!(content["stream_id"].as_i64().unwrap() > first_stream);
+    assert!(content.get("keys").is_none(), "{content}");
+}

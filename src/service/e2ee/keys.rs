@@ -351,6 +351,14 @@ impl Keys {
                 }
             }
             device_list_changed(conn, user).await?;
+            self.sender
+                .queue_signing_key_update(
+                    conn,
+                    user_id,
+                    keys.master.as_ref(),
+                    keys.self_signing.as_ref(),
+                )
+                .await?;
             Ok(())
         })
         .await

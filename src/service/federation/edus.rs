@@ -31,6 +31,8 @@ pub const RECEIPT: &str = "m.receipt";
 pub const PRESENCE: &str = "m.presence";
 /// A user's device changed.
 pub const DEVICE_LIST_UPDATE: &str = "m.device_list_update";
+/// A user's cross-signing keys changed.
+pub const SIGNING_KEY_UPDATE: &str = "m.signing_key_update";
 
 /// The servers of `users`, other than `ours`.
 fn servers_of(users: &[String], ours: &OwnedServerName) -> BTreeSet<OwnedServerName> {
@@ -168,6 +170,31 @@ impl Sender {
             content["device_display_name"] = Value::from(name);
         }
         self.queue_for_sharers(conn, user, DEVICE_LIST_UPDATE, &content)
+            .await
+    }
+}
+
+impl Sender {
+    /// `m.signing_key_update` for a local user's new master and/or self-signing key (the
+    /// user-signing key never leaves the server); nothing when neither changed.
+    pub async fn queue_signing_key_update(
+        &self,
+        conn: &AsyncPgConnection,
+        user: &UserId,
+        master_key: Option<&Value>,
+        self_signing_key: Option<&Value>,
+    ) -> Result<()> {
+        if !self.speaks_for(user) || (master_key.is_none() && self_signing_key.is_none()) {
+            return Ok(());
+        }
+        let mut content = json!({ "user_id": user });
+        if let Some(key) = master_key {
+            content["master_key"] = key.clone();
+        }
+        if let Some(key) = self_signing_key {
+            content["self_signing_key"] = key.clone();
+        }
+        self.queue_for_sharers(conn, user, SIGNING_KEY_UPDATE, &content)
             .await
     }
 }

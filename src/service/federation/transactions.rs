@@ -28,7 +28,7 @@ use ruma::{
 use serde_json::{json, value::RawValue as RawJsonValue, Map, Value};
 
 use super::{
-    edus::{self, DEVICE_LIST_UPDATE},
+    edus::{self, DEVICE_LIST_UPDATE, SIGNING_KEY_UPDATE},
     room_access::acl_allows,
     Federation,
 };
@@ -63,8 +63,6 @@ pub const REMOTE_TYPING_TIMEOUT: std::time::Duration = std::time::Duration::from
 const MAX_RECEIPT_EVENTS: usize = 10;
 /// Presence states another server may send.
 const PRESENCE_STATES: [&str; 3] = ["online", "unavailable", "offline"];
-/// A remote user's cross-signing keys changed.
-const SIGNING_KEY_UPDATE: &str = "m.signing_key_update";
 
 /// A transaction as received (the parts the Server-Server API defines).
 pub struct Transaction<'a> {
