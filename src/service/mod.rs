@@ -83,7 +83,6 @@ impl Services {
         let outbound = Arc::new(outbound::Outbound::new(config.outbound.clone()));
         let push_sender =
             push_sender::PushSender::new(db.clone(), outbound.clone(), notifier.push_wake.clone());
-        let presence = presence::Presence::new(db.clone(), config.presence_enabled);
         let rate_limit = Arc::new(rate_limit::RateLimiter::new(&config));
         let federation = Arc::new(federation::Federation::new(
             db.clone(),
@@ -92,22 +91,41 @@ impl Services {
             notifier.federation_wake.clone(),
         )?);
         let federation_sender = federation.sender.clone();
+        let presence = presence::Presence::new(
+            db.clone(),
+            config.presence_enabled,
+            federation_sender.clone(),
+        );
         let federation_client = federation.client.clone();
         let media_fetcher = federation.client.clone();
         Ok(Arc::new(Services {
             federation,
             sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
             notifier,
-            rooms: rooms::Rooms::new(db.clone(), config.clone(), keys.clone()),
+            rooms: rooms::Rooms::new(
+                db.clone(),
+                config.clone(),
+                keys.clone(),
+                federation_sender.clone(),
+            ),
             keys,
-            users: users::Users::new(db.clone(), config.clone(), sessions.clone()),
+            users: users::Users::new(
+                db.clone(),
+                config.clone(),
+                sessions.clone(),
+                federation_sender.clone(),
+            ),
             uia: uia::Uia::new(db.clone(), config.clone(), rate_limit.clone()),
             rate_limit,
             account_data: account_data::AccountData::new(db.clone()),
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),
             pushers: pushers::Pushers::new(db.clone(), outbound.clone()),
-            e2ee_keys: e2ee::keys::Keys::new(db.clone(), federation_client),
+            e2ee_keys: e2ee::keys::Keys::new(
+                db.clone(),
+                federation_client,
+                federation_sender.clone(),
+            ),
             to_device: e2ee::to_device::ToDevice::new(
                 db.clone(),
                 config.server_name.clone(),

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::{
     error::{Error, Result},
-    service::notifier::SHARERS_CHANNEL,
+    service::{federation::sender::Sender, notifier::SHARERS_CHANNEL},
     storage::{
         now_ms,
         presence::{self as store, PresenceRow},
@@ -33,12 +33,14 @@ const TOUCH_INTERVAL_MS: i64 = 10_000;
 /// How often silent users are looked for.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// Longest status message.
-const MAX_STATUS_MSG: usize = 1024;
+pub const MAX_STATUS_MSG: usize = 1024;
 
 /// The presence service.
 pub struct Presence {
     db: Db,
     enabled: bool,
+    /// Queues our users' presence for the servers sharing a room with them.
+    federation: Arc<Sender>,
     /// When this process last wrote each syncing user's `last_seen_ts`.
     touched: Mutex<LruCache<String, i64>>,
 }
@@ -71,10 +73,11 @@ fn content(row: &PresenceRow, now: i64) -> Value {
 
 impl Presence {
     /// Creates the service (`enabled: false` accepts updates and shares nothing).
-    pub fn new(db: Db, enabled: bool) -> Arc<Self> {
+    pub fn new(db: Db, enabled: bool, federation: Arc<Sender>) -> Arc<Self> {
         Arc::new(Presence {
             db,
             enabled,
+            federation,
             touched: Mutex::new(LruCache::new(NonZeroUsize::new(100_000).expect("non-zero"))),
         })
     }
@@ -82,6 +85,21 @@ impl Presence {
     /// Whether presence is on.
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// A user's presence just changed (inside the change's transaction): wakes those sharing
+    /// a room with them and, for our users, tells the servers sharing a room with them.
+    async fn announce(&self, conn: &AsyncPgConnection, user_id: &str) -> Result<()> {
+        notify(conn, SHARERS_CHANNEL, user_id).await?;
+        let (Ok(user), Some(row)) = (
+            UserId::parse(user_id),
+            store::get_presence(conn, user_id).await?,
+        ) else {
+            return Ok(());
+        };
+        self.federation
+            .queue_presence(conn, &user, &content(&row, now_ms()))
+            .await
     }
 
     /// `PUT /presence/{userId}/status`.
@@ -105,7 +123,7 @@ impl Presence {
         conn.transaction::<_, Error, _>(async |conn| {
             store::lock_presence(conn, user_id.as_str()).await?;
             store::set_presence(conn, user_id.as_str(), state, status_msg, now, now).await?;
-            notify(conn, SHARERS_CHANNEL, user_id.as_str()).await?;
+            self.announce(conn, user_id.as_str()).await?;
             Ok(())
         })
         .await
@@ -158,7 +176,7 @@ impl Presence {
                 row => {
                     let status = row.as_ref().and_then(|r| r.status_msg.as_deref());
                     store::set_presence(conn, user_id.as_str(), state, status, now, now).await?;
-                    notify(conn, SHARERS_CHANNEL, user_id.as_str()).await?;
+                    self.announce(conn, user_id.as_str()).await?;
                 }
             }
             Ok(())
@@ -228,7 +246,7 @@ impl Presence {
                     row.last_seen_ts,
                 )
                 .await?;
-                notify(conn, SHARERS_CHANNEL, &user).await?;
+                self.announce(conn, &user).await?;
                 Ok(())
             })
             .await?;

@@ -8,7 +8,8 @@ use ruma::{OwnedDeviceId, OwnedUserId, UserId};
 use serde_json::Value;
 
 use super::{
-    e2ee::device_list_changed,
+    e2ee::local_devices_changed,
+    federation::sender::Sender,
     passwords,
     sessions::{IssuedTokens, Sessions},
     uia::{Completed, Uia},
@@ -52,6 +53,8 @@ pub struct Users {
     db: Db,
     config: Arc<Config>,
     sessions: Arc<Sessions>,
+    /// Tells the servers sharing a room with a user that their devices changed.
+    federation: Arc<Sender>,
 }
 
 /// Generates a device ID like `ABCDEFGHIJ`.
@@ -67,11 +70,17 @@ fn generate_device_id() -> OwnedDeviceId {
 
 impl Users {
     /// Creates the service.
-    pub fn new(db: Db, config: Arc<Config>, sessions: Arc<Sessions>) -> Self {
+    pub fn new(
+        db: Db,
+        config: Arc<Config>,
+        sessions: Arc<Sessions>,
+        federation: Arc<Sender>,
+    ) -> Self {
         Users {
             db,
             config,
             sessions,
+            federation,
         }
     }
 
@@ -335,7 +344,7 @@ impl Users {
                         .collect();
                     let mut revoked =
                         devices::delete_devices(conn, user_id.as_str(), &others).await?;
-                    device_list_changed(conn, user_id.as_str()).await?;
+                    local_devices_changed(conn, &self.federation, user_id, &others).await?;
                     revoked.extend(
                         devices::delete_user_tokens(conn, user_id.as_str(), keep_device).await?,
                     );
@@ -365,7 +374,7 @@ impl Users {
                 users::delete_profile_fields(conn, user_id.as_str(), None).await?;
                 let all = devices::get_device_ids(conn, user_id.as_str()).await?;
                 let revoked = devices::delete_devices(conn, user_id.as_str(), &all).await?;
-                device_list_changed(conn, user_id.as_str()).await?;
+                local_devices_changed(conn, &self.federation, user_id, &all).await?;
                 Ok(revoked)
             })
             .await?;
@@ -477,7 +486,7 @@ impl Users {
             .transaction::<_, Error, _>(async |conn| {
                 uia.0.finish(conn, uia.1).await?;
                 let revoked = devices::delete_devices(conn, user_id.as_str(), device_ids).await?;
-                device_list_changed(conn, user_id.as_str()).await?;
+                local_devices_changed(conn, &self.federation, user_id, device_ids).await?;
                 Ok(revoked)
             })
             .await?;
@@ -492,7 +501,7 @@ impl Users {
             .transaction::<_, Error, _>(async |conn| {
                 let all = devices::get_device_ids(conn, user_id.as_str()).await?;
                 let revoked = devices::delete_devices(conn, user_id.as_str(), &all).await?;
-                device_list_changed(conn, user_id.as_str()).await?;
+                local_devices_changed(conn, &self.federation, user_id, &all).await?;
                 Ok(revoked)
             })
             .await?;
@@ -505,10 +514,9 @@ impl Users {
         let mut conn = self.db.conn().await?;
         let revoked = conn
             .transaction::<_, Error, _>(async |conn| {
-                let revoked =
-                    devices::delete_devices(conn, user_id.as_str(), &[device_id.to_owned()])
-                        .await?;
-                device_list_changed(conn, user_id.as_str()).await?;
+                let gone = [device_id.to_owned()];
+                let revoked = devices::delete_devices(conn, user_id.as_str(), &gone).await?;
+                local_devices_changed(conn, &self.federation, user_id, &gone).await?;
                 Ok(revoked)
             })
             .await?;

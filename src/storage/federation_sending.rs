@@ -139,6 +139,25 @@ pub async fn get_unsent_edus(
         .await
 }
 
+/// Forgets EDUs of one type queued for `destination` before `before` and not yet in a
+/// transaction: news too old to matter (typing after its receiver's timeout).
+pub async fn delete_unsent_edus_before(
+    mut conn: &AsyncPgConnection,
+    destination: &str,
+    edu_type: &str,
+    before: i64,
+) -> QueryResult<usize> {
+    diesel::delete(
+        federation_outbox::table
+            .filter(federation_outbox::destination.eq(destination))
+            .filter(federation_outbox::txn_id.is_null())
+            .filter(federation_outbox::edu_type.eq(edu_type))
+            .filter(federation_outbox::created_ts.lt(before)),
+    )
+    .execute(&mut conn)
+    .await
+}
+
 /// The oldest PDUs queued for `destination` not yet in a transaction, in stream order.
 pub async fn get_unsent_pdus(
     mut conn: &AsyncPgConnection,

@@ -6,7 +6,10 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::{schema::presence, streams};
+use super::{
+    schema::{presence, users},
+    streams,
+};
 
 /// A user's presence.
 #[derive(Debug, Clone, Queryable, Selectable, QueryableByName)]
@@ -99,7 +102,8 @@ pub async fn touch_presence(
         .map(drop)
 }
 
-/// Users not offline whose last sign of life is older than `before`.
+/// Our users (not other servers', whose servers tell us when they go offline) not offline
+/// whose last sign of life is older than `before`.
 pub async fn get_silent_users(
     mut conn: &AsyncPgConnection,
     before: i64,
@@ -107,6 +111,7 @@ pub async fn get_silent_users(
     presence::table
         .filter(presence::state.ne("offline"))
         .filter(presence::last_seen_ts.lt(before))
+        .filter(presence::user_id.eq_any(users::table.select(users::user_id)))
         .select(presence::user_id)
         .load(&mut conn)
         .await

@@ -72,3 +72,20 @@ pub async fn get_last_joins_like_server(
         .map(|r| (r.user_id, r.stream_ordering))
         .collect())
 }
+
+/// The users joined to any room `user_id` is joined to (`user_id` included while joined
+/// anywhere): whose servers hear of the user's presence and devices.
+pub async fn get_users_sharing_a_room(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Vec<String>> {
+    let rows: Vec<Member> = super::cached_sql(
+        "SELECT DISTINCT theirs.user_id FROM room_memberships mine \
+         JOIN room_memberships theirs ON theirs.room_id = mine.room_id \
+         WHERE mine.user_id = $1 AND mine.membership = 'join' AND theirs.membership = 'join'",
+    )
+    .bind::<Text, _>(user_id)
+    .load(&mut conn)
+    .await?;
+    Ok(rows.into_iter().map(|m| m.user_id).collect())
+}

@@ -18,6 +18,7 @@ Every address involved must be a loopback one: the driver refuses anything else.
 """
 
 import ipaddress
+import json
 import os
 import secrets
 import socket
@@ -153,6 +154,7 @@ class Side:
         self.next_batch = None  # /sync position
         self.to_device = []  # every to-device event seen in /sync so far
         self.timeline = []  # every (room ID, event) of a joined room's timeline seen so far
+        self.ephemeral = []  # every (room ID, event) of a joined room's ephemeral seen so far
         self.invites = {}  # room ID -> invite_state events, for every invite seen so far
         self.knocks = {}  # room ID -> knock_state events, for every knock seen so far
         self.software = None  # the federation version endpoint's server name (check_version)
@@ -212,6 +214,8 @@ class Side:
         for room_id, room in data.get("rooms", {}).get("join", {}).items():
             for event in room.get("timeline", {}).get("events", []):
                 self.timeline.append((room_id, event))
+            for event in room.get("ephemeral", {}).get("events", []):
+                self.ephemeral.append((room_id, event))
 
     def wait_for_timeline(self, room_id, matches):
         """Polls /sync until an event of room_id's timeline seen so far satisfies matches."""
@@ -223,6 +227,21 @@ class Side:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise CheckFailed(f"not in {self.label}'s /sync of {room_id} within {SYNC_WAIT}s")
+            self.sync(int(min(SYNC_POLL_MS, remaining * 1000)))
+
+    def wait_for_ephemeral(self, room_id, matches, after=0):
+        """Polls /sync until an ephemeral event of room_id seen so far (from index `after` of
+        self.ephemeral on) satisfies matches."""
+        deadline = time.monotonic() + SYNC_WAIT
+        while True:
+            found = [e for (r, e) in self.ephemeral[after:] if r == room_id and matches(e)]
+            if found:
+                return found[0]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CheckFailed(
+                    f"not in {self.label}'s /sync ephemeral of {room_id} within {SYNC_WAIT}s"
+                )
             self.sync(int(min(SYNC_POLL_MS, remaining * 1000)))
 
     def wait_for_to_device(self, matches):
@@ -697,6 +716,63 @@ def check_room_message(src, dst, room_id):
     return sent["event_id"]
 
 
+def check_room_typing(src, dst, room_id):
+    """src's user starts typing in a room both are in: dst's /sync shows them typing; then
+    stops: a later m.typing in dst's /sync no longer lists them."""
+    path = f"/rooms/{quote(room_id)}/typing/{quote(src.user_id)}"
+
+    def typing(event):
+        return event.get("type") == "m.typing" and src.user_id in event.get("content", {}).get(
+            "user_ids", []
+        )
+
+    before = len(dst.ephemeral)
+    src.api("PUT", path, {"typing": True, "timeout": 30000})
+    dst.wait_for_ephemeral(room_id, typing, before)
+    started = time.monotonic()
+    before = len(dst.ephemeral)
+    src.api("PUT", path, {"typing": False})
+    dst.wait_for_ephemeral(
+        room_id, lambda e: e.get("type") == "m.typing" and not typing(e), before
+    )
+    return f"stop seen after {time.monotonic() - started:.2f}s"
+
+
+def check_room_receipt(src, dst, room_id):
+    """dst's user sends two messages; src's user marks the later one read privately and the
+    earlier one read publicly. dst's /sync shows the public receipt (with its thread) and
+    never the private one."""
+    first = check_room_message(dst, src, room_id)
+    second = check_room_message(dst, src, room_id)
+    src.api("POST", f"/rooms/{quote(room_id)}/receipt/m.read.private/{quote(second)}", {})
+    src.api(
+        "POST", f"/rooms/{quote(room_id)}/receipt/m.read/{quote(first)}", {"thread_id": "main"}
+    )
+
+    def read_by_src(event_id):
+        def matches(event):
+            if event.get("type") != "m.receipt":
+                return False
+            return src.user_id in event.get("content", {}).get(event_id, {}).get("m.read", {})
+
+        return matches
+
+    event = dst.wait_for_ephemeral(room_id, read_by_src(first))
+    thread = event["content"][first]["m.read"][src.user_id].get("thread_id")
+    if thread != "main":
+        raise CheckFailed(f"{dst.label} got the receipt with thread_id {thread!r}: {event!r}")
+    leaked = [
+        e
+        for (r, e) in dst.ephemeral
+        if r == room_id
+        and e.get("type") == "m.receipt"
+        and src.user_id in json.dumps(e.get("content", {}).get(second, {}))
+    ]
+    if leaked:
+        raise CheckFailed(f"{dst.label} got a receipt of the private read: {leaked!r}")
+    return f"receipt on {first}"
+
+
 def quote(s):
     """Percent-encodes a path segment (user IDs and aliases carry @, #, :)."""
     return urllib.parse.quote(s, safe="")
@@ -783,6 +859,20 @@ def main(argv):
             report.run(
                 f"room_message v{version} {src}->{dst} (room of {creator})",
                 check_room_message,
+                sides[src],
+                sides[dst],
+                room_id,
+            )
+            report.run(
+                f"room_typing v{version} {src}->{dst} (room of {creator})",
+                check_room_typing,
+                sides[src],
+                sides[dst],
+                room_id,
+            )
+            report.run(
+                f"room_receipt v{version} {src}->{dst} (room of {creator})",
+                check_room_receipt,
                 sides[src],
                 sides[dst],
                 room_id,

@@ -14,6 +14,7 @@ mod federation;
 mod federation_auth;
 mod federation_backfill;
 mod federation_e2ee;
+mod federation_edus;
 mod federation_knock;
 mod federation_pdu_sending;
 mod federation_pdus;

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::support::{client::enc, user_id, Client, ServerOptions, TestServer};
 
-fn presence_of<'a>(sync: &'a Value, user: &str) -> Option<&'a Value> {
+pub(crate) fn presence_of<'a>(sync: &'a Value, user: &str) -> Option<&'a Value> {
     sync["presence"]["events"]
         .as_array()?
         .iter()
@@ -42,7 +42,7 @@ async fn quiet_sync(client: &Client) -> String {
         .to_owned()
 }
 
-async fn put_presence(client: &Client, body: Value) -> crate::support::client::Response {
+pub(crate) async fn put_presence(client: &Client, body: Value) -> crate::support::client::Response {
     let path = format!(
         "/_matrix/client/v3/presence/{}/status",
         enc(&client.user_id)

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::support::{client::enc, user_id, Client, TestServer};
 
-async fn set_typing(client: &Client, room: &str, typing: bool, timeout: u64) -> u16 {
+pub(crate) async fn set_typing(client: &Client, room: &str, typing: bool, timeout: u64) -> u16 {
     let path = format!(
         "/_matrix/client/v3/rooms/{}/typing/{}",
         enc(room),
@@ -20,7 +20,7 @@ async fn set_typing(client: &Client, room: &str, typing: bool, timeout: u64) -> 
 }
 
 /// The typing users of a room in a sync response, if it carries an `m.typing`.
-fn typing_users(sync: &Value, room: &str) -> Option<Vec<String>> {
+pub(crate) fn typing_users(sync: &Value, room: &str) -> Option<Vec<String>> {
     sync["rooms"]["join"][room]["ephemeral"]["events"]
         .as_array()?
         .iter()

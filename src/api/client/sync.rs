@@ -49,10 +49,13 @@ pub async fn sync_route(
         Some(_) => return Err(Error::invalid_param("Unsupported filter")),
     };
     let since = request.since.as_deref().map(SyncToken::parse).transpose()?;
-    services
-        .presence
-        .syncing(&caller.user_id, &request.set_presence)
-        .await?;
+    // A shadow-banned user's presence is never shared (here or with other servers).
+    if !caller.shadow_banned {
+        services
+            .presence
+            .syncing(&caller.user_id, &request.set_presence)
+            .await?;
+    }
     let sync = SyncRequest {
         user_id: &caller.user_id,
         device_id: caller.device_id.as_str(),

@@ -6,7 +6,10 @@ use diesel_async::AsyncConnection;
 use ruma::{OwnedUserId, ServerName, UserId};
 use serde_json::{json, Map, Value};
 
-use super::{cross_signing_public_key, device_list_changed, has_valid_signature, public_key};
+use super::{
+    cross_signing_public_key, device_list_changed, has_valid_signature, local_devices_changed,
+    public_key,
+};
 use crate::{
     error::{Error, Result},
     storage::{
@@ -28,6 +31,8 @@ pub struct Keys {
     pub(super) db: Db,
     /// Asks other servers about their users' keys (`service/e2ee/remote.rs`).
     pub(super) federation: std::sync::Arc<crate::service::federation::FederationClient>,
+    /// Tells the servers sharing a room with our users that their devices changed.
+    pub(super) sender: std::sync::Arc<crate::service::federation::sender::Sender>,
 }
 
 /// What `/keys/upload` carries, as JSON.
@@ -93,8 +98,13 @@ impl Keys {
     pub fn new(
         db: Db,
         federation: std::sync::Arc<crate::service::federation::FederationClient>,
+        sender: std::sync::Arc<crate::service::federation::sender::Sender>,
     ) -> Self {
-        Keys { db, federation }
+        Keys {
+            db,
+            federation,
+            sender,
+        }
     }
 
     /// `/keys/upload`: stores what the device sent after checking it is the device's own and
@@ -166,7 +176,8 @@ impl Keys {
             }
             if let Some(keys) = &upload.device_keys {
                 if store::upsert_device_keys(conn, user, device_id, keys).await? {
-                    device_list_changed(conn, user).await?;
+                    let changed = [device_id.to_owned()];
+                    local_devices_changed(conn, &self.sender, user_id, &changed).await?;
                 }
             }
             Ok(())
@@ -340,6 +351,14 @@ impl Keys {
                 }
             }
             device_list_changed(conn, user).await?;
+            self.sender
+                .queue_signing_key_update(
+                    conn,
+                    user_id,
+                    keys.master.as_ref(),
+                    keys.self_signing.as_ref(),
+                )
+                .await?;
             Ok(())
         })
         .await

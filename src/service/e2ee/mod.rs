@@ -11,20 +11,59 @@ use base64::{engine::general_purpose::STANDARD_NO_PAD, Engine};
 use diesel_async::AsyncPgConnection;
 use ruma::{
     signatures::{to_canonical_json_string_for_signing, verify_canonical_json_bytes},
-    CanonicalJsonObject, SigningKeyAlgorithm,
+    CanonicalJsonObject, SigningKeyAlgorithm, UserId,
 };
 use serde_json::Value;
 
-use super::notifier::SHARERS_CHANNEL;
+use super::{federation::sender::Sender, notifier::SHARERS_CHANNEL};
 use crate::{
     error::Result,
-    storage::{e2ee as store, rooms::notify},
+    storage::{devices, e2ee as store, rooms::notify},
 };
 
 /// Records that a user's devices or keys changed and wakes everyone who shares a room with
 /// them (their clients must refresh the user's keys). Call inside the change's transaction.
 pub async fn device_list_changed(conn: &AsyncPgConnection, user_id: &str) -> Result<()> {
     store::record_device_list_change(conn, user_id).await?;
+    notify(conn, SHARERS_CHANNEL, user_id).await?;
+    Ok(())
+}
+
+/// Records that devices of one of our users changed (keys uploaded, devices deleted), one
+/// device-list change per device, and wakes everyone who shares a room with them. Each change
+/// goes to the servers sharing a room with the user as an `m.device_list_update` whose
+/// `prev_id` is the user's previous change, so a receiver that missed one resyncs. Call inside
+/// the change's transaction, after the change.
+pub async fn local_devices_changed(
+    conn: &AsyncPgConnection,
+    federation: &Sender,
+    user: &UserId,
+    device_ids: &[String],
+) -> Result<()> {
+    let user_id = user.as_str();
+    let mut prev = store::latest_device_list_change(conn, user_id).await?;
+    for device_id in device_ids {
+        let position = store::record_device_list_change(conn, user_id).await?;
+        let device = devices::get_device(conn, user_id, device_id).await?;
+        let keys = match device {
+            Some(_) => store::get_device_key(conn, user_id, device_id).await?,
+            None => None,
+        };
+        let name = device.as_ref().and_then(|d| d.display_name.as_deref());
+        federation
+            .queue_device_list_update(
+                conn,
+                user,
+                device_id,
+                position,
+                prev,
+                device.is_none(),
+                keys.as_ref(),
+                name,
+            )
+            .await?;
+        prev = Some(position);
+    }
     notify(conn, SHARERS_CHANNEL, user_id).await?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 pub mod backfill;
 pub mod client;
+pub mod edus;
 pub mod fetch;
 pub mod invite;
 pub mod join;

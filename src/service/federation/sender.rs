@@ -35,7 +35,7 @@ use ruma::{
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{pdu_queue::PduQueue, FederationClient, FederationError};
+use super::{edus, pdu_queue::PduQueue, FederationClient, FederationError};
 use crate::{
     config::FederationConfig,
     error::{Error, Result},
@@ -60,6 +60,8 @@ const MAX_SEND_RESPONSE: usize = 1024 * 1024;
 const RECEIVED_KEPT: Duration = Duration::from_secs(24 * 3600);
 /// How often the leader forgets old received IDs.
 const CLEANUP_EVERY: Duration = Duration::from_secs(3600);
+/// Typing older than this is not sent (receivers time typing out after 60 s at most).
+const TYPING_KEPT: Duration = Duration::from_secs(30);
 /// How often one process resets a destination's backoff at most (each reset is a write).
 const RESET_THROTTLE: Duration = Duration::from_secs(5);
 
@@ -123,6 +125,16 @@ impl Sender {
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
         });
+    }
+
+    /// Whether federation is on (nothing is queued or sent otherwise).
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    /// This server's name.
+    pub fn origin(&self) -> &OwnedServerName {
+        &self.origin
     }
 
     /// Queues an EDU for `destination` inside the caller's transaction and wakes the sender
@@ -290,6 +302,9 @@ impl Sender {
                     return Ok(Some((txn_id, body)));
                 }
             }
+            // Typing queued while the destination was unreachable is over by now.
+            let stale_typing = now_ms() - TYPING_KEPT.as_millis() as i64;
+            store::delete_unsent_edus_before(conn, destination, edus::TYPING, stale_typing).await?;
             let (pdu_rows, edu_rows) = tokio::try_join!(
                 store::get_unsent_pdus(conn, destination, MAX_PDUS),
                 store::get_unsent_edus(conn, destination, MAX_EDUS),

@@ -22,22 +22,35 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use ruma::{
     api::federation::{event::get_missing_events, transactions::edu::Edu},
     serde::Raw,
-    CanonicalJsonObject, CanonicalJsonValue, OwnedEventId, OwnedRoomId, RoomId, RoomVersionId,
-    ServerName, UserId,
+    CanonicalJsonObject, CanonicalJsonValue, EventId, OwnedEventId, OwnedRoomId, RoomId,
+    RoomVersionId, ServerName, UserId,
 };
 use serde_json::{json, value::RawValue as RawJsonValue, Map, Value};
 
-use super::{room_access::acl_allows, Federation};
+use super::{
+    edus::{self, DEVICE_LIST_UPDATE, SIGNING_KEY_UPDATE},
+    room_access::acl_allows,
+    Federation,
+};
 use crate::{
     error::{Error, Result},
     service::{
         e2ee::{keys::Keys, to_device},
+        notifier::{ROOM_CHANNEL, SHARERS_CHANNEL, TYPING_CHANNEL},
+        presence::MAX_STATUS_MSG,
         rooms::{
             incoming::{Arrival, Received},
             Rooms,
         },
+        typing,
     },
-    storage::{dag, federation_received as store, now_ms, rooms as rooms_store},
+    storage::{
+        dag, federation_received as store, now_ms, presence as presence_store,
+        receipts::{self as receipts_store, NewReceipt},
+        remote_devices,
+        rooms::{self as rooms_store, notify},
+        streams,
+    },
 };
 
 /// Most PDUs in one transaction.
@@ -46,10 +59,13 @@ pub const MAX_PDUS: usize = 50;
 pub const MAX_EDUS: usize = 100;
 /// Longest to-device `message_id` accepted (it is stored for deduplication).
 const MAX_MESSAGE_ID: usize = 255;
-/// A remote user's device list changed.
-const DEVICE_LIST_UPDATE: &str = "m.device_list_update";
-/// A remote user's cross-signing keys changed.
-const SIGNING_KEY_UPDATE: &str = "m.signing_key_update";
+/// How long a remote user's typing lasts unless renewed (Synapse's `FEDERATION_TIMEOUT`; its
+/// senders renew every 40 s, ours every [`super::edus::TYPING_RENEW_AFTER`]).
+pub const REMOTE_TYPING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Most event IDs of one receipt looked at.
+const MAX_RECEIPT_EVENTS: usize = 10;
+/// Presence states another server may send.
+const PRESENCE_STATES: [&str; 3] = ["online", "unavailable", "offline"];
 
 /// A transaction as received (the parts the Server-Server API defines).
 pub struct Transaction<'a> {
@@ -143,54 +159,9 @@ impl Federation {
         match edu.edu_type.as_str() {
             to_device::DIRECT_TO_DEVICE => self.receive_to_device(conn, origin, content).await,
             DEVICE_LIST_UPDATE | SIGNING_KEY_UPDATE => Ok(()),
-            "m.typing" => {
-                if !user_is_on(origin, content.get("user_id")) {
-                    return drop_edu(origin, edu, "its user_id is not a user of the origin");
-                }
-                let room = content.get("room_id").and_then(Value::as_str);
-                if !self.origin_is_in_room(conn, origin, room).await? {
-                    return drop_edu(origin, edu, "the origin has no member in the room");
-                }
-                drop_edu(origin, edu, "rooms across servers are not supported yet")
-            }
-            "m.receipt" => {
-                let Some(rooms) = content.as_object() else {
-                    return drop_edu(origin, edu, "its content is not an object");
-                };
-                for (room_id, receipts) in rooms {
-                    let users = receipts
-                        .as_object()
-                        .into_iter()
-                        .flat_map(|by_type| by_type.values())
-                        .filter_map(Value::as_object)
-                        .flat_map(|by_user| by_user.keys());
-                    let mut all_on_origin = true;
-                    for user in users {
-                        all_on_origin &= user_is_on(origin, Some(&Value::from(user.as_str())));
-                    }
-                    if !all_on_origin {
-                        drop_edu(origin, edu, "a receipt's user is not a user of the origin")?;
-                    } else if !self.origin_is_in_room(conn, origin, Some(room_id)).await? {
-                        drop_edu(origin, edu, "the origin has no member in the room")?;
-                    } else {
-                        drop_edu(origin, edu, "rooms across servers are not supported yet")?;
-                    }
-                }
-                Ok(())
-            }
-            "m.presence" => {
-                let pushes = content.get("push").and_then(Value::as_array);
-                let valid = pushes.is_some_and(|pushes| {
-                    pushes
-                        .iter()
-                        .all(|push| user_is_on(origin, push.get("user_id")))
-                });
-                if !valid {
-                    return drop_edu(origin, edu, "a presence user is not a user of the origin");
-                }
-                // Presence of remote users is shown to those sharing a room with them: none yet.
-                drop_edu(origin, edu, "remote presence is not kept yet")
-            }
+            edus::TYPING => self.receive_typing(conn, origin, edu).await,
+            edus::RECEIPT => self.receive_receipts(conn, origin, edu).await,
+            edus::PRESENCE => self.receive_presence(conn, origin, edu).await,
             _ => drop_edu(origin, edu, "unknown EDU type"),
         }
     }
@@ -230,20 +201,224 @@ impl Federation {
         Ok(())
     }
 
-    /// Whether `origin` has a joined member in the room (for typing and receipts).
-    async fn origin_is_in_room(
+    /// Why `origin` may not send typing or receipts for the room, if it may not: it must
+    /// have a joined member in the room, and the room's server ACL must allow it.
+    async fn room_edu_refused(
         &self,
         conn: &AsyncPgConnection,
         origin: &ServerName,
-        room_id: Option<&str>,
-    ) -> Result<bool> {
-        let Some(room_id) = room_id.and_then(|r| RoomId::parse(r).ok()) else {
-            return Ok(false);
-        };
+        room_id: &RoomId,
+    ) -> Result<Option<&'static str>> {
         let joined = rooms_store::get_room_members_in(conn, room_id.as_str(), &["join"]).await?;
-        Ok(joined
+        if !joined
             .iter()
-            .any(|user| UserId::parse(user.as_str()).is_ok_and(|u| u.server_name() == origin)))
+            .any(|user| UserId::parse(user.as_str()).is_ok_and(|u| u.server_name() == origin))
+        {
+            return Ok(Some("the origin has no member in the room"));
+        }
+        let acl =
+            rooms_store::get_current_state_event(conn, room_id.as_str(), "m.room.server_acl", "")
+                .await?;
+        if acl.is_some_and(|acl| !acl_allows(&acl.pdu["content"], origin)) {
+            return Ok(Some("the room's server ACL denies the origin"));
+        }
+        Ok(None)
+    }
+
+    /// `m.typing`: a user of the origin, joined to a room the origin may speak in, starts or
+    /// stops typing. Announced to every process like a local user's typing; a start lasts
+    /// [`REMOTE_TYPING_TIMEOUT`] unless renewed, so a lost stop cannot leave the user typing.
+    async fn receive_typing(
+        &self,
+        conn: &AsyncPgConnection,
+        origin: &ServerName,
+        edu: &ParsedEdu,
+    ) -> Result<()> {
+        let content = &edu.content;
+        if !user_is_on(origin, content.get("user_id")) {
+            return drop_edu(origin, edu, "its user_id is not a user of the origin");
+        }
+        let (Some(room_id), Some(user_id), Some(typing)) = (
+            content
+                .get("room_id")
+                .and_then(Value::as_str)
+                .and_then(|r| RoomId::parse(r).ok()),
+            content.get("user_id").and_then(Value::as_str),
+            content.get("typing").and_then(Value::as_bool),
+        ) else {
+            return drop_edu(
+                origin,
+                edu,
+                "room_id, user_id or typing missing or malformed",
+            );
+        };
+        if let Some(reason) = self.room_edu_refused(conn, origin, &room_id).await? {
+            return drop_edu(origin, edu, reason);
+        }
+        let membership = rooms_store::get_membership(conn, room_id.as_str(), user_id).await?;
+        if membership.is_none_or(|(membership, _)| membership != "join") {
+            return drop_edu(origin, edu, "its user is not joined to the room");
+        }
+        let timeout = typing.then_some(REMOTE_TYPING_TIMEOUT);
+        let payload = typing::encode(room_id.as_str(), user_id, timeout);
+        notify(conn, TYPING_CHANNEL, &payload).await?;
+        Ok(())
+    }
+
+    /// `m.receipt`: public read receipts (`m.read`) of the origin's users, per room the origin
+    /// may speak in, stored like local ones (a receipt never moves back). Other receipt types
+    /// are dropped.
+    async fn receive_receipts(
+        &self,
+        conn: &AsyncPgConnection,
+        origin: &ServerName,
+        edu: &ParsedEdu,
+    ) -> Result<()> {
+        let Some(rooms) = edu.content.as_object() else {
+            return drop_edu(origin, edu, "its content is not an object");
+        };
+        for (room_id, by_type) in rooms {
+            let Ok(room_id) = RoomId::parse(room_id.as_str()) else {
+                drop_edu(origin, edu, "a room ID is malformed")?;
+                continue;
+            };
+            if let Some(reason) = self.room_edu_refused(conn, origin, &room_id).await? {
+                drop_edu(origin, edu, reason)?;
+                continue;
+            }
+            let Some(by_type) = by_type.as_object() else {
+                continue;
+            };
+            for (receipt_type, by_user) in by_type {
+                if receipt_type != "m.read" {
+                    drop_edu(origin, edu, "only m.read receipts travel between servers")?;
+                    continue;
+                }
+                for (user, receipt) in by_user.as_object().into_iter().flatten() {
+                    if !user_is_on(origin, Some(&Value::from(user.as_str()))) {
+                        drop_edu(origin, edu, "a receipt's user is not a user of the origin")?;
+                        continue;
+                    }
+                    self.receive_receipt(conn, &room_id, user, receipt).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores one remote user's `m.read` receipt (`{event_ids, data: {ts, thread_id}}`) for
+    /// the latest of its events we have in the room (or its last one); wakes the room's
+    /// syncs when it moved.
+    async fn receive_receipt(
+        &self,
+        conn: &AsyncPgConnection,
+        room_id: &RoomId,
+        user: &str,
+        receipt: &Value,
+    ) -> Result<()> {
+        let event_ids: Vec<String> = receipt
+            .get("event_ids")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .take(MAX_RECEIPT_EVENTS)
+            .map(str::to_owned)
+            .collect();
+        let thread = match receipt.pointer("/data/thread_id").and_then(Value::as_str) {
+            None => "",
+            Some(thread) if thread == "main" || thread.starts_with('$') => thread,
+            Some(_) => {
+                tracing::debug!(%room_id, %user, "receipt with a bad thread_id dropped");
+                return Ok(());
+            }
+        };
+        let latest = rooms_store::get_events(conn, &event_ids)
+            .await?
+            .into_iter()
+            .filter(|event| event.room_id == room_id.as_str())
+            .max_by_key(|event| event.stream_ordering);
+        // A receipt for an event we do not have (yet) is kept too, as Synapse keeps it (its
+        // PR 17096), placed at the newest event we have.
+        let (event_id, event_stream) = match latest {
+            Some(event) => (event.event_id, event.stream_ordering),
+            None => match event_ids
+                .last()
+                .filter(|id| EventId::parse(id.as_str()).is_ok())
+            {
+                Some(id) => (id.clone(), streams::persisted(conn, streams::EVENTS).await?),
+                None => {
+                    tracing::debug!(%room_id, %user, "receipt without a valid event ID dropped");
+                    return Ok(());
+                }
+            },
+        };
+        let ts = receipt
+            .pointer("/data/ts")
+            .and_then(Value::as_i64)
+            .unwrap_or_else(now_ms);
+        let receipt = NewReceipt {
+            room_id: room_id.as_str(),
+            user_id: user,
+            receipt_type: "m.read",
+            thread_id: thread,
+            event_id: &event_id,
+            event_stream,
+            ts,
+        };
+        if receipts_store::set_receipt(conn, &receipt).await? {
+            notify(conn, ROOM_CHANNEL, room_id.as_str()).await?;
+        }
+        Ok(())
+    }
+
+    /// `m.presence`: the origin's users' presence, kept (when presence is on here) for those
+    /// who share a room with one of our users, and shown to those users like local presence.
+    async fn receive_presence(
+        &self,
+        conn: &AsyncPgConnection,
+        origin: &ServerName,
+        edu: &ParsedEdu,
+    ) -> Result<()> {
+        let Some(pushes) = edu.content.get("push").and_then(Value::as_array) else {
+            return drop_edu(origin, edu, "no push list");
+        };
+        if !self.config.presence_enabled {
+            return drop_edu(origin, edu, "presence is off here");
+        }
+        let now = now_ms();
+        for push in pushes {
+            if !user_is_on(origin, push.get("user_id")) {
+                drop_edu(origin, edu, "a presence user is not a user of the origin")?;
+                continue;
+            }
+            let user = push["user_id"].as_str().unwrap_or_default();
+            let state = push.get("presence").and_then(Value::as_str);
+            let Some(state) = state.filter(|s| PRESENCE_STATES.contains(s)) else {
+                drop_edu(origin, edu, "a presence state is unknown")?;
+                continue;
+            };
+            let status_msg = push
+                .get("status_msg")
+                .and_then(Value::as_str)
+                .filter(|msg| msg.len() <= MAX_STATUS_MSG);
+            let ago = push
+                .get("last_active_ago")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                .clamp(0, now);
+            if remote_devices::get_users_sharing_rooms(conn, &[user.to_owned()])
+                .await?
+                .is_empty()
+            {
+                drop_edu(origin, edu, "the presence user shares no room with ours")?;
+                continue;
+            }
+            presence_store::lock_presence(conn, user).await?;
+            presence_store::set_presence(conn, user, state, status_msg, now - ago, now).await?;
+            notify(conn, SHARERS_CHANNEL, user).await?;
+        }
+        Ok(())
     }
 }
 

@@ -1,13 +1,13 @@
 //! Typing notifications: checked here, then announced to every server process.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ruma::{RoomId, UserId};
 
 use super::Rooms;
 use crate::{
     error::{Error, Result},
-    service::{notifier::TYPING_CHANNEL, typing},
+    service::{federation::edus::TYPING_RENEW_AFTER, notifier::TYPING_CHANNEL, typing},
     storage::rooms::notify,
 };
 
@@ -31,6 +31,31 @@ impl Rooms {
         }
         let payload = typing::encode(room_id.as_str(), user_id.as_str(), timeout);
         notify(&conn, TYPING_CHANNEL, &payload).await?;
+        if self.should_federate_typing(room_id, user_id, timeout.is_some()) {
+            self.federation
+                .queue_typing(&conn, room_id.as_str(), user_id, timeout.is_some())
+                .await?;
+        }
         Ok(())
+    }
+
+    /// Whether other servers must hear of this typing update: every stop, a start unless
+    /// this process told them of the same typing less than [`TYPING_RENEW_AFTER`] ago (a
+    /// client renews typing every few seconds; the receivers' timeout is longer).
+    fn should_federate_typing(&self, room_id: &RoomId, user_id: &UserId, typing: bool) -> bool {
+        let key = (room_id.as_str().to_owned(), user_id.as_str().to_owned());
+        let mut sent = self.typing_sent.lock().unwrap_or_else(|e| e.into_inner());
+        if !typing {
+            sent.pop(&key);
+            return true;
+        }
+        if sent
+            .get(&key)
+            .is_some_and(|at| at.elapsed() < TYPING_RENEW_AFTER)
+        {
+            return false;
+        }
+        sent.put(key, Instant::now());
+        true
     }
 }

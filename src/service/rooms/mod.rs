@@ -21,12 +21,15 @@ pub mod writer;
 
 use std::{
     collections::HashMap,
+    num::NonZeroUsize,
     sync::{Arc, Mutex},
+    time::Instant,
 };
 
+use lru::LruCache;
 use ruma::{RoomId, RoomVersionId};
 
-use super::keys::ServerKeys;
+use super::{federation::sender::Sender, keys::ServerKeys};
 use crate::{config::Config, storage::Db};
 
 /// Matrix (Client-Server) versions `/versions` advertises: every endpoint a version adds that
@@ -74,16 +77,27 @@ pub struct Rooms {
     config: Arc<Config>,
     keys: Arc<ServerKeys>,
     locks: RoomLocks,
+    /// Queues typing and receipts for the other servers in a room.
+    federation: Arc<Sender>,
+    /// When this process last told other servers that a user (room, user) is typing.
+    typing_sent: Mutex<LruCache<(String, String), Instant>>,
 }
 
 impl Rooms {
     /// Creates the service.
-    pub fn new(db: Db, config: Arc<Config>, keys: Arc<ServerKeys>) -> Self {
+    pub fn new(
+        db: Db,
+        config: Arc<Config>,
+        keys: Arc<ServerKeys>,
+        federation: Arc<Sender>,
+    ) -> Self {
         Rooms {
             db,
             config,
             keys,
             locks: RoomLocks::default(),
+            federation,
+            typing_sent: Mutex::new(LruCache::new(NonZeroUsize::new(10_000).expect("non-zero"))),
         }
     }
 }

@@ -67,6 +67,17 @@ impl Rooms {
         conn.transaction::<_, Error, _>(async |conn| {
             if store::set_receipt(conn, &receipt).await? {
                 let (channel, payload) = if receipt_type == "m.read" {
+                    // Only public receipts go to the other servers in the room.
+                    self.federation
+                        .queue_read_receipt(
+                            conn,
+                            room_id.as_str(),
+                            user_id,
+                            event_id,
+                            thread,
+                            receipt.ts,
+                        )
+                        .await?;
                     (ROOM_CHANNEL, room_id.as_str())
                 } else {
                     (USER_CHANNEL, user_id.as_str())
