@@ -31,6 +31,7 @@ use ruma::{
 use serde_json::Value;
 
 use super::{
+    members::record_member_event,
     pdu::Pdu,
     push_actions::{silent_by_default, Audience},
     state_res,
@@ -41,8 +42,7 @@ use crate::{
     error::{Error, Result},
     service::{federation::pdus::CheckedPdu, notifier},
     storage::{
-        dag, event_graph, now_ms, push as push_store, relations as relations_store, remote_devices,
-        rooms as store,
+        dag, event_graph, push as push_store, relations as relations_store, rooms as store,
         state::{self as state_store, StateIds, STATE_CHAIN_LIMIT},
         streams,
     },
@@ -447,19 +447,7 @@ impl Rooms {
                 .get(id)
                 .map(Pdu::content_value)
                 .unwrap_or_default();
-            let membership = content
-                .get("membership")
-                .and_then(Value::as_str)
-                .unwrap_or("leave");
-            let display_name = content.get("displayname").and_then(Value::as_str);
-            store::set_membership(conn, room, key, membership, display_name, id).await?;
-            if membership != "join" {
-                push_store::delete_for_user_room(conn, key, room).await?;
-            } else if !is_local(key, &self.config.server_name) {
-                // Their server only told us of device changes while we shared no room: a
-                // cached list of theirs may have missed some.
-                remote_devices::mark_stale(conn, key, now_ms()).await?;
-            }
+            record_member_event(conn, &self.config.server_name, room, key, &content, id).await?;
         }
         Ok(())
     }
@@ -643,11 +631,6 @@ async fn load_pdus(conn: &AsyncPgConnection, ids: &[String]) -> Result<Vec<Pdu>>
         .iter()
         .map(|row| Pdu::from_json(&row.event_id, &row.pdu))
         .collect()
-}
-
-/// Whether a user ID is of this server.
-fn is_local(user_id: &str, server_name: &ruma::ServerName) -> bool {
-    UserId::parse(user_id).is_ok_and(|user| user.server_name() == server_name)
 }
 
 /// State events keyed by `(type, state_key)`.

@@ -4,6 +4,7 @@ pub mod alias;
 pub mod create;
 pub mod ephemeral;
 pub mod incoming;
+mod members;
 pub mod membership;
 pub mod messages;
 pub mod pdu;

@@ -6,12 +6,12 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use ruma::{OwnedRoomId, OwnedServerName, OwnedUserId, RoomId, RoomVersionId, UserId};
 use serde_json::Value;
 
-use super::{pdu::Pdu, writer::lock_room, Rooms};
+use super::{members::record_member_event, pdu::Pdu, writer::lock_room, Rooms};
 use crate::{
     error::{Error, Result},
     service::notifier,
     storage::{
-        dag, now_ms, remote_devices, rooms as store,
+        dag, now_ms, rooms as store,
         state::{self as state_store},
         streams,
     },
@@ -61,7 +61,7 @@ impl Rooms {
         conn.transaction::<_, Error, _>(async |conn| {
             let conn = &*conn;
             lock_room(conn, &room.room_id).await?;
-            store_in(conn, &room, &pdu, &json).await
+            store_in(conn, &self.config.server_name, &room, &pdu, &json).await
         })
         .await?;
         Ok(())
@@ -94,6 +94,7 @@ async fn insert_outliers(
 
 async fn store_in(
     conn: &AsyncPgConnection,
+    server_name: &ruma::ServerName,
     room: &JoinedRoom,
     join: &Pdu,
     json: &Value,
@@ -155,7 +156,6 @@ async fn store_in(
         store::set_current_state_group(conn, room_id, after),
     )?;
     // The current state: the state joined, then our membership.
-    let mut memberships: Vec<(&StateEvent, Value)> = Vec::new();
     let contents: std::collections::HashMap<&str, &Value> = room
         .events
         .iter()
@@ -175,41 +175,20 @@ async fn store_in(
                 .get(entry.event_id.as_str())
                 .map(|pdu| pdu["content"].clone())
                 .unwrap_or_default();
-            memberships.push((entry, content));
-        }
-    }
-    for (entry, content) in memberships {
-        let membership = content
-            .get("membership")
-            .and_then(Value::as_str)
-            .unwrap_or("leave");
-        let display_name = content.get("displayname").and_then(Value::as_str);
-        store::set_membership(
-            conn,
-            room_id,
-            &entry.state_key,
-            membership,
-            display_name,
-            &entry.event_id,
-        )
-        .await?;
-        if membership == "join" {
-            // Updates to a cached device list of theirs may have been missed while we
-            // shared no room.
-            remote_devices::mark_stale(conn, &entry.state_key, now_ms()).await?;
+            record_member_event(
+                conn,
+                server_name,
+                room_id,
+                &entry.state_key,
+                &content,
+                &entry.event_id,
+            )
+            .await?;
         }
     }
     store::set_current_state(conn, room_id, "m.room.member", user, join_id).await?;
     let content = join.content_value();
-    store::set_membership(
-        conn,
-        room_id,
-        user,
-        "join",
-        content.get("displayname").and_then(Value::as_str),
-        join_id,
-    )
-    .await?;
+    record_member_event(conn, server_name, room_id, user, &content, join_id).await?;
     store::notify(conn, notifier::ROOM_CHANNEL, room_id).await?;
     store::notify(conn, notifier::USER_CHANNEL, user).await?;
     Ok(())

@@ -30,6 +30,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{
+    members::record_member_event,
     pdu::{build_pdu, Pdu, PduTemplate},
     push_actions::{silent_by_default, Audience},
 };
@@ -878,39 +879,24 @@ impl<'c> RoomWriter<'c> {
     ) -> diesel::QueryResult<()> {
         let conn = self.conn;
         let room = room_id.as_str();
-        let membership = (event.kind == "m.room.member").then(|| {
-            event
-                .content
-                .get("membership")
-                .and_then(Value::as_str)
-                .unwrap_or("leave")
-        });
-        let display_name = event.content.get("displayname").and_then(Value::as_str);
         tokio::try_join!(
             store::set_current_state(conn, room, event.kind, state_key, event_id),
             store::set_current_state_group(conn, room, group),
             async {
-                match membership {
-                    Some(membership) => {
-                        store::set_membership(
+                match event.kind == "m.room.member" {
+                    true => {
+                        let server_name = self.server_name;
+                        record_member_event(
                             conn,
+                            server_name,
                             room,
                             state_key,
-                            membership,
-                            display_name,
+                            &event.content,
                             event_id,
                         )
                         .await
                     }
-                    None => Ok(()),
-                }
-            },
-            async {
-                match membership {
-                    Some(membership) if membership != "join" => {
-                        push_store::delete_for_user_room(conn, state_key, room).await
-                    }
-                    _ => Ok(()),
+                    false => Ok(()),
                 }
             },
         )
