@@ -703,3 +703,102 @@ async fn a_remote_user_leaves_through_make_leave_and_send_leave() {
         .ok();
     assert_eq!(member["membership"], "leave");
 }
+
+/// An event naming an auth event this server lacks (a change of the sender's membership that
+/// never reached it): the resident asks the sender for the event's auth chain (`/event_auth`),
+/// checks and stores it, and takes the event.
+#[tokio::test]
+async fn unknown_auth_events_are_fetched_from_the_sender() {
+    let server = TestServer::start_with(federated_options(free_port())).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let eve = fake.user_id("eve");
+    for version in ["11", "12"] {
+        let room = alice
+            .create_room(json!({ "preset": "public_chat", "room_version": version }))
+            .await;
+        let (join_id, join_depth) =
+            join_through_handshake(&fake, &server, &room, &eve, version).await;
+        let state = state_ids(&alice, &room).await;
+
+        // Eve renames herself; the resident never hears of it.
+        let mut rename_auth = auth_for(&state, version, &eve);
+        rename_auth.push(id_of(&state, "m.room.join_rules", ""));
+        let (rename_id, rename) = fake.sign_pdu(
+            json!({
+                "room_id": room, "sender": eve, "type": "m.room.member", "state_key": eve,
+                "content": { "membership": "join", "displayname": "Evelyn" },
+                "origin_server_ts": now_ms(), "depth": join_depth + 1,
+                "prev_events": [join_id], "auth_events": rename_auth,
+            }),
+            version,
+        );
+        // Her message cites the rename as her membership.
+        let mut message_auth: Vec<String> = auth_for(&state, version, &eve)
+            .into_iter()
+            .filter(|id| *id != join_id)
+            .collect();
+        message_auth.push(rename_id.clone());
+        let (message_id, message) = fake.sign_pdu(
+            json!({
+                "room_id": room, "sender": eve, "type": "m.room.message",
+                "content": { "msgtype": "m.text", "body": "after my rename" },
+                "origin_server_ts": now_ms(), "depth": join_depth + 1,
+                "prev_events": [join_id], "auth_events": message_auth,
+            }),
+            version,
+        );
+        // The auth chain the sender serves: the join's, as the resident serves it, the join
+        // itself and the rename.
+        let (status, chain) = fake
+            .request(
+                &server,
+                "GET",
+                &format!(
+                    "/_matrix/federation/v1/event_auth/{}/{}",
+                    enc(&room),
+                    enc(&join_id)
+                ),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{chain}");
+        let (status, join) = fake
+            .request(
+                &server,
+                "GET",
+                &format!("/_matrix/federation/v1/event/{}", enc(&join_id)),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{join}");
+        let mut auth_chain = chain["auth_chain"].as_array().unwrap().clone();
+        auth_chain.push(join["pdus"][0].clone());
+        auth_chain.push(rename);
+        fake.serve(
+            &format!("/_matrix/federation/v1/event_auth/{room}/{message_id}"),
+            json!({ "auth_chain": auth_chain }),
+        );
+
+        let answer = send_one(&fake, &server, &format!("a{version}"), message).await;
+        assert_eq!(answer, json!({}), "room {version}");
+        let event = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/event/{}",
+                enc(&room),
+                enc(&message_id)
+            ))
+            .await
+            .ok();
+        assert_eq!(event["content"]["body"], "after my rename");
+        let outliers = server
+            .count(&format!(
+                "SELECT count(*) AS n FROM events WHERE event_id = '{rename_id}' AND outlier"
+            ))
+            .await;
+        assert_eq!(
+            outliers, 1,
+            "the fetched auth event is stored as an outlier"
+        );
+    }
+}

@@ -276,6 +276,8 @@ impl SendAttempt {
 struct SendInbox {
     attempts: Mutex<Vec<SendAttempt>>,
     answer: Mutex<SendAnswer>,
+    /// Documents added while serving ([`FakeServer::serve`]), by decoded path.
+    documents: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 impl Drop for FakeServer {
@@ -330,6 +332,16 @@ impl FakeServer {
             inbox,
             task,
         }
+    }
+
+    /// Answers `GET path` (compared percent-decoded, query ignored) with `document` from now on.
+    pub fn serve(&self, path: &str, document: Value) {
+        let body = serde_json::to_vec(&document).unwrap();
+        self.inbox
+            .documents
+            .lock()
+            .unwrap()
+            .push((path.to_owned(), body));
     }
 
     /// Answers the next `PUT /send` requests with `answer`.
@@ -553,7 +565,7 @@ async fn answer_one<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         .strip_prefix(&format!("PUT {SEND_PATH}"))
         .and_then(|rest| rest.split(' ').next())
         .map(str::to_owned);
-    let answered: Vec<u8>;
+    let mut answered: Vec<u8> = Vec::new();
     let (status, body): (String, &[u8]) = match (send_txn, inbox) {
         (Some(txn_id), Some(inbox)) => {
             let length = head
@@ -616,8 +628,25 @@ async fn answer_one<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 request.starts_with(format!("GET {path} ").as_bytes())
                     || request.starts_with(format!("GET {path}?").as_bytes())
             });
+            let target = head
+                .strip_prefix("GET ")
+                .and_then(|rest| rest.split([' ', '?']).next())
+                .map(percent_decode);
+            let added = inbox.zip(target).and_then(|(inbox, target)| {
+                let documents = inbox.documents.lock().unwrap();
+                documents
+                    .iter()
+                    .find(|(path, _)| *path == target)
+                    .map(|(_, body)| body.clone())
+            });
+            if let Some(body) = added {
+                answered = body;
+            }
+            let found = found
+                .map(|(_, document)| document.as_slice())
+                .or((!answered.is_empty()).then_some(answered.as_slice()));
             match found {
-                Some((_, document)) => ("200 OK".into(), document),
+                Some(document) => ("200 OK".into(), document),
                 None => (
                     "404 Not Found".into(),
                     br#"{"errcode":"M_UNRECOGNIZED","error":"fake server"}"#,
@@ -808,4 +837,28 @@ pub async fn put_remote_member(
 /// Joins `user` (of another server) to the room, see [`put_remote_member`].
 pub async fn join_remote(server: &TestServer, room: &str, user: &str) -> String {
     put_remote_member(server, room, user, user, "join").await
+}
+
+/// A URI path with its `%XX` escapes decoded.
+fn percent_decode(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = bytes
+            .get(at + 1..at + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[at], hex) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                at += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
 }
