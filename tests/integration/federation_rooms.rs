@@ -802,3 +802,80 @@ async fn unknown_auth_events_are_fetched_from_the_sender() {
         );
     }
 }
+
+/// A restricted room: a user of another server who is in a room its join rules allow joins
+/// with a local member as the authoriser, and the resident countersigns the join; a user in
+/// no allowed room is refused the template.
+#[tokio::test]
+async fn a_restricted_room_admits_a_remote_member_of_an_allowed_room() {
+    let server = TestServer::start_with(federated_options(free_port())).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let (eve, mallory) = (fake.user_id("eve"), fake.user_id("mallory"));
+    for version in ["11", "12"] {
+        let space = alice
+            .create_room(json!({ "preset": "public_chat", "room_version": version }))
+            .await;
+        join_through_handshake(&fake, &server, &space, &eve, version).await;
+        let room = alice
+            .create_room(json!({
+                "preset": "private_chat", "room_version": version,
+                "initial_state": [{
+                    "type": "m.room.join_rules", "state_key": "",
+                    "content": {
+                        "join_rule": "restricted",
+                        "allow": [{ "type": "m.room_membership", "room_id": space }],
+                    },
+                }],
+            }))
+            .await;
+        let make_join = |user: &str| {
+            format!(
+                "/_matrix/federation/v1/make_join/{}/{}?ver=11&ver=12",
+                enc(&room),
+                enc(user)
+            )
+        };
+        let (status, refused) = fake
+            .request(&server, "GET", &make_join(&mallory), None)
+            .await;
+        assert_eq!(status, 403, "{refused}");
+        assert_eq!(refused["errcode"], "M_FORBIDDEN");
+
+        let (status, made) = fake.request(&server, "GET", &make_join(&eve), None).await;
+        assert_eq!(status, 200, "{made}");
+        let mut template = made["event"].clone();
+        assert_eq!(
+            template["content"]["join_authorised_via_users_server"],
+            alice.user_id.as_str()
+        );
+        template["origin_server_ts"] = json!(now_ms());
+        let (event_id, signed) = fake.sign_pdu(template, version);
+        let (status, joined) = fake
+            .request(
+                &server,
+                "PUT",
+                &format!(
+                    "/_matrix/federation/v2/send_join/{}/{}",
+                    enc(&room),
+                    enc(&event_id)
+                ),
+                Some(signed),
+            )
+            .await;
+        assert_eq!(status, 200, "{joined}");
+        assert!(
+            joined["event"]["signatures"][server.server_name()].is_object(),
+            "the resident countersigns the join: {joined}"
+        );
+        assert!(joined["event"]["signatures"][fake.name()].is_object());
+        let members = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/joined_members",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        assert!(members["joined"][&eve].is_object(), "{members}");
+    }
+}

@@ -23,6 +23,7 @@ pub async fn make_join_route(
     let (version, template) = services
         .federation
         .make_join(
+            &services.rooms,
             body.origin()?,
             &request.room_id,
             &request.user_id,
@@ -42,7 +43,7 @@ pub async fn send_join_route(
     body: Ruma<create_join_event::v2::Request>,
 ) -> Result<RumaResponse<create_join_event::v2::Response>> {
     let request = &body.body;
-    let (state, auth_chain) = services
+    let answer = services
         .federation
         .send_join(
             &services.rooms,
@@ -53,8 +54,9 @@ pub async fn send_join_route(
         )
         .await?;
     let mut room_state = create_join_event::v2::RoomState::new();
-    room_state.state = state;
-    room_state.auth_chain = auth_chain;
+    room_state.state = answer.state;
+    room_state.auth_chain = answer.auth_chain;
+    room_state.event = answer.event;
     Ok(create_join_event::v2::Response::new(room_state).into())
 }
 

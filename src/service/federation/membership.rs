@@ -10,13 +10,18 @@
 use actix_web::http::StatusCode;
 use ruma::{
     api::federation::membership::RawStrippedState, canonical_json::CanonicalJsonObject,
-    events::StateEventType, room_version_rules::RoomVersionRules,
+    events::StateEventType, room_version_rules::RoomVersionRules, signatures::hash_and_sign_event,
     state_res::check_state_dependent_auth_rules, EventId, OwnedEventId, RoomId, RoomVersionId,
     ServerName, UserId,
 };
 use serde_json::{json, value::RawValue as RawJsonValue, Value};
 
-use super::{invite::stripped_room_state, pdus::Dropped, room_access::acl_allows, Federation};
+use super::{
+    invite::stripped_room_state,
+    pdus::Dropped,
+    room_access::{acl_allows, federation_pdu},
+    Federation,
+};
 use crate::{
     error::{Error, Result},
     service::rooms::{
@@ -115,6 +120,17 @@ pub(super) async fn member_template(
     Ok(template)
 }
 
+/// What `send_join` answers: the room's state before the join, its auth chain, and the join
+/// as we countersigned it (restricted joins only).
+pub struct SendJoinAnswer {
+    /// The state before the join, as PDUs.
+    pub state: Vec<Box<RawJsonValue>>,
+    /// Its auth chain, as PDUs.
+    pub auth_chain: Vec<Box<RawJsonValue>>,
+    /// The join with our signature, when we authorised it.
+    pub event: Option<Box<RawJsonValue>>,
+}
+
 /// A room this server is in, as a resident answering another server.
 struct ResidentRoom {
     version: RoomVersionId,
@@ -124,14 +140,28 @@ struct ResidentRoom {
 impl Federation {
     /// `make_join`: a join template for `user_id` (of `origin`) in `room_id`, for a server
     /// that supports one of `versions`.
+    /// In a `restricted` room, a user who is neither invited nor joined may join through a
+    /// room the join rules allow (one we are in, where they are joined): the template names a
+    /// local member who may invite (`join_authorised_via_users_server`), and we countersign
+    /// the join on `send_join`.
     pub async fn make_join(
         &self,
+        rooms: &Rooms,
         origin: &ServerName,
         room_id: &RoomId,
         user_id: &UserId,
         versions: &[RoomVersionId],
     ) -> Result<(RoomVersionId, Value)> {
-        self.make_member(origin, room_id, user_id, Some(versions), "join")
+        let conn = self.db.conn().await?;
+        let mut content = json!({ "membership": "join" });
+        if let Some(authoriser) = rooms
+            .restricted_join_authoriser(&conn, user_id, room_id)
+            .await?
+        {
+            content["join_authorised_via_users_server"] = json!(authoriser);
+        }
+        drop(conn);
+        self.make_member(origin, room_id, user_id, Some(versions), content)
             .await
     }
 
@@ -144,11 +174,17 @@ impl Federation {
         user_id: &UserId,
         versions: &[RoomVersionId],
     ) -> Result<(RoomVersionId, Value)> {
-        self.make_member(origin, room_id, user_id, Some(versions), "knock")
-            .await
+        self.make_member(
+            origin,
+            room_id,
+            user_id,
+            Some(versions),
+            json!({ "membership": "knock" }),
+        )
+        .await
     }
 
-    /// A template of `user_id`'s own member event with `membership`: the user must be of
+    /// A template of `user_id`'s own member event with `content`: the user must be of
     /// `origin`, the room ours and open to `origin`, its version among `versions` (when the
     /// handshake names them), and the auth rules must allow the event now.
     async fn make_member(
@@ -157,8 +193,12 @@ impl Federation {
         room_id: &RoomId,
         user_id: &UserId,
         versions: Option<&[RoomVersionId]>,
-        membership: &str,
+        content: Value,
     ) -> Result<(RoomVersionId, Value)> {
+        let membership = content["membership"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         if user_id.server_name() != origin {
             return Err(Error::forbidden("The user is not on the requesting server"));
         }
@@ -190,23 +230,16 @@ impl Federation {
                 return Err(Error::forbidden("This room does not take knocks"));
             }
         }
-        let template = member_template(
-            &conn,
-            &room.rules,
-            room_id,
-            user_id,
-            user_id,
-            json!({ "membership": membership }),
-        )
-        .await
-        .map_err(|e| match e {
-            Error::Matrix {
-                errcode: "M_FORBIDDEN",
-                message,
-                ..
-            } => Error::forbidden(format!("You may not {membership} here: {message}")),
-            other => other,
-        })?;
+        let template = member_template(&conn, &room.rules, room_id, user_id, user_id, content)
+            .await
+            .map_err(|e| match e {
+                Error::Matrix {
+                    errcode: "M_FORBIDDEN",
+                    message,
+                    ..
+                } => Error::forbidden(format!("You may not {membership} here: {message}")),
+                other => other,
+            })?;
         Ok((room.version, template))
     }
 
@@ -219,11 +252,18 @@ impl Federation {
         room_id: &RoomId,
         event_id: &EventId,
         pdu: &RawJsonValue,
-    ) -> Result<(Vec<Box<RawJsonValue>>, Vec<Box<RawJsonValue>>)> {
-        let event_id = self
+    ) -> Result<SendJoinAnswer> {
+        let (event_id, countersigned) = self
             .take_member_event(rooms, origin, room_id, event_id, pdu, "join")
             .await?;
-        self.get_state_for_server(origin, room_id, &event_id).await
+        let (state, auth_chain) = self
+            .get_state_for_server(origin, room_id, &event_id)
+            .await?;
+        Ok(SendJoinAnswer {
+            state,
+            auth_chain,
+            event: countersigned,
+        })
     }
 
     /// `send_knock`: takes the knocking server's signed knock event and answers the room's
@@ -250,8 +290,14 @@ impl Federation {
         room_id: &RoomId,
         user_id: &UserId,
     ) -> Result<(RoomVersionId, Value)> {
-        self.make_member(origin, room_id, user_id, None, "leave")
-            .await
+        self.make_member(
+            origin,
+            room_id,
+            user_id,
+            None,
+            json!({ "membership": "leave" }),
+        )
+        .await
     }
 
     /// `send_leave` (v2): takes the leaving server's signed leave event (a rejected invite, a
@@ -271,7 +317,8 @@ impl Federation {
 
     /// Takes a user's own member event with `membership` sent by their server through a
     /// membership handshake: the event must be that, for this room, with the path's event ID,
-    /// and pass every check like any PDU.
+    /// and pass every check like any PDU. A restricted join one of our users authorises is
+    /// countersigned first (the auth rules want our signature on it), and answered.
     async fn take_member_event(
         &self,
         rooms: &Rooms,
@@ -280,11 +327,11 @@ impl Federation {
         event_id: &EventId,
         pdu: &RawJsonValue,
         membership: &str,
-    ) -> Result<OwnedEventId> {
+    ) -> Result<(OwnedEventId, Option<Box<RawJsonValue>>)> {
         if pdu.get().len() > MAX_PDU_BYTES + 1 {
             return Err(Error::bad_json("The event is too large"));
         }
-        let object: CanonicalJsonObject = serde_json::from_str(pdu.get())
+        let mut object: CanonicalJsonObject = serde_json::from_str(pdu.get())
             .map_err(|e| Error::bad_json(format!("The event is not a valid PDU: {e}")))?;
         let value: Value = serde_json::from_str(pdu.get()).map_err(Error::internal)?;
         let conn = self.db.conn().await?;
@@ -308,6 +355,23 @@ impl Federation {
         if sender.server_name() != origin {
             return Err(Error::forbidden("The user is not on the sending server"));
         }
+        let authoriser = value
+            .pointer("/content/join_authorised_via_users_server")
+            .and_then(Value::as_str)
+            .and_then(|user| UserId::parse(user).ok());
+        let countersign = membership == "join"
+            && authoriser.is_some_and(|user| user.server_name() == self.config.server_name);
+        if countersign {
+            // The hashes are recomputed from the event as received: were its content not what
+            // its sender signed, their signature (which covers the hashes) fails the check.
+            hash_and_sign_event(
+                self.config.server_name.as_str(),
+                &self.own_keys.key_pair,
+                &mut object,
+                &room.rules.redaction,
+            )
+            .map_err(|e| Error::bad_json(format!("The event cannot be signed: {e}")))?;
+        }
         let checked = match self.check_pdu(&room.rules, object).await? {
             Ok(checked) => checked,
             Err(Dropped::Format(problem)) => {
@@ -323,8 +387,14 @@ impl Federation {
             ));
         }
         let event_id: OwnedEventId = checked.event_id.clone();
+        let countersigned = match countersign {
+            true => Some(federation_pdu(
+                &serde_json::to_value(&checked.pdu).map_err(Error::internal)?,
+            )?),
+            false => None,
+        };
         match rooms.receive_pdu(room_id, &room.rules, checked).await? {
-            Received::Accepted | Received::AlreadyKnown => Ok(event_id),
+            Received::Accepted | Received::AlreadyKnown => Ok((event_id, countersigned)),
             Received::SoftFailed => Err(Error::forbidden(
                 "The room's current state does not allow it",
             )),

@@ -108,7 +108,7 @@ impl Rooms {
     }
 
     /// For `restricted` rooms: a local member who may invite, when the joiner is in an allowed room.
-    async fn restricted_join_authoriser(
+    pub(crate) async fn restricted_join_authoriser(
         &self,
         conn: &AsyncPgConnection,
         user_id: &UserId,
