@@ -750,3 +750,38 @@ async fn malformed_reads_get_matrix_errors() {
         );
     }
 }
+
+/// `/timestamp_to_event`: the event nearest a time in either direction, for a server in the
+/// room; 404 past the room's last event; 403 for a server with no member.
+#[tokio::test]
+async fn timestamp_to_event_finds_the_nearest_event_for_a_server_in_the_room() {
+    let server = federated_server().await;
+    let (fake, outsider) = tokio::join!(FakeServer::start(), FakeServer::start());
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    join_remote(&server, &room, &fake.user_id("carol")).await;
+    let mut sent = Vec::new();
+    for text in ["one", "two", "three"] {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        sent.push(send(&alice, &room, text).await);
+    }
+    let stored = stored_events(&server, &room).await;
+    let ts = |id: &String| stored[id].pdu["origin_server_ts"].as_i64().unwrap();
+    let uri = |ts: i64, dir: &str| {
+        format!(
+            "/_matrix/federation/v1/timestamp_to_event/{}?ts={ts}&dir={dir}",
+            enc(&room)
+        )
+    };
+    let (status, body) = get(&fake, &server, &uri(ts(&sent[1]), "f")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["event_id"], sent[1].as_str());
+    assert_eq!(body["origin_server_ts"], ts(&sent[1]));
+    let (status, body) = get(&fake, &server, &uri(ts(&sent[1]) - 1, "b")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["event_id"], sent[0].as_str());
+    let (status, body) = get(&fake, &server, &uri(ts(&sent[2]) + 60_000, "f")).await;
+    assert_eq!((status, &body["errcode"]), (404, &json!("M_NOT_FOUND")));
+    let (status, body) = get(&outsider, &server, &uri(ts(&sent[1]), "f")).await;
+    assert_eq!((status, &body["errcode"]), (403, &json!("M_FORBIDDEN")));
+}

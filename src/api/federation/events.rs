@@ -1,5 +1,5 @@
 //! Reading a room's events over federation: `/event`, `/state`, `/state_ids`, `/event_auth`,
-//! `/backfill` and `/get_missing_events`. Who may read what is decided in one place,
+//! `/backfill`, `/get_missing_events` and `/timestamp_to_event`. Who may read what is decided in one place,
 //! `service/federation/room_access.rs`.
 
 use actix_web::web::Data;
@@ -7,14 +7,17 @@ use ruma::{
     api::federation::{
         authorization::get_event_authorization,
         backfill::get_backfill,
-        event::{get_event, get_missing_events, get_room_state, get_room_state_ids},
+        event::{
+            get_event, get_event_by_timestamp, get_missing_events, get_room_state,
+            get_room_state_ids,
+        },
     },
-    MilliSecondsSinceUnixEpoch,
+    MilliSecondsSinceUnixEpoch, UInt,
 };
 
 use crate::{
     api::ruma::{Ruma, RumaResponse},
-    error::Result,
+    error::{Error, Result},
     service::Services,
 };
 
@@ -119,4 +122,22 @@ pub async fn get_missing_events_route(
         )
         .await?;
     Ok(get_missing_events::v1::Response::new(events).into())
+}
+
+/// `GET /_matrix/federation/v1/timestamp_to_event/{roomId}`: the room's event nearest a time.
+pub async fn timestamp_to_event_route(
+    services: Data<Services>,
+    body: Ruma<get_event_by_timestamp::v1::Request>,
+) -> Result<RumaResponse<get_event_by_timestamp::v1::Response>> {
+    let request = &body.body;
+    let ts = i64::try_from(u64::from(request.ts.0))
+        .map_err(|_| Error::invalid_param("ts out of range"))?;
+    let forward = request.dir == ruma::api::Direction::Forward;
+    let (event_id, origin_ts) = services
+        .federation
+        .timestamp_to_event_for_server(body.origin()?, &request.room_id, ts, forward)
+        .await?;
+    let origin_ts =
+        MilliSecondsSinceUnixEpoch(UInt::new(origin_ts.max(0) as u64).unwrap_or_default());
+    Ok(get_event_by_timestamp::v1::Response::new(event_id, origin_ts).into())
 }

@@ -50,6 +50,7 @@ pub fn routes(t: &mut RouteTable) {
     );
     t.ruma::<f::backfill::get_backfill::v1::Request, _, _>(events::get_backfill_route);
     t.ruma::<f::event::get_missing_events::v1::Request, _, _>(events::get_missing_events_route);
+    t.ruma::<f::event::get_event_by_timestamp::v1::Request, _, _>(events::timestamp_to_event_route);
     t.ruma::<f::membership::prepare_join_event::v1::Request, _, _>(membership::make_join_route);
     t.ruma::<f::membership::create_join_event::v2::Request, _, _>(membership::send_join_route);
     t.ruma::<f::membership::create_invite::v2::Request, _, _>(membership::invite_route);

@@ -13,7 +13,10 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    storage::{event_graph, rooms::EventRow},
+    storage::{
+        event_graph,
+        rooms::{self as rooms_store, EventRow},
+    },
 };
 
 /// Most events one `/backfill` answers, whatever its `limit` asks (Synapse's cap too).
@@ -139,6 +142,33 @@ impl Federation {
             served.push(access.serve(&conn, event).await?);
         }
         Ok(served)
+    }
+}
+
+impl Federation {
+    /// `GET /timestamp_to_event/{roomId}?ts=&dir=`: the event of the room whose
+    /// `origin_server_ts` is nearest `ts` in direction `dir` (the first at or after it going
+    /// forwards, at or before it going backwards), for a server in the room, as Synapse
+    /// answers it: by the room's access rules only (an event ID and a time say little, and
+    /// `/event` applies the visibility rules to the event itself).
+    pub async fn timestamp_to_event_for_server(
+        &self,
+        origin: &ServerName,
+        room_id: &RoomId,
+        ts: i64,
+        forward: bool,
+    ) -> Result<(OwnedEventId, i64)> {
+        let conn = self.db.conn().await?;
+        RoomAccess::open(&conn, origin, room_id).await?;
+        let nearest =
+            rooms_store::get_events_near_ts(&conn, room_id.as_str(), ts, forward, None, 1).await?;
+        let row = nearest
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::not_found("No event found near that time"))?;
+        let origin_ts = row.pdu["origin_server_ts"].as_i64().unwrap_or_default();
+        let event_id = OwnedEventId::try_from(row.event_id).map_err(Error::internal)?;
+        Ok((event_id, origin_ts))
     }
 }
 
