@@ -221,11 +221,14 @@ impl Db {
             .map_err(|e| Error::internal(format!("database connection: {e}")))
     }
 
-    /// Whether requests on this thread are queueing for a connection: the moment to shed work
-    /// nothing durable depends on (typing, presence). Every connection merely being in use is
-    /// not enough: a worker's pool is small, and a caller holding one counts itself.
+    /// Whether requests on this thread are queueing for a connection in earnest (at least as
+    /// many waiting as the pool holds): the moment to shed work nothing durable depends on
+    /// (typing, presence). A waiter or two is not enough: a worker's pool may hold two
+    /// connections, and a couple of syncs computing at once would shed every typing update
+    /// (a user's typing then never shows).
     pub fn is_saturated(&self) -> bool {
-        self.pool().status().waiting > 0
+        let status = self.pool().status();
+        status.waiting >= status.max_size.max(1)
     }
 }
 

@@ -12,9 +12,10 @@ use crate::{
 };
 
 impl Rooms {
-    /// Starts (with a timeout) or stops the user's typing in a room. Under load the update is
+    /// Starts (with a timeout) or stops the user's typing in a room. Under load a start is
     /// dropped once the sender is known to be in the room: typing is the first thing to shed,
-    /// and announcing it (waking every syncing member) is what costs.
+    /// and announcing it (waking every syncing member) is what costs. A stop always goes out:
+    /// lost, it would show the user typing until their timeout.
     pub async fn set_typing(
         &self,
         user_id: &UserId,
@@ -25,7 +26,7 @@ impl Rooms {
         if !self.is_joined(&conn, room_id, user_id).await? {
             return Err(Error::forbidden("You are not in this room"));
         }
-        if self.db.is_saturated() {
+        if timeout.is_some() && self.db.is_saturated() {
             tracing::debug!(%room_id, "typing update shed under load");
             return Ok(());
         }
