@@ -157,7 +157,17 @@ class Side:
         self.ephemeral = []  # every (room ID, event) of a joined room's ephemeral seen so far
         self.invites = {}  # room ID -> invite_state events, for every invite seen so far
         self.knocks = {}  # room ID -> knock_state events, for every knock seen so far
+        self.left = []  # every (room ID, event) of a left room's timeline seen so far
+        self.unread = {}  # room ID -> the latest unread_notifications /sync gave for it
         self.software = None  # the federation version endpoint's server name (check_version)
+
+    def another_user(self, label):
+        """A Side for a new user registered on the same server (label names it in messages)."""
+        other = Side(label, self.client_url, self.server_name)
+        other.software = self.software
+        other.register()
+        other.sync(0)
+        return other
 
     def api(self, method, path, body=None, params=None, timeout=HTTP_TIMEOUT):
         """Calls this side's client API as its user; returns the body of a 200 answer."""
@@ -216,6 +226,11 @@ class Side:
                 self.timeline.append((room_id, event))
             for event in room.get("ephemeral", {}).get("events", []):
                 self.ephemeral.append((room_id, event))
+            if "unread_notifications" in room:
+                self.unread[room_id] = room["unread_notifications"]
+        for room_id, room in data.get("rooms", {}).get("leave", {}).items():
+            for event in room.get("timeline", {}).get("events", []):
+                self.left.append((room_id, event))
 
     def wait_for_timeline(self, room_id, matches):
         """Polls /sync until an event of room_id's timeline seen so far satisfies matches."""
@@ -773,6 +788,351 @@ def check_room_receipt(src, dst, room_id):
     return f"receipt on {first}"
 
 
+def send_message(side, room_id, content, event_type="m.room.message"):
+    """side's user sends an event into room_id; returns its event ID."""
+    txn_id = f"interop-{secrets.token_hex(6)}"
+    path = f"/rooms/{quote(room_id)}/send/{event_type}/{txn_id}"
+    return side.api("PUT", path, content)["event_id"]
+
+
+def get_event(side, room_id, event_id):
+    """The event as side's server serves it to its user (/rooms/{roomId}/event/{eventId})."""
+    return side.api("GET", f"/rooms/{quote(room_id)}/event/{quote(event_id)}")
+
+
+def relates_to(event):
+    return event.get("content", {}).get("m.relates_to", {})
+
+
+def check_room_edit(src, dst, room_id):
+    """src's user edits their message (m.replace): dst's /sync shows the edit, and dst's server
+    serves the original with the edit bundled (unsigned.m.relations.m.replace)."""
+    original = check_room_message(src, dst, room_id)
+    new_body = f"edited {secrets.token_hex(6)}"
+    edit = send_message(
+        src,
+        room_id,
+        {
+            "msgtype": "m.text",
+            "body": f"* {new_body}",
+            "m.new_content": {"msgtype": "m.text", "body": new_body},
+            "m.relates_to": {"rel_type": "m.replace", "event_id": original},
+        },
+    )
+    seen = dst.wait_for_timeline(room_id, lambda e: e.get("event_id") == edit)
+    if relates_to(seen) != {"rel_type": "m.replace", "event_id": original}:
+        raise CheckFailed(f"{dst.label} got the edit as {seen!r}")
+    if seen.get("content", {}).get("m.new_content", {}).get("body") != new_body:
+        raise CheckFailed(f"{dst.label} got the edit without its new content: {seen!r}")
+
+    def bundled():
+        event = get_event(dst, room_id, original)
+        replace = event.get("unsigned", {}).get("m.relations", {}).get("m.replace")
+        if not isinstance(replace, dict) or replace.get("event_id") != edit:
+            raise CheckFailed(f"{dst.label} serves the original with {event.get('unsigned')!r}")
+        page = dst.api("GET", f"/rooms/{quote(room_id)}/messages", params={"dir": "b"})
+        listed = [e for e in page.get("chunk", []) if e.get("event_id") == original]
+        if not listed:
+            raise CheckFailed(f"{dst.label}'s /messages lack {original}")
+        replace = listed[0].get("unsigned", {}).get("m.relations", {}).get("m.replace")
+        if not isinstance(replace, dict) or replace.get("event_id") != edit:
+            raise CheckFailed(f"{dst.label}'s /messages give the original as {listed[0]!r}")
+
+    eventually(bundled)
+    return f"{edit} bundled into {original} (/event and /messages)"
+
+
+def check_room_reaction(src, dst, room_id):
+    """src's user reacts (m.annotation) to a message of dst's user: dst's /sync shows the
+    reaction, and dst's /relations of the message lists it."""
+    target = check_room_message(dst, src, room_id)
+    key = f"👍 {secrets.token_hex(2)}"
+    reaction = send_message(
+        src,
+        room_id,
+        {"m.relates_to": {"rel_type": "m.annotation", "event_id": target, "key": key}},
+        "m.reaction",
+    )
+    seen = dst.wait_for_timeline(room_id, lambda e: e.get("event_id") == reaction)
+    expected = {"rel_type": "m.annotation", "event_id": target, "key": key}
+    if seen.get("type") != "m.reaction" or relates_to(seen) != expected:
+        raise CheckFailed(f"{dst.label} got the reaction as {seen!r}")
+    url = (
+        dst.client_url
+        + f"/_matrix/client/v1/rooms/{quote(room_id)}/relations/{quote(target)}/m.annotation"
+    )
+    chunk = expect_200("GET", url, token=dst.access_token).get("chunk", [])
+    if reaction not in [e.get("event_id") for e in chunk]:
+        raise CheckFailed(f"{dst.label}'s /relations of {target} lack {reaction}: {chunk!r}")
+    # Taking the reaction back is redacting it: it leaves the other side's relations.
+    src.api(
+        "PUT",
+        f"/rooms/{quote(room_id)}/redact/{quote(reaction)}/interop-{secrets.token_hex(6)}",
+        {},
+    )
+
+    def withdrawn():
+        chunk = expect_200("GET", url, token=dst.access_token).get("chunk", [])
+        if reaction in [e.get("event_id") for e in chunk]:
+            raise CheckFailed(f"{dst.label}'s /relations of {target} still list {reaction}")
+
+    eventually(withdrawn)
+    return f"{reaction} on {target}, then withdrawn"
+
+
+def check_room_redaction(src, dst, room_id):
+    """src's user redacts their message: dst's /sync shows the redaction, and dst's server then
+    serves the message redacted (no body, unsigned.redacted_because)."""
+    target = check_room_message(src, dst, room_id)
+    txn_id = f"interop-{secrets.token_hex(6)}"
+    redaction = src.api(
+        "PUT", f"/rooms/{quote(room_id)}/redact/{quote(target)}/{txn_id}", {"reason": "interop"}
+    )["event_id"]
+    seen = dst.wait_for_timeline(room_id, lambda e: e.get("event_id") == redaction)
+    redacts = seen.get("redacts") or seen.get("content", {}).get("redacts")
+    if seen.get("type") != "m.room.redaction" or redacts != target:
+        raise CheckFailed(f"{dst.label} got the redaction as {seen!r}")
+
+    def redacted():
+        event = get_event(dst, room_id, target)
+        if event.get("content"):
+            raise CheckFailed(f"{dst.label} still serves {target} with {event.get('content')!r}")
+        because = event.get("unsigned", {}).get("redacted_because", {})
+        if because.get("event_id") != redaction:
+            raise CheckFailed(f"{dst.label} serves {target} without redacted_because: {event!r}")
+
+    eventually(redacted)
+    return f"{target} redacted by {redaction}"
+
+
+def check_room_redaction_moderator(creator, joiner, room_id):
+    """creator's user (who has the power to) redacts a message of joiner's user: joiner's
+    server accepts the redaction from the other server and serves its own user's message
+    redacted."""
+    target = check_room_message(joiner, creator, room_id)
+    txn_id = f"interop-{secrets.token_hex(6)}"
+    redaction = creator.api(
+        "PUT", f"/rooms/{quote(room_id)}/redact/{quote(target)}/{txn_id}", {"reason": "mod"}
+    )["event_id"]
+    joiner.wait_for_timeline(room_id, lambda e: e.get("event_id") == redaction)
+
+    def redacted():
+        event = get_event(joiner, room_id, target)
+        if event.get("content"):
+            raise CheckFailed(f"{joiner.label} still serves {target} with {event['content']!r}")
+        because = event.get("unsigned", {}).get("redacted_because", {})
+        if because.get("event_id") != redaction:
+            raise CheckFailed(f"{joiner.label} serves {target} without redacted_because")
+
+    eventually(redacted)
+    return f"{target} redacted by {redaction}"
+
+
+def wait_for_unread(side, room_id, matches, what):
+    """Polls side's /sync until the room's latest unread_notifications satisfy matches."""
+    deadline = time.monotonic() + SYNC_WAIT
+    while not matches(side.unread.get(room_id, {}).get("notification_count", 0)):
+        if time.monotonic() >= deadline:
+            raise CheckFailed(
+                f"{side.label}'s unread_notifications of {room_id} are"
+                f" {side.unread.get(room_id)!r}, not {what}, after {SYNC_WAIT}s"
+            )
+        side.sync(SYNC_POLL_MS)
+
+
+def check_room_unread(src, dst, room_id):
+    """A message src's user sends raises dst's notification_count in /sync's
+    unread_notifications by one; dst's user's read receipt on it brings it back to 0."""
+    latest = dst.api("GET", f"/rooms/{quote(room_id)}/messages", params={"dir": "b", "limit": "1"})
+    if latest.get("chunk"):
+        read = latest["chunk"][0]["event_id"]
+        dst.api("POST", f"/rooms/{quote(room_id)}/receipt/m.read/{quote(read)}", {})
+    dst.sync(0)
+    wait_for_unread(dst, room_id, lambda n: n == 0, "0 once read")
+    message = check_room_message(src, dst, room_id)
+    wait_for_unread(dst, room_id, lambda n: n == 1, "1 after a message")
+    dst.api("POST", f"/rooms/{quote(room_id)}/receipt/m.read/{quote(message)}", {})
+    wait_for_unread(dst, room_id, lambda n: n == 0, "0 after the receipt")
+    # A mention of dst's user (m.mentions) highlights: highlight_count 1, and 0 once read.
+    mention = send_message(
+        src,
+        room_id,
+        {"msgtype": "m.text", "body": "hey you", "m.mentions": {"user_ids": [dst.user_id]}},
+    )
+    dst.wait_for_timeline(room_id, lambda e: e.get("event_id") == mention)
+    wait_for_unread(dst, room_id, lambda n: n == 1, "1 after a mention")
+    highlights = dst.unread.get(room_id, {}).get("highlight_count", 0)
+    if highlights != 1:
+        raise CheckFailed(f"{dst.label}'s highlight_count is {highlights} after a mention, not 1")
+    dst.api("POST", f"/rooms/{quote(room_id)}/receipt/m.read/{quote(mention)}", {})
+    wait_for_unread(dst, room_id, lambda n: n == 0, "0 after reading the mention")
+    if dst.unread[room_id].get("highlight_count", 0) != 0:
+        raise CheckFailed(f"{dst.label}'s highlight_count stays {dst.unread[room_id]!r}")
+    return f"1 then 0 for {message}; a mention highlighted"
+
+
+def shared_room(creator, joiner, version):
+    """A fresh public room of creator's user, of `version`, that joiner's user has joined
+    (both servers list both as joined)."""
+    room_id = creator.api(
+        "POST", "/createRoom", {"preset": "public_chat", "room_version": version}
+    )["room_id"]
+    joiner.api("POST", f"/join/{quote(room_id)}", {}, params={"via": creator.server_name})
+    wait_for_membership(creator, room_id, joiner.user_id, "join")
+    return room_id
+
+
+def check_room_leave(creator, joiner, leaver, version):
+    """In a room of creator's user that joiner's user joined, `leaver` leaves: the other
+    side's server has them as left, and its user's /sync shows the leave."""
+    room_id = shared_room(creator, joiner, version)
+    other = joiner if leaver is creator else creator
+    leaver.api("POST", f"/rooms/{quote(room_id)}/leave", {})
+    wait_for_membership(other, room_id, leaver.user_id, "leave")
+    leave = other.wait_for_timeline(
+        room_id,
+        lambda e: e.get("type") == "m.room.member"
+        and e.get("state_key") == leaver.user_id
+        and e.get("content", {}).get("membership") == "leave",
+    )
+    deadline = time.monotonic() + SYNC_WAIT
+    left = leave["event_id"]
+    while not any(r == room_id and e.get("event_id") == left for (r, e) in leaver.left):
+        if time.monotonic() >= deadline:
+            raise CheckFailed(f"the leave is not in {leaver.label}'s rooms.leave")
+        leaver.sync(SYNC_POLL_MS)
+    # What the room says after the leave is not the leaver's to see: not in their /sync, not
+    # in their /messages (a second message gives the first time to travel, were it sent to
+    # the leaver's server at all).
+    after = check_room_message(other, other, room_id)
+    check_room_message(other, other, room_id)
+    leaver.sync(0)
+    page = leaver.api("GET", f"/rooms/{quote(room_id)}/messages", params={"dir": "b"})
+    seen = [e for (r, e) in leaver.left + leaver.timeline if r == room_id]
+    if after in [e.get("event_id") for e in seen + page.get("chunk", [])]:
+        raise CheckFailed(f"{leaver.label}'s user sees {after}, sent after they left")
+    return f"{leave['event_id']} in {room_id}"
+
+
+def check_room_ban(creator, joiner, banner, version):
+    """In a room of creator's user that joiner's user joined, `banner` (creator's user, or
+    joiner's user made a moderator by creator's) bans a second user of the other server, who
+    had joined too. The other server, still in the room through its first user, has the ban in
+    its state; the banned user's /sync shows it (the room among those left); a message the
+    banned user then tries to send is refused by their server, or never reaches the room on
+    banner's server."""
+    room_id = shared_room(creator, joiner, version)
+    other = joiner if banner is creator else creator
+    if banner is joiner:
+        levels = creator.api("GET", f"/rooms/{quote(room_id)}/state/m.room.power_levels/")
+        levels.setdefault("users", {})[joiner.user_id] = 100
+        creator.api("PUT", f"/rooms/{quote(room_id)}/state/m.room.power_levels/", levels)
+        wait_for_state(
+            joiner, room_id, "m.room.power_levels", lambda c: joiner.user_id in c.get("users", {})
+        )
+    victim = other.another_user(f"{other.label}2")
+    victim.api("POST", f"/join/{quote(room_id)}", {}, params={"via": creator.server_name})
+    wait_for_membership(banner, room_id, victim.user_id, "join")
+    banner.api(
+        "POST", f"/rooms/{quote(room_id)}/ban", {"user_id": victim.user_id, "reason": "interop"}
+    )
+    wait_for_membership(other, room_id, victim.user_id, "ban")
+    deadline = time.monotonic() + SYNC_WAIT
+    while not any(
+        r == room_id
+        and e.get("type") == "m.room.member"
+        and e.get("state_key") == victim.user_id
+        and e.get("content", {}).get("membership") == "ban"
+        for (r, e) in victim.left
+    ):
+        if time.monotonic() >= deadline:
+            raise CheckFailed(f"no ban in {victim.label}'s /sync within {SYNC_WAIT}s")
+        victim.sync(SYNC_POLL_MS)
+
+    body = f"banned {secrets.token_hex(6)}"
+    status, answer = request(
+        "PUT",
+        victim.client_url
+        + f"/_matrix/client/v3/rooms/{quote(room_id)}/send/m.room.message/b-{secrets.token_hex(6)}",
+        token=victim.access_token,
+        body={"msgtype": "m.text", "body": body},
+    )
+    if status == 403:
+        refused = answer.get("errcode")
+        return f"{victim.user_id} banned in {room_id}; their send refused with {refused}"
+    if status != 200:
+        raise CheckFailed(f"the banned user's send got {status} {answer!r}")
+    # Accepted locally: it must never show on banner's server. A message sent after it from
+    # the same server arrives in order, so once that one is there, the other would be too.
+    marker = check_room_message(other, banner, room_id)
+    shown = [
+        e for (r, e) in banner.timeline if r == room_id and e.get("content", {}).get("body") == body
+    ]
+    status, _ = request(
+        "GET",
+        banner.client_url
+        + f"/_matrix/client/v3/rooms/{quote(room_id)}/event/{quote(answer['event_id'])}",
+        token=banner.access_token,
+    )
+    if shown or status == 200:
+        raise CheckFailed(f"{banner.label} shows the banned user's message {answer['event_id']}")
+    return f"banned in {room_id}; the send accepted locally, never shown (before {marker})"
+
+
+def check_room_kick_unban(creator, joiner, version):
+    """In a room of creator's user that joiner's user joined, creator's user kicks them:
+    joiner's /sync shows the kick; creator's user bans them, then lifts the ban: joiner's
+    server learns of both (the ban and unban reach it though it is out of the room, as the
+    target's server), and joiner's user can join again through creator's server."""
+    room_id = shared_room(creator, joiner, version)
+
+    def left_as(membership, sender):
+        def matches():
+            return any(
+                r == room_id
+                and e.get("type") == "m.room.member"
+                and e.get("state_key") == joiner.user_id
+                and e.get("sender") == sender
+                and e.get("content", {}).get("membership") == membership
+                for (r, e) in joiner.left
+            )
+
+        deadline = time.monotonic() + SYNC_WAIT
+        while not matches():
+            if time.monotonic() >= deadline:
+                raise CheckFailed(f"no {membership} in {joiner.label}'s rooms.leave")
+            joiner.sync(SYNC_POLL_MS)
+
+    creator.api("POST", f"/rooms/{quote(room_id)}/kick", {"user_id": joiner.user_id})
+    left_as("leave", creator.user_id)
+    creator.api("POST", f"/rooms/{quote(room_id)}/ban", {"user_id": joiner.user_id})
+    status, body = request(
+        "POST",
+        joiner.client_url + f"/_matrix/client/v3/join/{quote(room_id)}",
+        token=joiner.access_token,
+        body={},
+        params={"via": creator.server_name},
+    )
+    if status != 403:
+        raise CheckFailed(f"a banned user's join got {status} {body!r}, not 403")
+    creator.api("POST", f"/rooms/{quote(room_id)}/unban", {"user_id": joiner.user_id})
+    joiner.api("POST", f"/join/{quote(room_id)}", {}, params={"via": creator.server_name})
+    wait_for_membership(creator, room_id, joiner.user_id, "join")
+    check_room_message(creator, joiner, room_id)
+    return f"kicked, banned, unbanned and back in {room_id}"
+
+
+def wait_for_state(side, room_id, event_type, matches):
+    """Waits until side's server has a state event of event_type whose content matches."""
+
+    def has():
+        content = side.api("GET", f"/rooms/{quote(room_id)}/state/{event_type}/")
+        if not matches(content):
+            raise CheckFailed(f"{side.label} has {event_type} {content!r}")
+
+    eventually(has)
+
+
 def quote(s):
     """Percent-encodes a path segment (user IDs and aliases carry @, #, :)."""
     return urllib.parse.quote(s, safe="")
@@ -877,6 +1237,26 @@ def main(argv):
                 sides[dst],
                 room_id,
             )
+            for name, check in [
+                ("room_edit", check_room_edit),
+                ("room_reaction", check_room_reaction),
+                ("room_redaction", check_room_redaction),
+                ("room_unread", check_room_unread),
+            ]:
+                report.run(
+                    f"{name} v{version} {src}->{dst} (room of {creator})",
+                    check,
+                    sides[src],
+                    sides[dst],
+                    room_id,
+                )
+        report.run(
+            f"room_redaction_moderator v{version} {creator}->{joiner} (room of {creator})",
+            check_room_redaction_moderator,
+            sides[creator],
+            sides[joiner],
+            room_id,
+        )
 
     for version in ("11", "12"):
         for src, dst in ((a, b), (b, a)):
@@ -916,6 +1296,35 @@ def main(argv):
         report.run(
             f"room_knock_withdraw {src.label}->{dst.label}", check_room_knock_withdraw, src, dst
         )
+
+    for version in ("11", "12"):
+        for creator, joiner in ((a, b), (b, a)):
+            for leaver in (joiner, creator):
+                report.run(
+                    f"room_leave v{version} {leaver.label} leaves (room of {creator.label})",
+                    check_room_leave,
+                    creator,
+                    joiner,
+                    leaver,
+                    version,
+                )
+            report.run(
+                f"room_kick_unban v{version} {creator.label} kicks {joiner.label}",
+                check_room_kick_unban,
+                creator,
+                joiner,
+                version,
+            )
+            for banner in (creator, joiner):
+                report.run(
+                    f"room_ban v{version} {banner.label} bans a user of the other side"
+                    f" (room of {creator.label})",
+                    check_room_ban,
+                    creator,
+                    joiner,
+                    banner,
+                    version,
+                )
 
     print(f"checks took {time.monotonic() - started:.1f}s")
     print(f"{report.passed} passed, {report.failed} failed")

@@ -4,7 +4,8 @@
 # tests/federation/interop.py between Myelin and Myelin, then Myelin and Synapse (queries, keys,
 # to-device, and rooms of v11 and v12 created on either side: joins and messages both ways);
 # a check that Synapse's log has no complaint about our events; then matrix-js-sdk's Rust
-# crypto starting Olm sessions across servers (olm.mjs).
+# crypto starting Olm sessions across servers (olm.mjs) and exchanging encrypted messages in a
+# room shared across servers, created on either side (encrypted_room.mjs).
 #
 #   tests/federation/run_interop.sh PATH/TO/myelin
 #
@@ -100,5 +101,8 @@ if grep -E " - (WARNING|ERROR) - " "$synapse_log" |
 fi
 run node "$here/../clients/js/federation/olm.mjs" "$m1_url" "$m2_url"
 run node "$here/../clients/js/federation/olm.mjs" "$m1_url" "$synapse_url"
+run node "$here/../clients/js/federation/encrypted_room.mjs" "$m1_url" "$m2_url"
+run node "$here/../clients/js/federation/encrypted_room.mjs" "$m1_url" "$synapse_url"
+run node "$here/../clients/js/federation/encrypted_room.mjs" "$synapse_url" "$m1_url"
 echo "run_interop.sh: exit $status after $((SECONDS - started_at))s in all"
 exit "$status"

@@ -879,3 +879,86 @@ async fn a_restricted_room_admits_a_remote_member_of_an_allowed_room() {
         assert!(members["joined"][&eve].is_object(), "{members}");
     }
 }
+
+/// `createRoom` with a user of another server among `invite` (and `is_direct`): the invite
+/// goes through the invitee's server, as `/invite` does it; they see it as direct and join.
+#[tokio::test]
+async fn create_room_invites_users_of_other_servers() {
+    let (a, b) = crate::support::federation::pair().await;
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    for version in ["11", "12"] {
+        let since = bob.sync(None, 0, None).await["next_batch"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let room = alice
+            .create_room(json!({
+                "preset": "trusted_private_chat", "room_version": version,
+                "invite": [bob.user_id], "is_direct": true,
+            }))
+            .await;
+        let synced = bob.sync(Some(&since), 5_000, None).await;
+        let invite = &synced["rooms"]["invite"][&room]["invite_state"]["events"];
+        let events = invite.as_array().unwrap_or_else(|| panic!("{synced}"));
+        assert!(
+            events.iter().any(|e| e["type"] == "m.room.member"
+                && e["state_key"] == bob.user_id.as_str()
+                && e["content"]["membership"] == "invite"
+                && e["content"]["is_direct"] == true),
+            "{synced}"
+        );
+        bob.join(&room).await.ok();
+        let members = alice
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/joined_members",
+                enc(&room)
+            ))
+            .await
+            .ok();
+        assert!(members["joined"][&bob.user_id].is_object(), "{members}");
+    }
+}
+
+/// A redaction of another server's event by a creator of a v12 room (who has every power,
+/// without being listed in the power levels) takes effect on that other server.
+#[tokio::test]
+async fn a_v12_creator_redacts_a_message_of_another_server() {
+    let (a, b) = crate::support::federation::pair().await;
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "room_version": "12" }))
+        .await;
+    join_over_federation(&bob, &a, &room).await;
+    let sent = bob.send_text(&room, "t1", "to be redacted").await.ok();
+    let event_id = sent["event_id"].as_str().unwrap().to_owned();
+    let mut seen = false;
+    for _ in 0..100 {
+        if alice.get_event(&room, &event_id).await.status.is_success() {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(seen, "bob's message never reached alice's server");
+    let path = format!(
+        "/_matrix/client/v3/rooms/{}/redact/{}/r1",
+        enc(&room),
+        enc(&event_id)
+    );
+    let redaction = alice.put(&path, json!({})).await.ok();
+    let mut served = Value::Null;
+    for _ in 0..100 {
+        served = bob.get_event(&room, &event_id).await.ok();
+        if served["unsigned"]["redacted_because"]["event_id"] == redaction["event_id"] {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        served["unsigned"]["redacted_because"]["event_id"], redaction["event_id"],
+        "{served}"
+    );
+    assert_eq!(served["content"], json!({}), "{served}");
+}

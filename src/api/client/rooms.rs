@@ -96,6 +96,23 @@ pub async fn create_room_route(
     };
     let _ = RoomType::Space; // room `type` travels inside creation_content untouched
     let room_id = services.rooms.create_room(&caller.user_id, create).await?;
+    // Users of other servers are invited once the room exists, as /invite does it. As in
+    // Synapse, an invite that fails fails the request (the room stays).
+    for invitee in &request.invite {
+        if services.rooms.invited_over_federation(invitee) {
+            services
+                .federation
+                .invite_remote(
+                    &services.rooms,
+                    &caller.user_id,
+                    &room_id,
+                    invitee,
+                    None,
+                    request.is_direct,
+                )
+                .await?;
+        }
+    }
     Ok(create_room::Response::new(room_id).into())
 }
 
@@ -195,6 +212,7 @@ pub async fn invite_route(
                 &body.body.room_id,
                 &recipient.user_id,
                 recipient.reason.as_deref(),
+                false,
             )
             .await?;
         return Ok(invite::Response::new().into());

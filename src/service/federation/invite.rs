@@ -89,6 +89,7 @@ impl Federation {
         room_id: &RoomId,
         target: &UserId,
         reason: Option<&str>,
+        is_direct: bool,
     ) -> Result<()> {
         let conn = self.db.conn().await?;
         let room = store::get_room(&conn, room_id.as_str())
@@ -109,6 +110,9 @@ impl Federation {
         let mut content = json!({ "membership": "invite" });
         if let Some(reason) = reason {
             content["reason"] = json!(reason);
+        }
+        if is_direct {
+            content["is_direct"] = json!(true);
         }
         let template = member_template(&conn, &rules, room_id, sender, target, content).await?;
         let invite_room_state = stripped_room_state(&conn, room_id, Some(sender)).await?;

@@ -82,7 +82,11 @@ impl Rooms {
         if users::is_shadow_banned(&conn, creator.as_str()).await? && !request.invite.is_empty() {
             return Err(Error::forbidden("Cannot invite users"));
         }
-        for invitee in &request.invite {
+        for invitee in request
+            .invite
+            .iter()
+            .filter(|u| !self.invited_over_federation(u))
+        {
             self.ensure_local_user(&conn, invitee).await?;
         }
         let profile = self.member_profile(&conn, creator).await?;
@@ -193,7 +197,7 @@ impl Rooms {
                     .await
                     .map_err(|e| if is_unique_violation(&e) { room_in_use() } else { e.into() })?;
             }
-            for invitee in &request.invite {
+            for invitee in request.invite.iter().filter(|u| !self.invited_over_federation(u)) {
                 let mut content = json!({ "membership": "invite" });
                 if request.is_direct {
                     content["is_direct"] = json!(true);
@@ -209,6 +213,12 @@ impl Rooms {
             Ok(room_id)
         })
         .await
+    }
+
+    /// Whether an invitee of a new room is invited once the room exists, through their own
+    /// server (which signs the invite), rather than by an invite event written with the room.
+    pub fn invited_over_federation(&self, invitee: &UserId) -> bool {
+        invitee.server_name() != self.config.server_name && self.config.federation.enabled
     }
 
     /// A fresh room ID for room versions before 12.

@@ -454,7 +454,8 @@ impl Rooms {
 
     /// Applies a redaction from another server when the spec lets it take effect: the
     /// redacted event is in the room and was sent from the same server, or the redaction's
-    /// sender has the room's `redact` power.
+    /// sender has the room's `redact` power (a creator of a room whose version privileges
+    /// creators has every power, listed in the power levels or not).
     async fn apply_remote_redaction(
         &self,
         conn: &AsyncPgConnection,
@@ -474,12 +475,31 @@ impl Rooms {
         let same_server = UserId::parse(row.sender.as_str())
             .is_ok_and(|sender| sender.server_name() == pdu.sender.server_name());
         if !same_server {
-            let levels = store::get_current_state_event(conn, room, "m.room.power_levels", "")
-                .await?
-                .map(|row| row.pdu["content"].clone())
-                .unwrap_or_default();
+            let state = store::get_current_state_events(
+                conn,
+                room,
+                &[("m.room.power_levels", ""), ("m.room.create", "")],
+            )
+            .await?;
+            let content_of = |kind: &str| {
+                state
+                    .iter()
+                    .find(|row| row.event_type == kind)
+                    .map(|row| row.pdu["content"].clone())
+                    .unwrap_or_default()
+            };
+            let creator = rules.authorization.explicitly_privilege_room_creators
+                && state.iter().any(|row| {
+                    row.event_type == "m.room.create"
+                        && super::writer::is_room_creator(
+                            &row.sender,
+                            &content_of("m.room.create"),
+                            &pdu.sender,
+                        )
+                });
+            let levels = content_of("m.room.power_levels");
             let needed = levels.get("redact").and_then(Value::as_i64).unwrap_or(50);
-            if super::writer::listed_power_level(&levels, &pdu.sender) < needed {
+            if !creator && super::writer::listed_power_level(&levels, &pdu.sender) < needed {
                 return Ok(());
             }
         }
