@@ -36,7 +36,8 @@ cleanup() {
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     "$fed/synapse.sh" stop "$work/s1" >/dev/null 2>&1 || true
     "$fed/synapse.sh" stop "$work/s2" >/dev/null 2>&1 || true
-    rm -rf "$work"
+    # FEDBENCH_KEEP=1 keeps the servers' logs and data for a look afterwards.
+    if [ -n "${FEDBENCH_KEEP:-}" ]; then echo "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
