@@ -308,6 +308,13 @@ struct Count {
 }
 
 async fn spawn_server(db: &TestDb, options: &ServerOptions) -> (Child, String) {
+    try_spawn_server(db, options)
+        .await
+        .expect("server did not report its address")
+}
+
+/// Starts a server; `None` when it exits before listening (its reason is on stderr).
+async fn try_spawn_server(db: &TestDb, options: &ServerOptions) -> Option<(Child, String)> {
     let mut command = Command::new(env!("CARGO_BIN_EXE_myelin"));
     command
         .arg("serve")
@@ -338,9 +345,13 @@ async fn spawn_server(db: &TestDb, options: &ServerOptions) -> (Child, String) {
         base
     })
     .await
-    .unwrap()
-    .expect("server did not report its address");
-    (child, base_url)
+    .unwrap();
+    let Some(base_url) = base_url else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    };
+    Some((child, base_url))
 }
 
 /// Settings a test can change before the server starts.
@@ -362,6 +373,35 @@ impl Default for ServerOptions {
 }
 
 impl ServerOptions {
+    /// Moves a federating server (named `localhost:{port}`, its federation listener on that
+    /// port) to another free port; `false` when these options are not such a server's.
+    fn move_federation_port(&mut self) -> bool {
+        let get = |key: &str| {
+            self.env
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+        };
+        let (Some(name), Some(listen)) =
+            (get("MYELIN_SERVER_NAME"), get("MYELIN_FEDERATION_LISTEN"))
+        else {
+            return false;
+        };
+        let port = listen.rsplit(':').next().unwrap_or_default();
+        if name != format!("localhost:{port}") {
+            return false;
+        }
+        let port = federation::free_port();
+        for (key, value) in [
+            ("MYELIN_SERVER_NAME", format!("localhost:{port}")),
+            ("MYELIN_FEDERATION_LISTEN", format!("127.0.0.1:{port}")),
+        ] {
+            self.env.retain(|(k, _)| k != key);
+            self.env.push((key.into(), value));
+        }
+        true
+    }
+
     /// Leaves one environment variable unset.
     pub fn without(mut self, key: &str) -> Self {
         self.env.retain(|(k, _)| k != key);
@@ -383,9 +423,23 @@ impl TestServer {
     }
 
     /// Starts a server with the given settings.
-    pub async fn start_with(options: ServerOptions) -> Self {
-        let db = TestDb::new().await;
-        let (child, base_url) = spawn_server(&db, &options).await;
+    pub async fn start_with(mut options: ServerOptions) -> Self {
+        let mut db = TestDb::new().await;
+        let mut attempts = 0;
+        let (child, base_url) = loop {
+            if let Some(started) = try_spawn_server(&db, &options).await {
+                break started;
+            }
+            // A federation port chosen free was taken before the server bound it (another
+            // test's server listening on port 0 got it): a new name on a new port, on a new
+            // database, as the first attempt never served anyone.
+            attempts += 1;
+            assert!(
+                attempts < 5 && options.move_federation_port(),
+                "server did not report its address"
+            );
+            db = TestDb::new().await;
+        };
         TestServer {
             base_url,
             child,
