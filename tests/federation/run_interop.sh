@@ -30,51 +30,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-show_logs() {
-    for log in "$work"/*.log "$work/synapse/homeserver.log"; do
-        [ -f "$log" ] || continue
-        echo "---- last lines of $log"
-        tail -n 40 "$log"
-    done
-}
-
-# start_myelin NAME: starts a Myelin named localhost:FED_PORT; sets NAME_url and NAME_name.
-start_myelin() {
-    local name=$1 fed client pid
-    fed=$(free_port)
-    client=$(free_port)
-    MYELIN_DATA_DIR="$work/$name" MYELIN_LISTEN="127.0.0.1:$client" \
-        MYELIN_SERVER_NAME="localhost:$fed" MYELIN_FEDERATION_LISTEN="127.0.0.1:$fed" \
-        MYELIN_TLS_CERT="$work/tls/cert.pem" MYELIN_TLS_KEY="$work/tls/key.pem" \
-        MYELIN_FEDERATION_CA_FILE="$work/tls/ca.pem" MYELIN_OUTBOUND_ALLOW="127.0.0.1/32 ::1/128" \
-        MYELIN_REGISTRATION=open MYELIN_RATE_LIMITS=off RUST_LOG=warn \
-        "$myelin" serve >"$work/$name.log" 2>&1 &
-    pid=$!
-    pids+=("$pid")
-    printf -v "${name}_url" 'http://127.0.0.1:%s' "$client"
-    printf -v "${name}_name" 'localhost:%s' "$fed"
-    for _ in $(seq 1 300); do
-        curl -sf "http://127.0.0.1:$client/_matrix/client/versions" >/dev/null &&
-            curl -sf --cacert "$work/tls/ca.pem" \
-                "https://localhost:$fed/_matrix/federation/v1/version" >/dev/null &&
-            return 0
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.2
-    done
-    echo "run_interop.sh: Myelin $name did not start" >&2
-    show_logs
-    exit 1
-}
+# shellcheck source=tests/federation/lib.sh
+. "$here/lib.sh"
 
 "$here/make_ca.sh" "$work/tls"
 "$here/synapse.sh" install
 
-start_myelin m1
-start_myelin m2
+start_myelin "$myelin" m1
+start_myelin "$myelin" m2
 synapse_fed=$(free_port)
 synapse_client=$(free_port)
 "$here/synapse.sh" start interop "$synapse_fed" "$synapse_client" "$work/tls" "$work/synapse" \
