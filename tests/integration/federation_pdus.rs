@@ -154,3 +154,142 @@ async fn pdus_with_bad_signatures_or_format_are_dropped_and_a_bad_hash_is_only_r
         "the tampered events are stored without their content"
     );
 }
+
+/// A transaction's PDUs of one room are taken together, in one database transaction (a burst
+/// costs one commit, not one per event), in order; one whose prev events cannot be had, or
+/// which the auth rules reject, holds back none of the others; another room's PDUs in the same
+/// transaction are taken too.
+#[tokio::test]
+async fn a_transactions_pdus_are_taken_in_order_in_one_commit_per_run() {
+    use crate::federation_rooms::{auth_for, join_through_handshake, now_ms};
+    use crate::support::{client::enc, federation::state_ids};
+
+    let server = TestServer::start_with(federated_options(free_port())).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let eve = fake.user_id("eve");
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "room_version": "11" }))
+        .await;
+    let other_room = alice
+        .create_room(json!({ "preset": "public_chat", "room_version": "12" }))
+        .await;
+    let (join_id, join_depth) = join_through_handshake(&fake, &server, &room, &eve, "11").await;
+    let (other_join, other_depth) =
+        join_through_handshake(&fake, &server, &other_room, &eve, "12").await;
+    let state = state_ids(&alice, &room).await;
+    let auth = auth_for(&state, "11", &eve);
+    let other_auth = auth_for(&state_ids(&alice, &other_room).await, "12", &eve);
+
+    let message = |prev: &str, depth: i64, body: &str| {
+        fake.sign_pdu(
+            json!({
+                "room_id": room, "sender": eve, "type": "m.room.message",
+                "content": { "msgtype": "m.text", "body": body },
+                "origin_server_ts": now_ms(), "depth": depth,
+                "prev_events": [prev], "auth_events": auth,
+            }),
+            "11",
+        )
+    };
+    let mut pdus = Vec::new();
+    let mut first_run = Vec::new();
+    let mut second_run = Vec::new();
+    let mut prev = join_id.clone();
+    for n in 1..=5 {
+        let (id, pdu) = message(&prev, join_depth + 2 * n, &format!("m{n}"));
+        pdus.push(pdu);
+        first_run.push(id.clone());
+        prev = id;
+    }
+    // Built on an event nobody can give us: after the first run, before the second (depths
+    // leave room for it, as they order a room's PDUs).
+    let (gap_id, gap) = message(
+        "$NotAnEventAnyoneHasEverSeen0000000000000000",
+        join_depth + 11,
+        "from nowhere",
+    );
+    pdus.push(gap);
+    for n in 6..=8 {
+        let (id, pdu) = message(&prev, join_depth + 2 * n, &format!("m{n}"));
+        pdus.push(pdu);
+        second_run.push(id.clone());
+        prev = id;
+    }
+    // Eve may not make herself an admin: rejected, and the next message still taken.
+    let levels = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.power_levels/",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    let mut raised = levels.clone();
+    raised["users"][&eve] = json!(100);
+    let (rejected_id, rejected) = fake.sign_pdu(
+        json!({
+            "room_id": room, "sender": eve, "type": "m.room.power_levels", "state_key": "",
+            "content": raised, "origin_server_ts": now_ms(), "depth": join_depth + 17,
+            "prev_events": [prev], "auth_events": auth,
+        }),
+        "11",
+    );
+    pdus.push(rejected);
+    let (last_id, last) = message(&prev, join_depth + 18, "m9");
+    pdus.push(last);
+    second_run.push(last_id);
+    let (other_id, other) = fake.sign_pdu(
+        json!({
+            "room_id": other_room, "sender": eve, "type": "m.room.message",
+            "content": { "msgtype": "m.text", "body": "elsewhere" },
+            "origin_server_ts": now_ms(), "depth": other_depth + 1,
+            "prev_events": [other_join], "auth_events": other_auth,
+        }),
+        "12",
+    );
+    pdus.push(other);
+    // The order on the wire does not matter: each room's PDUs are taken in depth order.
+    pdus.reverse();
+
+    let answers = send_pdus(&fake, &server, "burst", pdus).await;
+    for id in first_run.iter().chain(&second_run).chain([&other_id]) {
+        assert_eq!(answers[id], json!({}), "{id}: {answers}");
+    }
+    let gap_answer = answers[&gap_id]["error"].as_str().unwrap_or_default();
+    assert!(gap_answer.contains("prev_events"), "{answers}");
+    let rejected_answer = answers[&rejected_id]["error"].as_str().unwrap_or_default();
+    assert!(rejected_answer.starts_with("Rejected"), "{answers}");
+
+    // Alice's history holds m1 to m9 in order, and neither the gap's event nor the rejected one.
+    let page = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/messages?dir=f&limit=100",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    let bodies: Vec<&str> = page["chunk"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["sender"] == eve.as_str() && e["type"] == "m.room.message")
+        .map(|e| e["content"]["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        bodies,
+        ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9"],
+        "{page}"
+    );
+
+    // Each run was one database transaction: its rows share the inserting transaction's ID.
+    let transactions = |ids: &[String]| {
+        let list = ids
+            .iter()
+            .map(|id| format!("'{id}'"))
+            .collect::<Vec<_>>()
+            .join(",");
+        format!("SELECT count(DISTINCT xmin::text) AS n FROM events WHERE event_id IN ({list})")
+    };
+    assert_eq!(server.count(&transactions(&first_run)).await, 1);
+    assert_eq!(server.count(&transactions(&second_run)).await, 1);
+}

@@ -12,7 +12,7 @@ use crate::support::{
     TestServer,
 };
 
-fn id_of(state: &[(String, String, String)], kind: &str, key: &str) -> String {
+pub(crate) fn id_of(state: &[(String, String, String)], kind: &str, key: &str) -> String {
     state
         .iter()
         .find(|(t, k, _)| t == kind && k == key)
@@ -22,7 +22,11 @@ fn id_of(state: &[(String, String, String)], kind: &str, key: &str) -> String {
 }
 
 /// The auth events an event of `sender` selects in `version` (no create event in v12).
-fn auth_for(state: &[(String, String, String)], version: &str, sender: &str) -> Vec<String> {
+pub(crate) fn auth_for(
+    state: &[(String, String, String)],
+    version: &str,
+    sender: &str,
+) -> Vec<String> {
     let mut auth = vec![
         id_of(state, "m.room.power_levels", ""),
         id_of(state, "m.room.member", sender),
@@ -57,7 +61,7 @@ async fn send_one(fake: &FakeServer, server: &TestServer, txn: &str, pdu: Value)
 
 /// Joins `user` of `fake` to `room` through make_join and send_join; answers the join's
 /// event ID and depth.
-async fn join_through_handshake(
+pub(crate) async fn join_through_handshake(
     fake: &FakeServer,
     server: &TestServer,
     room: &str,
@@ -116,7 +120,7 @@ async fn join_through_handshake(
     (event_id, depth)
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -11,21 +11,16 @@
 //!   fails the whole transaction, which the sender retries). Device-list and signing-key
 //!   updates go to the keys service after the commit, once.
 //! - PDUs: each passes the checks that need no room state ([`super::pdus`]) and the room's
-//!   server ACL, then the room's own checks and is stored ([`Rooms::receive_pdu`]). Each gets
+//!   server ACL, then the room's own checks and is stored ([`super::inbound_pdus`]). Each gets
 //!   `{}` or an error in the answer; a bad PDU never fails the transaction. PDUs are taken
 //!   before the `(origin, txnId)` row is claimed (the checks may fetch keys from other
 //!   servers): a replay finds them known and changes nothing.
 
-use std::collections::BTreeMap;
-
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use ruma::{
-    api::federation::{event::get_missing_events, transactions::edu::Edu},
-    serde::Raw,
-    CanonicalJsonObject, CanonicalJsonValue, EventId, OwnedEventId, OwnedRoomId, RoomId,
-    RoomVersionId, ServerName, UserId,
+    api::federation::transactions::edu::Edu, serde::Raw, EventId, RoomId, ServerName, UserId,
 };
-use serde_json::{json, value::RawValue as RawJsonValue, Map, Value};
+use serde_json::{value::RawValue as RawJsonValue, Map, Value};
 
 use super::{
     edus::{self, DEVICE_LIST_UPDATE, SIGNING_KEY_UPDATE},
@@ -38,14 +33,11 @@ use crate::{
         e2ee::{keys::Keys, to_device},
         notifier::{ROOM_CHANNEL, SHARERS_CHANNEL, TYPING_CHANNEL},
         presence::MAX_STATUS_MSG,
-        rooms::{
-            incoming::{Arrival, Received},
-            Rooms,
-        },
+        rooms::Rooms,
         typing,
     },
     storage::{
-        dag, federation_received as store, now_ms, presence as presence_store,
+        federation_received as store, now_ms, presence as presence_store,
         receipts::{self as receipts_store, NewReceipt},
         remote_devices,
         rooms::{self as rooms_store, notify},
@@ -475,244 +467,10 @@ fn parse_edu(origin: &ServerName, raw: &Raw<Edu>) -> Option<ParsedEdu> {
     parsed
 }
 
-/// A PDU of a transaction, parsed far enough to order and route it.
-struct Incoming {
-    room_id: OwnedRoomId,
-    depth: i64,
-    object: CanonicalJsonObject,
-}
-
-impl Federation {
-    /// Takes the PDUs of a transaction and answers the `/send` result for them, keyed by event
-    /// ID: `{}` for an event taken (or known already), an error for one dropped, rejected or
-    /// not taken. Each passes checks 1 to 3 here, the room's ACL, and then the room's checks
-    /// ([`Rooms::receive_pdu`]); a room's PDUs go in depth order, so an event's prev events
-    /// from the same transaction come first. A PDU whose ID cannot be computed gets no entry.
-    async fn receive_pdus(
-        &self,
-        rooms: &Rooms,
-        origin: &ServerName,
-        pdus: &[Box<RawJsonValue>],
-    ) -> Result<Value> {
-        let mut answers = BTreeMap::new();
-        let mut incoming = Vec::new();
-        for pdu in pdus {
-            let Ok(object) = serde_json::from_str::<CanonicalJsonObject>(pdu.get()) else {
-                continue;
-            };
-            let room_id = match object.get("room_id") {
-                Some(CanonicalJsonValue::String(room_id)) => RoomId::parse(room_id).ok(),
-                _ => None,
-            };
-            let depth = match object.get("depth") {
-                Some(CanonicalJsonValue::Integer(depth)) => i64::from(*depth),
-                _ => 0,
-            };
-            match room_id {
-                Some(room_id) => incoming.push(Incoming {
-                    room_id,
-                    depth,
-                    object,
-                }),
-                None => {
-                    if let Some(event_id) = fallback_event_id(&object) {
-                        answers.insert(event_id, json!({ "error": "Unknown room" }));
-                    }
-                }
-            }
-        }
-        incoming.sort_by(|a, b| (&a.room_id, a.depth).cmp(&(&b.room_id, b.depth)));
-        for Incoming {
-            room_id, object, ..
-        } in incoming
-        {
-            // A connection per PDU, given back before the checks: they may wait on other
-            // servers (keys, missing events), and the room's own step takes its own.
-            let conn = self.db.conn().await?;
-            let (room, acl) = tokio::try_join!(
-                rooms_store::get_room(&conn, room_id.as_str()),
-                rooms_store::get_current_state_event(
-                    &conn,
-                    room_id.as_str(),
-                    "m.room.server_acl",
-                    ""
-                ),
-            )?;
-            drop(conn);
-            let version =
-                room.and_then(|room| RoomVersionId::try_from(room.room_version.as_str()).ok());
-            let Some((version, rules)) =
-                version.and_then(|version| Some((version.clone(), version.rules()?)))
-            else {
-                if let Some(event_id) = fallback_event_id(&object) {
-                    answers.insert(event_id, json!({ "error": "Unknown room" }));
-                }
-                continue;
-            };
-            if acl.is_some_and(|acl| !acl_allows(&acl.pdu["content"], origin)) {
-                if let Some(event_id) = event_id_under(&object, &rules) {
-                    answers.insert(
-                        event_id,
-                        json!({ "error": "The room's server ACL denies this server" }),
-                    );
-                }
-                continue;
-            }
-            let event_id = event_id_under(&object, &rules);
-            let answer = match self.check_pdu(&rules, object).await? {
-                Ok(checked) => {
-                    let mut received = rooms.receive_pdu(&room_id, &rules, checked.clone()).await?;
-                    if received == Received::MissingAuthEvents
-                        && self
-                            .fetch_auth_chain(rooms, origin, &room_id, &rules, &version, &checked)
-                            .await?
-                    {
-                        received = rooms.receive_pdu(&room_id, &rules, checked.clone()).await?;
-                    }
-                    if received == Received::MissingPrevEvents {
-                        self.fill_gap(rooms, origin, &room_id, &rules, &checked.event_id)
-                            .await?;
-                        received = rooms.receive_pdu(&room_id, &rules, checked.clone()).await?;
-                    }
-                    if received == Received::MissingPrevEvents {
-                        // A gap wider than get_missing_events fills: the state before the
-                        // event, as the sender gives it, stands in for its prev events.
-                        let state = self
-                            .fetch_state_before(rooms, origin, &room_id, &rules, &version, &checked)
-                            .await?;
-                        if let Some(state) = &state {
-                            let arrival = Arrival {
-                                backfilled: false,
-                                state_before: Some(state),
-                            };
-                            let prev_events = checked.prev_events();
-                            received = rooms.receive(&room_id, &rules, checked, arrival).await?;
-                            if received == Received::Accepted {
-                                // What the gap held is history now: backfilled, never news.
-                                self.backfill_from(
-                                    rooms,
-                                    &room_id,
-                                    &prev_events,
-                                    &[origin.to_owned()],
-                                )
-                                .await?;
-                            }
-                        }
-                    }
-                    match received {
-                        Received::Accepted | Received::AlreadyKnown => json!({}),
-                        Received::SoftFailed => json!({}),
-                        Received::Rejected(reason) => {
-                            json!({ "error": format!("Rejected: {reason}") })
-                        }
-                        Received::NotTaken(reason) => json!({ "error": reason }),
-                        Received::MissingAuthEvents => json!({
-                            "error": "Some of its auth events are unknown here and the sender did not give them"
-                        }),
-                        Received::MissingPrevEvents => json!({
-                            "error": "Some of its prev_events are unknown here and the sender did not fill the gap"
-                        }),
-                    }
-                }
-                Err(dropped) => json!({ "error": format!("Dropped: {dropped}") }),
-            };
-            if let Some(event_id) = event_id {
-                answers.insert(event_id, answer);
-            }
-        }
-        Ok(json!({ "pdus": answers }))
-    }
-}
-
-impl Federation {
-    /// Asks `origin` for the events between the room's forward extremities here and `latest`
-    /// (`get_missing_events`, at most [`GAP_LIMIT`]) and takes them oldest first, each through
-    /// every check. What cannot be had is left: the event that needed it is then not taken.
-    async fn fill_gap(
-        &self,
-        rooms: &Rooms,
-        origin: &ServerName,
-        room_id: &RoomId,
-        rules: &ruma::room_version_rules::RoomVersionRules,
-        latest: &ruma::EventId,
-    ) -> Result<()> {
-        let conn = self.db.conn().await?;
-        let extremities = dag::get_forward_extremities(&conn, room_id.as_str()).await?;
-        drop(conn);
-        let earliest: Vec<OwnedEventId> = extremities
-            .into_iter()
-            .filter_map(|(id, _)| OwnedEventId::try_from(id).ok())
-            .collect();
-        let mut request = get_missing_events::v1::Request::new(
-            room_id.to_owned(),
-            earliest,
-            vec![latest.to_owned()],
-        );
-        request.limit = GAP_LIMIT.into();
-        let events = match self.client.send(origin, request).await {
-            Ok(response) => response.events,
-            Err(problem) => {
-                tracing::info!(%origin, %room_id, %problem, "get_missing_events failed");
-                return Ok(());
-            }
-        };
-        let mut missing: Vec<(i64, CanonicalJsonObject)> = events
-            .iter()
-            .filter_map(|raw| serde_json::from_str::<CanonicalJsonObject>(raw.get()).ok())
-            .filter(|object| {
-                matches!(object.get("room_id"), Some(CanonicalJsonValue::String(r)) if r == room_id.as_str())
-            })
-            .map(|object| {
-                let depth = match object.get("depth") {
-                    Some(CanonicalJsonValue::Integer(depth)) => i64::from(*depth),
-                    _ => 0,
-                };
-                (depth, object)
-            })
-            .collect();
-        missing.sort_by_key(|(depth, _)| *depth);
-        for (_, object) in missing.into_iter().take(GAP_LIMIT as usize) {
-            if let Ok(checked) = self.check_pdu(rules, object).await? {
-                let received = rooms.receive_pdu(room_id, rules, checked).await?;
-                tracing::debug!(%room_id, ?received, "event of a gap");
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Most events asked for to fill one gap.
-const GAP_LIMIT: u32 = 20;
-
-/// The event ID of a PDU of a room we do not know: its `event_id` in room versions 1 and 2,
-/// otherwise its reference hash as room version 11 computes it (12 for a create event
-/// without `room_id`; their redaction rules agree with older versions for ordinary events).
-fn fallback_event_id(object: &CanonicalJsonObject) -> Option<String> {
-    if let Some(CanonicalJsonValue::String(id)) = object.get("event_id") {
-        return Some(id.clone());
-    }
-    let version = match object.get("room_id") {
-        Some(CanonicalJsonValue::String(_)) => RoomVersionId::V11,
-        _ => RoomVersionId::V12,
-    };
-    let rules = version.rules()?;
-    ruma::signatures::reference_hash(object, &rules)
-        .ok()
-        .map(|hash| format!("${hash}"))
-}
-
-/// The event ID of a PDU of a room of version `rules`.
-fn event_id_under(
-    object: &CanonicalJsonObject,
-    rules: &ruma::room_version_rules::RoomVersionRules,
-) -> Option<String> {
-    ruma::signatures::reference_hash(object, rules)
-        .ok()
-        .map(|hash| format!("${hash}"))
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

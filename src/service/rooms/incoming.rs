@@ -95,6 +95,13 @@ struct Arrived<'a> {
     placing: bool,
 }
 
+/// A checked PDU as the room's code reads it, and as stored.
+fn parse_checked(checked: &CheckedPdu) -> Result<(Pdu, Value)> {
+    let json = serde_json::to_value(&checked.pdu).map_err(Error::internal)?;
+    let pdu = Pdu::from_json(checked.event_id.as_str(), &json)?;
+    Ok((pdu, json))
+}
+
 /// The room's current state, and whether the event fails it (check 6).
 struct Current {
     ids: StateIds,
@@ -127,8 +134,7 @@ impl Rooms {
         checked: CheckedPdu,
         arrival: Arrival<'_>,
     ) -> Result<Received> {
-        let json = serde_json::to_value(&checked.pdu).map_err(Error::internal)?;
-        let pdu = Pdu::from_json(checked.event_id.as_str(), &json)?;
+        let (pdu, json) = parse_checked(&checked)?;
         if !pdu.is_in_room(room_id, rules) {
             return Ok(Received::NotTaken("The event is not in this room".into()));
         }
@@ -138,22 +144,79 @@ impl Rooms {
             let conn = &*conn;
             // The room's advisory lock (and that the room exists) first.
             RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
-            let event_id = pdu.event_id.as_str();
-            // An outlier (an auth or state event fetched on its own) found again in older
-            // history takes its place there.
-            let placing = arrival.backfilled && dag::is_placeable_outlier(conn, event_id).await?;
-            if !placing && dag::event_exists(conn, event_id).await? {
-                return Ok(Received::AlreadyKnown);
-            }
-            let arrived = Arrived {
-                pdu: &pdu,
-                json: &json,
-                arrival,
-                placing,
-            };
-            self.receive_in(conn, room_id, rules, &arrived).await
+            self.receive_locked(conn, room_id, rules, &pdu, &json, arrival)
+                .await
         })
         .await
+    }
+
+    /// Takes checked PDUs of one room sent to us as new, in the order given, under one hold of
+    /// the room's locks and in one database transaction: a sender's burst costs one commit
+    /// per transaction, not one per event. Stops after the first PDU that cannot be taken
+    /// before its auth or prev events are fetched, which the caller handles on its own; the
+    /// answers are for the PDUs tried, in order.
+    pub async fn receive_live_batch(
+        &self,
+        room_id: &RoomId,
+        rules: &RoomVersionRules,
+        batch: &[CheckedPdu],
+    ) -> Result<Vec<Received>> {
+        let parsed = batch
+            .iter()
+            .map(parse_checked)
+            .collect::<Result<Vec<_>>>()?;
+        let _room_lock = self.locks.lock(room_id).await;
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let conn = &*conn;
+            RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
+            let mut answers = Vec::with_capacity(parsed.len());
+            for (pdu, json) in &parsed {
+                let received = match pdu.is_in_room(room_id, rules) {
+                    true => {
+                        self.receive_locked(conn, room_id, rules, pdu, json, Arrival::LIVE)
+                            .await?
+                    }
+                    false => Received::NotTaken("The event is not in this room".into()),
+                };
+                let must_fetch = matches!(
+                    received,
+                    Received::MissingAuthEvents | Received::MissingPrevEvents
+                );
+                answers.push(received);
+                if must_fetch {
+                    break;
+                }
+            }
+            Ok(answers)
+        })
+        .await
+    }
+
+    /// [`Self::receive`]'s work inside the transaction, the room's locks held.
+    async fn receive_locked(
+        &self,
+        conn: &AsyncPgConnection,
+        room_id: &RoomId,
+        rules: &RoomVersionRules,
+        pdu: &Pdu,
+        json: &Value,
+        arrival: Arrival<'_>,
+    ) -> Result<Received> {
+        let event_id = pdu.event_id.as_str();
+        // An outlier (an auth or state event fetched on its own) found again in older
+        // history takes its place there.
+        let placing = arrival.backfilled && dag::is_placeable_outlier(conn, event_id).await?;
+        if !placing && dag::event_exists(conn, event_id).await? {
+            return Ok(Received::AlreadyKnown);
+        }
+        let arrived = Arrived {
+            pdu,
+            json,
+            arrival,
+            placing,
+        };
+        self.receive_in(conn, room_id, rules, &arrived).await
     }
 
     async fn receive_in(
