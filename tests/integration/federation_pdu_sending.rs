@@ -509,3 +509,109 @@ async fn a_new_event_leaves_at_once_not_at_the_next_tick() {
         start.elapsed()
     );
 }
+
+/// A burst into one room, to a server that answers `/send` before processing it (any server
+/// whose `/version` does not name Myelin; Synapse drops a room's backlog past 100): 50 at once,
+/// then at the configured rate, every one in order, exactly once; the sender never waits on
+/// the burst to send another room's events.
+#[tokio::test]
+async fn a_burst_into_one_room_is_paced_to_a_server_that_answers_before_processing() {
+    let server =
+        TestServer::start_with(fast_retries().env("MYELIN_FEDERATION_ROOM_PDU_RATE", "10")).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let (busy, quiet) = tokio::join!(
+        alice.create_room(json!({ "preset": "public_chat" })),
+        alice.create_room(json!({ "preset": "public_chat" })),
+    );
+    let bob = fake.user_id("bob");
+    join_remote(&server, &busy, &bob).await;
+    join_remote(&server, &quiet, &bob).await;
+    wait_until_all_sent(&server).await;
+    let before = fake.received_pdus().len();
+
+    let start = std::time::Instant::now();
+    let mut sent = Vec::new();
+    for n in 0..80 {
+        sent.push(say(&alice, &busy, &format!("burst {n}")).await);
+    }
+    // The quiet room's message passes the busy room's held-back ones.
+    let aside = say(&alice, &quiet, "meanwhile").await;
+    wait_until(
+        "the quiet room's message arrives",
+        Duration::from_secs(10),
+        || async {
+            event_ids(&server, &fake.received_pdus()[before..])
+                .await
+                .contains(&aside)
+        },
+    )
+    .await;
+    let received = wait_for_pdus(&fake, before + 81, Duration::from_secs(30)).await;
+    // 30 beyond the burst at 10 a second: not before about 3 s.
+    assert!(
+        start.elapsed() >= Duration::from_millis(2500),
+        "{:?}",
+        start.elapsed()
+    );
+    let ids = event_ids(&server, &received[before..]).await;
+    let busy_ids: Vec<&String> = ids.iter().filter(|id| **id != aside).collect();
+    assert_eq!(busy_ids, sent.iter().collect::<Vec<_>>());
+    assert!(
+        ids.iter().position(|id| *id == aside) < ids.iter().position(|id| *id == sent[79]),
+        "the quiet room's message waited for the burst"
+    );
+    for attempt in fake.send_attempts() {
+        assert!(attempt.body["pdus"].as_array().unwrap().len() <= 50);
+    }
+}
+
+/// Another Myelin processes a transaction's PDUs before it answers, so its answers pace the
+/// sender: a burst to it is not held to the rate.
+#[tokio::test]
+async fn a_burst_to_another_myelin_is_not_paced() {
+    let slow = |options: crate::support::ServerOptions| {
+        options.env("MYELIN_FEDERATION_ROOM_PDU_RATE", "1")
+    };
+    let (a, b) = tokio::join!(
+        TestServer::start_with(slow(fast_retries())),
+        TestServer::start_with(slow(fast_retries())),
+    );
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "room_version": "11" }))
+        .await;
+    crate::support::federation::join_over_federation(&bob, &a, &room).await;
+    for n in 0..80 {
+        say(&alice, &room, &format!("burst {n}")).await;
+    }
+    // At one a second after the first 50 this would take half a minute.
+    let start = std::time::Instant::now();
+    wait_until(
+        "bob's server has all 80",
+        Duration::from_secs(10),
+        || async {
+            let page = bob
+                .get(&format!(
+                    "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=100",
+                    crate::support::client::enc(&room)
+                ))
+                .await;
+            page.status == 200
+                && page.ok()["chunk"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|e| {
+                        e["content"]["body"]
+                            .as_str()
+                            .is_some_and(|b| b.starts_with("burst"))
+                    })
+                    .count()
+                    == 80
+        },
+    )
+    .await;
+    assert!(start.elapsed() < Duration::from_secs(10));
+}

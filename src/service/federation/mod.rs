@@ -10,6 +10,7 @@ pub mod invite;
 pub mod join;
 pub mod knock;
 pub mod membership;
+pub mod pacing;
 pub mod pdu_queue;
 pub mod pdus;
 pub mod query;

@@ -4,7 +4,8 @@
 //!
 //! Rules that keep delivery exactly-once on the receiver (FEDERATION.md §5, invariant 3):
 //! - One transaction in flight per destination: its oldest queued PDUs (at most
-//!   [`MAX_PDUS`], in stream order) and EDUs (at most [`MAX_EDUS`]). Its ID and body are
+//!   [`MAX_PDUS`], in stream order; one room's paced to a server that answers before it
+//!   processes, [`super::pacing`]) and EDUs (at most [`MAX_EDUS`]). Its ID and body are
 //!   committed before the first attempt and resent unchanged until the destination answers
 //!   200, so a crash mid-send resends the same transaction and the receiver deduplicates it by
 //!   `(origin, txnId)`.
@@ -35,7 +36,7 @@ use ruma::{
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{edus, pdu_queue::PduQueue, FederationClient, FederationError};
+use super::{edus, pacing::Pacer, pdu_queue::PduQueue, FederationClient, FederationError};
 use crate::{
     config::FederationConfig,
     error::{Error, Result},
@@ -50,6 +51,8 @@ use crate::{
 pub const MAX_PDUS: i64 = 50;
 /// Most EDUs in one transaction (the spec's limit).
 pub const MAX_EDUS: i64 = 100;
+/// Queued PDUs looked at for a paced destination's transaction.
+const PACED_CANDIDATES: i64 = 4 * MAX_PDUS;
 /// How often to look for work without being woken (retries coming due).
 const IDLE_TICK: Duration = Duration::from_secs(1);
 /// Advisory-lock key held by the sending process.
@@ -73,6 +76,7 @@ pub struct Sender {
     origin: OwnedServerName,
     wake: Arc<Notify>,
     pdus: PduQueue,
+    pacer: Pacer,
     busy: Mutex<HashSet<String>>,
     recently_up: Mutex<HashMap<OwnedServerName, Instant>>,
 }
@@ -100,6 +104,7 @@ impl Sender {
     ) -> Arc<Self> {
         Arc::new(Sender {
             pdus: PduQueue::new(db.clone(), config.clone(), origin.clone()),
+            pacer: Pacer::new(config.room_pdu_rate as f64),
             db,
             client,
             config,
@@ -259,8 +264,9 @@ impl Sender {
             let conn = self.db.conn().await?;
             return Ok(store::delete_queue(&conn, destination).await?);
         };
+        let paced = self.pacer.is_paced(&self.client, &server).await;
         loop {
-            let Some((txn_id, body)) = self.next_txn(destination).await? else {
+            let Some((txn_id, body)) = self.next_txn(destination, paced).await? else {
                 return Ok(());
             };
             match self.send(&server, &txn_id, &body).await {
@@ -292,8 +298,9 @@ impl Sender {
     }
 
     /// The transaction in flight to `destination`, or a new one built from its oldest queued
-    /// PDUs and EDUs (committed before it is first sent); `None` when nothing is queued.
-    async fn next_txn(&self, destination: &str) -> Result<Option<(String, Value)>> {
+    /// PDUs (those their rooms' pacing lets through, when `paced`) and EDUs, committed before
+    /// it is first sent; `None` when nothing is queued or may go yet.
+    async fn next_txn(&self, destination: &str, paced: bool) -> Result<Option<(String, Value)>> {
         let mut conn = self.db.conn().await?;
         let origin = self.origin.clone();
         conn.transaction::<_, Error, _>(async |conn| {
@@ -305,10 +312,16 @@ impl Sender {
             // Typing queued while the destination was unreachable is over by now.
             let stale_typing = now_ms() - TYPING_KEPT.as_millis() as i64;
             store::delete_unsent_edus_before(conn, destination, edus::TYPING, stale_typing).await?;
+            // Paced, a busy room's held-back PDUs may fill the oldest rows: look further.
+            let candidates = if paced { PACED_CANDIDATES } else { MAX_PDUS };
             let (pdu_rows, edu_rows) = tokio::try_join!(
-                store::get_unsent_pdus(conn, destination, MAX_PDUS),
+                store::get_unsent_pdus(conn, destination, candidates),
                 store::get_unsent_edus(conn, destination, MAX_EDUS),
             )?;
+            let pdu_rows = match paced {
+                true => self.pacer.choose(destination, pdu_rows, MAX_PDUS as usize),
+                false => pdu_rows,
+            };
             if pdu_rows.is_empty() && edu_rows.is_empty() {
                 return Ok(None);
             }
