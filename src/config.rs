@@ -38,9 +38,9 @@ pub struct JwtConfig {
     pub require_exp: bool,
 }
 
-/// PDUs of one room a second to a destination that is paced (see `room_pdu_rate`): well
-/// under what Synapse processes on a small machine.
-const DEFAULT_ROOM_PDU_RATE: u64 = 20;
+/// A paced room's window (see `room_window`): one transaction's worth, half of the backlog
+/// at which Synapse drops a room's waiting events.
+const DEFAULT_ROOM_WINDOW: u64 = 50;
 
 /// Shortest accepted HMAC secret in bytes (RFC 7518 3.2: at least the hash size, 256 bits).
 const MIN_HMAC_SECRET_LEN: usize = 32;
@@ -130,9 +130,9 @@ pub struct FederationConfig {
     /// Most of our events queued for one server and not yet sent: beyond that, while it is
     /// down, the oldest are dropped and it fetches them back with `get_missing_events`.
     pub max_queued_pdus: u64,
-    /// PDUs of one room sent a second, after a burst of 50, to a server that answers `/send`
-    /// before processing it (Synapse drops a room's backlog past 100); 0: no pacing.
-    pub room_pdu_rate: u64,
+    /// Most PDUs of one room sent to a server that answers `/send` before processing them and
+    /// not yet known to be processed (Synapse drops a room's backlog past 100); 0: no pacing.
+    pub room_window: u64,
 }
 
 impl FederationConfig {
@@ -194,7 +194,7 @@ struct FileConfig {
     federation_retry_min_ms: Option<toml::Value>,
     federation_retry_max_ms: Option<toml::Value>,
     federation_max_queued_pdus: Option<toml::Value>,
-    federation_room_pdu_rate: Option<toml::Value>,
+    federation_room_window: Option<toml::Value>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -509,7 +509,7 @@ fn federation_config(src: &Sources) -> Result<FederationConfig, ConfigError> {
         retry_min,
         retry_max,
         max_queued_pdus: integer(src, "federation_max_queued_pdus", 10_000)?,
-        room_pdu_rate: integer(src, "federation_room_pdu_rate", DEFAULT_ROOM_PDU_RATE)?,
+        room_window: integer(src, "federation_room_window", DEFAULT_ROOM_WINDOW)?,
     })
 }
 
@@ -600,7 +600,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         federation_retry_min_ms,
         federation_retry_max_ms,
         federation_max_queued_pdus,
-        federation_room_pdu_rate,
+        federation_room_window,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -653,7 +653,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("federation_retry_min_ms", federation_retry_min_ms),
         ("federation_retry_max_ms", federation_retry_max_ms),
         ("federation_max_queued_pdus", federation_max_queued_pdus),
-        ("federation_room_pdu_rate", federation_room_pdu_rate),
+        ("federation_room_window", federation_room_window),
     ];
     Ok(entries
         .into_iter()

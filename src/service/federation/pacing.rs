@@ -6,58 +6,90 @@
 //! says nothing about how far it has got, and a sender that goes on at the 200 outruns it: a
 //! burst of 1,000 messages from a fast server kept about 200.
 //!
-//! So a room's PDUs to such a server go through a token bucket: a transaction's worth
-//! ([`BURST`]) at once, then at most `rate` a second, the rate the receiver is expected to keep
-//! up with. Other rooms' PDUs and EDUs are not held back by a paced room. A server that
-//! processes a transaction's PDUs before answering (Myelin; its `/version` says so) gives its
-//! own backpressure through its answer and is not paced.
+//! So a room's PDUs to such a server go through a window: at most [`WINDOW`] sent and not yet
+//! known to be processed. What the server has processed it serves: `GET /event/{eventId}`
+//! of one of our own events answers 200 once it is stored, 404 while it is only staged. A full
+//! window is probed at its middle (at most every [`PROBE_EVERY`]), and everything up to a
+//! processed event leaves it (a room's events are processed in the order they came). An event
+//! unconfirmed for [`UNCONFIRMED_KEPT`] leaves it anyway (the server may have dropped it and
+//! will fetch it back), so a window never stalls for good. Other rooms' PDUs and EDUs are not
+//! held back by a full window. A server that processes a transaction's PDUs before answering
+//! (Myelin; its `/version` says so) gives its own backpressure through its answer and is not
+//! paced.
 
 use std::{
+    collections::{HashMap, VecDeque},
     num::NonZeroUsize,
     sync::Mutex,
     time::{Duration, Instant},
 };
 
 use lru::LruCache;
-use ruma::{api::federation::discovery::get_server_version, ServerName};
+use ruma::{
+    api::federation::{discovery::get_server_version, event::get_event},
+    OwnedEventId, ServerName,
+};
 
 use super::FederationClient;
 use crate::storage::federation_sending::PduOutboxRow;
 
-/// PDUs of one room a paced destination may be sent at once (one transaction's worth).
-pub const BURST: f64 = 50.0;
 /// Server software known to process a transaction's PDUs before answering it.
 const PROCESSES_BEFORE_ANSWERING: &[&str] = &["Myelin"];
 /// How long what a server's `/version` said is trusted.
 const SOFTWARE_KEPT: Duration = Duration::from_secs(3600);
 /// How long a failed `/version` is not asked again (the server is paced meanwhile).
 const SOFTWARE_RETRY: Duration = Duration::from_secs(300);
-/// (destination, room) buckets and destinations remembered.
+/// How often a room's full window is probed at most.
+pub const PROBE_EVERY: Duration = Duration::from_millis(200);
+/// How long a sent PDU counts against its room's window at most.
+const UNCONFIRMED_KEPT: Duration = Duration::from_secs(30);
+/// Destinations whose windows are remembered.
 const REMEMBERED: usize = 10_000;
 
-/// One room's allowance towards one destination.
-struct Bucket {
-    tokens: f64,
-    at: Instant,
+/// One room's PDUs sent to one destination and not known to be processed, oldest first.
+#[derive(Default)]
+struct Window {
+    unconfirmed: VecDeque<(OwnedEventId, Instant)>,
+    probed_at: Option<Instant>,
 }
 
-/// The token buckets of every (destination, room), and which destinations are paced.
+impl Window {
+    fn expire(&mut self, now: Instant) {
+        while self
+            .unconfirmed
+            .front()
+            .is_some_and(|(_, at)| now.duration_since(*at) > UNCONFIRMED_KEPT)
+        {
+            self.unconfirmed.pop_front();
+        }
+    }
+}
+
+/// A destination's rooms' windows, and whether any of its PDUs were held back last time.
+#[derive(Default)]
+struct Destination {
+    rooms: HashMap<String, Window>,
+    held_back: bool,
+}
+
+/// The windows of every (destination, room), and which destinations are paced.
 pub struct Pacer {
-    /// PDUs per second per room and destination once the burst is spent; 0: no pacing.
-    rate: f64,
-    buckets: Mutex<LruCache<(String, String), Bucket>>,
+    /// Most PDUs of one room sent to a paced destination and not known to be processed; 0:
+    /// no pacing.
+    window: usize,
+    destinations: Mutex<LruCache<String, Destination>>,
     /// Whether a destination is paced, and until when that answer holds.
     paced: Mutex<LruCache<String, (bool, Instant)>>,
 }
 
 impl Pacer {
-    /// A pacer letting `rate` PDUs a second of one room through to a paced destination
-    /// (0 turns pacing off).
-    pub fn new(rate: f64) -> Pacer {
+    /// A pacer allowing `window` unprocessed PDUs of a room at a paced destination (0 turns
+    /// pacing off).
+    pub fn new(window: usize) -> Pacer {
         let size = NonZeroUsize::new(REMEMBERED).expect("non-zero");
         Pacer {
-            rate,
-            buckets: Mutex::new(LruCache::new(size)),
+            window,
+            destinations: Mutex::new(LruCache::new(size)),
             paced: Mutex::new(LruCache::new(size)),
         }
     }
@@ -65,7 +97,7 @@ impl Pacer {
     /// Whether `destination` is paced: unless pacing is off or its `/version` names software
     /// that processes PDUs before answering (asked once an hour; an unanswered ask paces it).
     pub async fn is_paced(&self, client: &FederationClient, destination: &ServerName) -> bool {
-        if self.rate <= 0.0 {
+        if self.window == 0 {
             return false;
         }
         let now = Instant::now();
@@ -91,9 +123,9 @@ impl Pacer {
         paced
     }
 
-    /// Picks, in queue order, at most `limit` of a paced destination's oldest queued PDUs that
-    /// their rooms' buckets allow, and spends the allowance. A room whose PDU is held back has
-    /// none of its later ones taken, so each room's PDUs still leave in order.
+    /// Picks, in queue order, at most `limit` of a paced destination's oldest queued PDUs
+    /// that their rooms' windows have room for, and counts them in. A room whose PDU is held
+    /// back has none of its later ones taken, so each room's PDUs still leave in order.
     pub fn choose(
         &self,
         destination: &str,
@@ -101,7 +133,8 @@ impl Pacer {
         limit: usize,
     ) -> Vec<PduOutboxRow> {
         let now = Instant::now();
-        let mut buckets = lock(&self.buckets);
+        let mut destinations = lock(&self.destinations);
+        let state = destinations.get_or_insert_mut(destination.to_owned(), Destination::default);
         let mut chosen = Vec::new();
         let mut held: Vec<String> = Vec::new();
         for row in rows {
@@ -109,29 +142,89 @@ impl Pacer {
                 break;
             }
             // A v12 create event has no room ID: it is the first of its room, never a burst.
-            let Some(room) = row.pdu["room_id"].as_str().map(str::to_owned) else {
+            let (Some(room), Ok(event_id)) = (
+                row.pdu["room_id"].as_str(),
+                OwnedEventId::try_from(row.event_id.as_str()),
+            ) else {
                 chosen.push(row);
                 continue;
             };
-            if held.contains(&room) {
+            if held.iter().any(|r| r == room) {
                 continue;
             }
-            let key = (destination.to_owned(), room);
-            let bucket = buckets.get_or_insert_mut(key.clone(), || Bucket {
-                tokens: BURST,
-                at: now,
-            });
-            let elapsed = now.duration_since(bucket.at).as_secs_f64();
-            bucket.tokens = (bucket.tokens + elapsed * self.rate).min(BURST);
-            bucket.at = now;
-            if bucket.tokens >= 1.0 {
-                bucket.tokens -= 1.0;
+            let window = state.rooms.entry(room.to_owned()).or_default();
+            window.expire(now);
+            if window.unconfirmed.len() < self.window {
+                window.unconfirmed.push_back((event_id, now));
                 chosen.push(row);
             } else {
-                held.push(key.1);
+                held.push(room.to_owned());
             }
         }
+        state.held_back = !held.is_empty();
         chosen
+    }
+
+    /// Whether the last [`Self::choose`] for `destination` held PDUs back.
+    pub fn held_back(&self, destination: &str) -> bool {
+        lock(&self.destinations)
+            .peek(destination)
+            .is_some_and(|state| state.held_back)
+    }
+
+    /// Asks `destination` how far it has got in each of its rooms whose window is full (not
+    /// probed within [`PROBE_EVERY`]): the window's middle event, and when that one is stored
+    /// there, it and everything before it leave the window.
+    pub async fn probe(&self, client: &FederationClient, destination: &ServerName) {
+        let now = Instant::now();
+        let probes: Vec<(String, OwnedEventId)> = {
+            let mut destinations = lock(&self.destinations);
+            let Some(state) = destinations.get_mut(destination.as_str()) else {
+                return;
+            };
+            state.rooms.retain(|_, window| {
+                window.expire(now);
+                !window.unconfirmed.is_empty()
+            });
+            state
+                .rooms
+                .iter_mut()
+                .filter(|(_, window)| window.unconfirmed.len() >= self.window)
+                .filter(|(_, window)| {
+                    window
+                        .probed_at
+                        .is_none_or(|at| now.duration_since(at) >= PROBE_EVERY)
+                })
+                .map(|(room, window)| {
+                    window.probed_at = Some(now);
+                    let middle = window.unconfirmed.len() / 2;
+                    (room.clone(), window.unconfirmed[middle].0.clone())
+                })
+                .collect()
+        };
+        for (room, event_id) in probes {
+            let stored = client
+                .send(destination, get_event::v1::Request::new(event_id.clone()))
+                .await
+                .is_ok();
+            if !stored {
+                continue;
+            }
+            let mut destinations = lock(&self.destinations);
+            let Some(window) = destinations
+                .get_mut(destination.as_str())
+                .and_then(|state| state.rooms.get_mut(&room))
+            else {
+                continue;
+            };
+            if let Some(done) = window
+                .unconfirmed
+                .iter()
+                .position(|(id, _)| *id == event_id)
+            {
+                window.unconfirmed.drain(..=done);
+            }
+        }
     }
 }
 
@@ -162,8 +255,8 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_goes_at_once_then_a_room_waits_for_its_rate_and_others_pass() {
-        let pacer = Pacer::new(10.0);
+    fn a_room_fills_its_window_and_waits_while_other_rooms_and_destinations_pass() {
+        let pacer = Pacer::new(50);
         let mut queue = vec!["!busy:a"; 60];
         queue.push("!quiet:a");
         let chosen = pacer.choose("b", rows(&queue), 100);
@@ -171,23 +264,46 @@ mod tests {
         assert_eq!(chosen.len(), 51);
         assert_eq!(&ids(&chosen)[..50], (0..50).collect::<Vec<_>>());
         assert_eq!(chosen[50].outbox_id, 60);
-        // Nothing of the busy room right away; another destination has its own bucket.
+        assert!(pacer.held_back("b"));
+        // Nothing more of the busy room until the window empties; another destination has
+        // its own windows.
         assert!(pacer.choose("b", rows(&["!busy:a"]), 100).is_empty());
         assert_eq!(pacer.choose("c", rows(&["!busy:a"]), 100).len(), 1);
-        // After 0.2 s at 10 a second, two more.
+        assert!(!pacer.held_back("c"));
+        // Confirmed up to the middle: 26 leave the window, so 26 more may go.
         {
-            let mut buckets = lock(&pacer.buckets);
-            let bucket = buckets
-                .get_mut(&("b".to_owned(), "!busy:a".to_owned()))
+            let mut destinations = lock(&pacer.destinations);
+            let window = destinations
+                .get_mut("b")
+                .unwrap()
+                .rooms
+                .get_mut("!busy:a")
                 .unwrap();
-            bucket.at -= Duration::from_millis(200);
+            window.unconfirmed.drain(..=25);
         }
-        assert_eq!(pacer.choose("b", rows(&["!busy:a"; 5]), 100).len(), 2);
+        assert_eq!(pacer.choose("b", rows(&["!busy:a"; 40]), 100).len(), 26);
+    }
+
+    #[test]
+    fn an_unconfirmed_pdu_leaves_the_window_after_a_while() {
+        let pacer = Pacer::new(2);
+        assert_eq!(pacer.choose("b", rows(&["!r:a"; 3]), 100).len(), 2);
+        {
+            let mut destinations = lock(&pacer.destinations);
+            let window = destinations
+                .get_mut("b")
+                .unwrap()
+                .rooms
+                .get_mut("!r:a")
+                .unwrap();
+            window.unconfirmed[0].1 -= UNCONFIRMED_KEPT + Duration::from_secs(1);
+        }
+        assert_eq!(pacer.choose("b", rows(&["!r:a"; 3]), 100).len(), 1);
     }
 
     #[test]
     fn the_limit_and_room_less_pdus_are_respected() {
-        let pacer = Pacer::new(10.0);
+        let pacer = Pacer::new(10);
         let mut queue = rows(&["!r:a"; 3]);
         queue.insert(
             1,

@@ -36,7 +36,12 @@ use ruma::{
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{edus, pacing::Pacer, pdu_queue::PduQueue, FederationClient, FederationError};
+use super::{
+    edus,
+    pacing::{Pacer, PROBE_EVERY},
+    pdu_queue::PduQueue,
+    FederationClient, FederationError,
+};
 use crate::{
     config::FederationConfig,
     error::{Error, Result},
@@ -104,7 +109,7 @@ impl Sender {
     ) -> Arc<Self> {
         Arc::new(Sender {
             pdus: PduQueue::new(db.clone(), config.clone(), origin.clone()),
-            pacer: Pacer::new(config.room_pdu_rate as f64),
+            pacer: Pacer::new(config.room_window as usize),
             db,
             client,
             config,
@@ -266,7 +271,15 @@ impl Sender {
         };
         let paced = self.pacer.is_paced(&self.client, &server).await;
         loop {
+            if paced {
+                self.pacer.probe(&self.client, &server).await;
+            }
             let Some((txn_id, body)) = self.next_txn(destination, paced).await? else {
+                // A room's window is full: wait for the destination to get through it.
+                if paced && self.pacer.held_back(destination) {
+                    tokio::time::sleep(PROBE_EVERY).await;
+                    continue;
+                }
                 return Ok(());
             };
             match self.send(&server, &txn_id, &body).await {
