@@ -1,0 +1,205 @@
+//! Per-connection state: what each room was last sent with, kept in PostgreSQL so a `pos`
+//! survives a restart and works on any server process.
+//!
+//! A `pos` is `{version}/{sync token}`. A response that changes what the connection knows
+//! mints a new version, recorded as *pending*: the client may never have received it. The
+//! next request shows which one it holds: the pending version (it becomes the base, the rows
+//! it superseded are deleted) or the base again (a retry: the pending one is dropped).
+//! Version 0 keeps no state (a connection without lists or subscriptions, such as Element X's
+//! `encryption` connection, never touches the tables).
+
+use std::collections::HashMap;
+
+use actix_web::http::StatusCode;
+use diesel_async::AsyncConnection;
+
+use super::model::{RequiredState, RoomConfig};
+use crate::{
+    error::{Error, Result},
+    service::sync::token::SyncToken,
+    storage::{now_ms, sliding_sync as store, Db},
+};
+
+/// Unused connections are forgotten after this long (a later `pos` gets `M_UNKNOWN_POS`).
+pub const CONNECTION_EXPIRY_MS: i64 = 7 * 24 * 3600 * 1000;
+/// `last_used_ts` is rewritten at most this often when nothing else changes.
+const TOUCH_EVERY_MS: i64 = 5 * 60 * 1000;
+/// Connections kept per device (the least recently used go first).
+const CONNECTIONS_PER_DEVICE: i64 = 10;
+
+/// `400 M_UNKNOWN_POS`: the client must start the connection again.
+pub fn unknown_pos(why: &str) -> Error {
+    Error::matrix(StatusCode::BAD_REQUEST, "M_UNKNOWN_POS", why)
+}
+
+/// A parsed `pos`.
+#[derive(Debug, Clone, Copy)]
+pub struct Pos {
+    /// Connection version.
+    pub version: i64,
+    /// Where the streams stood.
+    pub token: SyncToken,
+}
+
+impl Pos {
+    /// Parses `{version}/{sync token}`; anything else is `M_UNKNOWN_POS` (a client that
+    /// stored a corrupt `pos` must be told to start over, not wedged).
+    pub fn parse(pos: &str) -> Result<Pos> {
+        let bad = || unknown_pos("Unknown position");
+        let (version, token) = pos.split_once('/').ok_or_else(bad)?;
+        let version = version
+            .parse::<i64>()
+            .ok()
+            .filter(|v| *v >= 0)
+            .ok_or_else(bad)?;
+        let token = SyncToken::parse(token).map_err(|_| bad())?;
+        Ok(Pos { version, token })
+    }
+}
+
+impl std::fmt::Display for Pos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.version, self.token)
+    }
+}
+
+/// What a connection has sent of one room.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoomStatus {
+    /// The user's membership when it was sent.
+    pub membership: String,
+    /// `None`: everything up to the request's `pos` was sent ("live"); otherwise the room
+    /// changed after this event position without being sent.
+    pub events_from: Option<i64>,
+    /// What it was sent with.
+    pub config: RoomConfig,
+}
+
+/// A connection as a request found it.
+pub struct Connection {
+    /// Its key (`None`: a stateless connection).
+    pub conn_key: Option<i64>,
+    /// The version the request is served from.
+    pub base_version: i64,
+    /// Room statuses at that version (absent: never sent).
+    pub rooms: HashMap<String, RoomStatus>,
+}
+
+/// Loads (or starts) the connection a request names, checking its `pos`.
+pub async fn open(
+    db: &Db,
+    (user_id, device_id, conn_id): (&str, &str, &str),
+    pos: Option<&Pos>,
+    stateful: bool,
+) -> Result<Connection> {
+    let mut pooled = db.conn().await?;
+    let now = now_ms();
+    pooled
+        .transaction::<_, Error, _>(async |conn| {
+            let fresh = async |conn: &mut diesel_async::AsyncPgConnection| -> Result<Connection> {
+                store::delete_connection(conn, user_id, device_id, conn_id).await?;
+                if !stateful {
+                    return Ok(Connection {
+                        conn_key: None,
+                        base_version: 0,
+                        rooms: HashMap::new(),
+                    });
+                }
+                store::delete_unused_since(conn, now - CONNECTION_EXPIRY_MS).await?;
+                let version = store::next_version(conn).await?;
+                let conn_key =
+                    store::create_connection(conn, (user_id, device_id, conn_id), version, now)
+                        .await?;
+                store::trim_device_connections(conn, user_id, device_id, CONNECTIONS_PER_DEVICE)
+                    .await?;
+                Ok(Connection {
+                    conn_key: Some(conn_key),
+                    base_version: version,
+                    rooms: HashMap::new(),
+                })
+            };
+            let Some(pos) = pos.filter(|p| p.version != 0) else {
+                return fresh(conn).await;
+            };
+            let row = store::lock_connection(conn, user_id, device_id, conn_id)
+                .await?
+                .ok_or_else(|| unknown_pos("Unknown position"))?;
+            if row.last_used_ts < now - CONNECTION_EXPIRY_MS {
+                store::delete_connection(conn, user_id, device_id, conn_id).await?;
+                return Err(unknown_pos("The connection expired"));
+            }
+            if Some(pos.version) == row.pending_version {
+                store::acknowledge(conn, row.conn_key, pos.version, now).await?;
+            } else if pos.version == row.base_version {
+                if row.pending_version.is_some() || row.last_used_ts < now - TOUCH_EVERY_MS {
+                    store::drop_pending(conn, row.conn_key, row.pending_version, now).await?;
+                }
+            } else {
+                return Err(unknown_pos("Unknown position"));
+            }
+            let rooms = store::get_base_rooms(conn, row.conn_key, pos.version)
+                .await?
+                .into_iter()
+                .map(|r| {
+                    let required_state: RequiredState =
+                        serde_json::from_value(r.required_state).unwrap_or_default();
+                    (
+                        r.room_id,
+                        RoomStatus {
+                            membership: r.membership,
+                            events_from: r.events_from,
+                            config: RoomConfig {
+                                timeline_limit: r.timeline_limit.max(0) as u64,
+                                required_state,
+                            },
+                        },
+                    )
+                })
+                .collect();
+            Ok(Connection {
+                conn_key: Some(row.conn_key),
+                base_version: pos.version,
+                rooms,
+            })
+        })
+        .await
+}
+
+/// Records the statuses a response changed as a new pending version; returns the version
+/// the response's `pos` carries.
+pub async fn save(
+    db: &Db,
+    connection: &Connection,
+    changes: Vec<(String, RoomStatus)>,
+) -> Result<i64> {
+    let Some(conn_key) = connection.conn_key.filter(|_| !changes.is_empty()) else {
+        return Ok(connection.base_version);
+    };
+    let mut pooled = db.conn().await?;
+    pooled
+        .transaction::<_, Error, _>(async |conn| {
+            let version = store::next_version(conn).await?;
+            let rows: Vec<store::RoomRow> = changes
+                .into_iter()
+                .map(|(room_id, status)| store::RoomRow {
+                    conn_key,
+                    room_id,
+                    version,
+                    membership: status.membership,
+                    events_from: status.events_from,
+                    timeline_limit: status.config.timeline_limit.min(i32::MAX as u64) as i32,
+                    required_state: serde_json::to_value(&status.config.required_state)
+                        .unwrap_or_default(),
+                })
+                .collect();
+            if store::write_pending(conn, conn_key, connection.base_version, version, &rows).await?
+            {
+                Ok(version)
+            } else {
+                // Another request on this connection moved its base meanwhile: this
+                // response's view is stale.
+                Err(unknown_pos("The connection moved on"))
+            }
+        })
+        .await
+}
