@@ -34,6 +34,8 @@ mod redaction_paths;
 mod relations;
 mod rooms;
 mod search;
+mod sliding_sync;
+mod sliding_sync_extensions;
 mod startup;
 mod state_resolution;
 mod support;

@@ -156,8 +156,8 @@ impl Sync {
             }
         }
         if config.lazy_members {
-            // The members of the timeline's senders and of its membership events' targets,
-            // and the user's own.
+            // The members of the timeline's senders and of its membership events' targets
+            // (the user's own comes with `$ME`).
             let mut members: HashSet<&str> = timeline.iter().map(|e| e.sender.as_str()).collect();
             members.extend(
                 timeline
@@ -165,7 +165,6 @@ impl Sync {
                     .filter(|e| e.event_type == "m.room.member")
                     .filter_map(|e| e.state_key.as_deref()),
             );
-            members.insert(user);
             for member in members {
                 if let Some(id) = current.get(&("m.room.member".to_owned(), member.to_owned())) {
                     wanted.insert(id.clone());
