@@ -12,7 +12,7 @@ use std::{
 };
 
 use actix_web::{web, web::Data, HttpRequest, HttpResponse};
-use ruma::{OwnedRoomId, UserId};
+use ruma::{presence::PresenceState, OwnedRoomId, UserId};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -47,6 +47,20 @@ pub async fn sliding_sync_route(
     let wire: WireRequest =
         serde_json::from_value(body).map_err(|e| Error::bad_json(e.to_string()))?;
     let request = to_model(wire, &query, &caller.user_id, caller.device_id.as_str())?;
+    // As on `/sync`: the client says how its user appears while it syncs (default online);
+    // a shadow-banned user's presence is never shared.
+    let presence = match query.get("set_presence").map(String::as_str) {
+        None | Some("online") => PresenceState::Online,
+        Some("offline") => PresenceState::Offline,
+        Some("unavailable") => PresenceState::Unavailable,
+        Some(_) => return Err(Error::invalid_param("Unknown set_presence")),
+    };
+    if !caller.shadow_banned {
+        services
+            .presence
+            .syncing(&caller.user_id, &presence)
+            .await?;
+    }
     let response = services
         .sync
         .sliding_sync(&services.rooms, &request)

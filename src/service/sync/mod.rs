@@ -78,6 +78,8 @@ async fn state_at(
 pub struct Sync {
     db: Db,
     index: RoomIndex,
+    /// Sliding sync connections' room statuses this process has read or written.
+    connections: sliding::connection::Cache,
     notifier: Arc<Notifier>,
     presence: Arc<Presence>,
 }
@@ -134,6 +136,7 @@ impl Sync {
     pub fn new(db: Db, notifier: Arc<Notifier>, presence: Arc<Presence>) -> Self {
         Sync {
             index: RoomIndex::default(),
+            connections: Default::default(),
             db,
             notifier,
             presence,

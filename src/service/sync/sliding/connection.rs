@@ -8,7 +8,10 @@
 //! Version 0 keeps no state (a connection without lists or subscriptions, such as Element X's
 //! `encryption` connection, never touches the tables).
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use actix_web::http::StatusCode;
 use diesel_async::AsyncConnection;
@@ -71,8 +74,45 @@ pub struct RoomStatus {
     /// `None`: everything up to the request's `pos` was sent ("live"); otherwise the room
     /// changed after this event position without being sent.
     pub events_from: Option<i64>,
-    /// What it was sent with.
-    pub config: RoomConfig,
+    /// What it was sent with (shared: most rooms of a connection have the same).
+    pub config: Arc<RoomConfig>,
+}
+
+/// Room statuses of one version of a connection.
+pub type RoomStatuses = HashMap<String, RoomStatus>;
+
+/// Connections' room statuses by (connection, version), so a request whose `pos` this
+/// process served reads nothing but the connection row. A version's statuses never change,
+/// so an entry is right whichever process moved the connection since; each connection keeps
+/// its base and its newest version.
+#[derive(Default)]
+pub struct Cache {
+    entries: Mutex<HashMap<i64, Vec<(i64, Arc<RoomStatuses>)>>>,
+}
+
+/// Connections cached per process (all of them dropped when there are more).
+const CACHED_CONNECTIONS: usize = 4096;
+
+impl Cache {
+    fn get(&self, conn_key: i64, version: i64) -> Option<Arc<RoomStatuses>> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .get(&conn_key)?
+            .iter()
+            .find(|(v, _)| *v == version)
+            .map(|(_, rooms)| rooms.clone())
+    }
+
+    /// Keeps `rooms` as `version`, and of the connection's other versions only `keep`.
+    fn put(&self, conn_key: i64, version: i64, rooms: Arc<RoomStatuses>, keep: i64) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= CACHED_CONNECTIONS && !entries.contains_key(&conn_key) {
+            entries.clear();
+        }
+        let versions = entries.entry(conn_key).or_default();
+        versions.retain(|(v, _)| *v == keep && *v != version);
+        versions.push((version, rooms));
+    }
 }
 
 /// A connection as a request found it.
@@ -82,12 +122,13 @@ pub struct Connection {
     /// The version the request is served from.
     pub base_version: i64,
     /// Room statuses at that version (absent: never sent).
-    pub rooms: HashMap<String, RoomStatus>,
+    pub rooms: Arc<RoomStatuses>,
 }
 
 /// Loads (or starts) the connection a request names, checking its `pos`.
 pub async fn open(
     db: &Db,
+    cache: &Cache,
     (user_id, device_id, conn_id): (&str, &str, &str),
     pos: Option<&Pos>,
     stateful: bool,
@@ -102,7 +143,7 @@ pub async fn open(
                     return Ok(Connection {
                         conn_key: None,
                         base_version: 0,
-                        rooms: HashMap::new(),
+                        rooms: Arc::default(),
                     });
                 }
                 store::delete_unused_since(conn, now - CONNECTION_EXPIRY_MS).await?;
@@ -115,7 +156,7 @@ pub async fn open(
                 Ok(Connection {
                     conn_key: Some(conn_key),
                     base_version: version,
-                    rooms: HashMap::new(),
+                    rooms: Arc::default(),
                 })
             };
             let Some(pos) = pos.filter(|p| p.version != 0) else {
@@ -137,25 +178,14 @@ pub async fn open(
             } else {
                 return Err(unknown_pos("Unknown position"));
             }
-            let rooms = store::get_base_rooms(conn, row.conn_key, pos.version)
-                .await?
-                .into_iter()
-                .map(|r| {
-                    let required_state: RequiredState =
-                        serde_json::from_value(r.required_state).unwrap_or_default();
-                    (
-                        r.room_id,
-                        RoomStatus {
-                            membership: r.membership,
-                            events_from: r.events_from,
-                            config: RoomConfig {
-                                timeline_limit: r.timeline_limit.max(0) as u64,
-                                required_state,
-                            },
-                        },
-                    )
-                })
-                .collect();
+            let rooms = match cache.get(row.conn_key, pos.version) {
+                Some(rooms) => rooms,
+                None => {
+                    let rooms = Arc::new(load_rooms(conn, row.conn_key, pos.version).await?);
+                    cache.put(row.conn_key, pos.version, rooms.clone(), pos.version);
+                    rooms
+                }
+            };
             Ok(Connection {
                 conn_key: Some(row.conn_key),
                 base_version: pos.version,
@@ -165,32 +195,69 @@ pub async fn open(
         .await
 }
 
+/// A connection's statuses at its base version, read from the database.
+async fn load_rooms(
+    conn: &diesel_async::AsyncPgConnection,
+    conn_key: i64,
+    version: i64,
+) -> Result<RoomStatuses> {
+    let mut configs: HashMap<(i32, serde_json::Value), Arc<RoomConfig>> = HashMap::new();
+    Ok(store::get_base_rooms(conn, conn_key, version)
+        .await?
+        .into_iter()
+        .map(|r| {
+            let config = configs
+                .entry((r.timeline_limit, r.required_state))
+                .or_insert_with_key(|(limit, state)| {
+                    Arc::new(RoomConfig {
+                        timeline_limit: (*limit).max(0) as u64,
+                        required_state: serde_json::from_value::<RequiredState>(state.clone())
+                            .unwrap_or_default(),
+                    })
+                })
+                .clone();
+            (
+                r.room_id,
+                RoomStatus {
+                    membership: r.membership,
+                    events_from: r.events_from,
+                    config,
+                },
+            )
+        })
+        .collect())
+}
+
 /// Records the statuses a response changed as a new pending version; returns the version
 /// the response's `pos` carries.
 pub async fn save(
     db: &Db,
+    cache: &Cache,
     connection: &Connection,
     changes: Vec<(String, RoomStatus)>,
 ) -> Result<i64> {
     let Some(conn_key) = connection.conn_key.filter(|_| !changes.is_empty()) else {
         return Ok(connection.base_version);
     };
+    let rows: Vec<store::RoomRow> = changes
+        .iter()
+        .map(|(room_id, status)| store::RoomRow {
+            conn_key,
+            room_id: room_id.clone(),
+            version: 0,
+            membership: status.membership.clone(),
+            events_from: status.events_from,
+            timeline_limit: status.config.timeline_limit.min(i32::MAX as u64) as i32,
+            required_state: serde_json::to_value(&status.config.required_state).unwrap_or_default(),
+        })
+        .collect();
     let mut pooled = db.conn().await?;
-    pooled
+    let version = pooled
         .transaction::<_, Error, _>(async |conn| {
             let version = store::next_version(conn).await?;
-            let rows: Vec<store::RoomRow> = changes
+            let rows: Vec<store::RoomRow> = rows
                 .into_iter()
-                .map(|(room_id, status)| store::RoomRow {
-                    conn_key,
-                    room_id,
-                    version,
-                    membership: status.membership,
-                    events_from: status.events_from,
-                    timeline_limit: status.config.timeline_limit.min(i32::MAX as u64) as i32,
-                    required_state: serde_json::to_value(&status.config.required_state)
-                        .unwrap_or_default(),
-                })
+                .map(|row| store::RoomRow { version, ..row })
                 .collect();
             if store::write_pending(conn, conn_key, connection.base_version, version, &rows).await?
             {
@@ -201,5 +268,9 @@ pub async fn save(
                 Err(unknown_pos("The connection moved on"))
             }
         })
-        .await
+        .await?;
+    let mut rooms = RoomStatuses::clone(&connection.rooms);
+    rooms.extend(changes);
+    cache.put(conn_key, version, Arc::new(rooms), connection.base_version);
+    Ok(version)
 }

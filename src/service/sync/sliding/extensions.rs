@@ -183,14 +183,15 @@ impl Sync {
         }
 
         if let Some(scope) = &wanted.typing {
-            let rooms: Vec<String> = scoped(scope, scopes.windows, scopes.subscribed)
-                .into_iter()
-                .map(str::to_owned)
-                .collect();
-            let changed =
-                self.notifier
-                    .typing
-                    .changed_since(&rooms, since.map(|s| s.typing), next.typing);
+            // Rooms sent afresh get who is typing now; the others what changed since `pos`.
+            let (fresh, live): (Vec<String>, Vec<String>) =
+                scoped(scope, scopes.windows, scopes.subscribed)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .partition(|r| scopes.sent.get(r.as_str()).is_some_and(|(f, _)| *f));
+            let typing = &self.notifier.typing;
+            let mut changed = typing.changed_since(&fresh, None, next.typing);
+            changed.extend(typing.changed_since(&live, since.map(|s| s.typing), next.typing));
             let mut by_room = Map::new();
             for (room_id, users) in changed {
                 let users: Vec<String> =

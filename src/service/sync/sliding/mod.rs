@@ -13,7 +13,10 @@ pub mod lists;
 pub mod model;
 mod room;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    sync::Arc,
+};
 
 use diesel_async::AsyncPgConnection;
 use futures_util::{StreamExt, TryStreamExt};
@@ -59,6 +62,7 @@ impl Sync {
         let stateful = !request.lists.is_empty() || !request.subscriptions.is_empty();
         let connection = connection::open(
             &self.db,
+            &self.connections,
             (
                 request.user_id.as_str(),
                 &request.device_id,
@@ -76,7 +80,8 @@ impl Sync {
                 || self.compute_sliding(rooms, request, pos.as_ref(), &connection),
             )
             .await?;
-        let version = connection::save(&self.db, &connection, computed.changes).await?;
+        let version =
+            connection::save(&self.db, &self.connections, &connection, computed.changes).await?;
         let mut body = computed.body;
         body.insert(
             "pos".into(),
@@ -265,7 +270,7 @@ impl Sync {
             let new_status = RoomStatus {
                 membership: room.membership.clone(),
                 events_from: None,
-                config: config.clone(),
+                config: Arc::new(config.clone()),
             };
             if status != Some(&new_status) {
                 changes.push((room_id.to_string(), new_status));
@@ -275,14 +280,19 @@ impl Sync {
                 initial,
                 from,
                 config: config.clone(),
-                previous_config: previous.filter(|_| state_grew).map(|s| s.config.clone()),
+                previous_config: previous
+                    .filter(|_| state_grew)
+                    .map(|s| RoomConfig::clone(&s.config)),
                 expanded_timeline,
                 is_dm: facts.direct.contains(*room_id),
+                replay_extensions: initial
+                    || expanded_timeline
+                    || status.is_some_and(|s| s.events_from.is_some()),
             });
         }
         // Rooms sent before that changed while out of every window: their updates wait.
         if let Some(since) = since {
-            for (room_id, status) in &connection.rooms {
+            for (room_id, status) in connection.rooms.iter() {
                 if relevant.contains_key(room_id.as_str()) || status.events_from.is_some() {
                     continue;
                 }
@@ -332,7 +342,7 @@ impl Sync {
                 let ctx = &ctx;
                 async move {
                     let room_id = job.room.room_id.clone();
-                    let fresh = job.initial || job.expanded_timeline;
+                    let fresh = job.replay_extensions;
                     let built = self.sliding_room(conn, ctx, job).await?;
                     Ok::<_, crate::error::Error>((room_id, fresh, built))
                 }

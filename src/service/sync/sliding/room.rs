@@ -37,6 +37,9 @@ pub struct RoomJob<'r> {
     pub expanded_timeline: bool,
     /// Whether the room is in the user's `m.direct`.
     pub is_dm: bool,
+    /// Whether the extensions send the room's receipts, account data and typing in full
+    /// (first sent, timeline grown, or back after missing updates out of every window).
+    pub replay_extensions: bool,
 }
 
 /// What every room of one response shares.
