@@ -36,6 +36,7 @@ mod rooms;
 mod search;
 mod sliding_sync;
 mod sliding_sync_extensions;
+mod sliding_sync_rooms;
 mod startup;
 mod state_resolution;
 mod support;
