@@ -87,8 +87,12 @@ pub type RoomStatuses = HashMap<String, RoomStatus>;
 /// its base and its newest version.
 #[derive(Default)]
 pub struct Cache {
-    entries: Mutex<HashMap<i64, Vec<(i64, Arc<RoomStatuses>)>>>,
+    /// Connection key -> its cached `(version, statuses)`.
+    entries: Mutex<HashMap<i64, Vec<CachedVersion>>>,
 }
+
+/// One cached version of a connection.
+type CachedVersion = (i64, Arc<RoomStatuses>);
 
 /// Connections cached per process (all of them dropped when there are more).
 const CACHED_CONNECTIONS: usize = 4096;
