@@ -151,6 +151,21 @@ async fn to_device_and_e2ee() {
         .unwrap()
         .clone();
     assert!(changed_users.contains(&json!(bob.user_id)), "{changed}");
+    // A connection without lists or subscriptions keeps no state.
+    {
+        use diesel_async::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let mut db = server.db().await;
+        let count: Count = diesel::sql_query("SELECT count(*) AS n FROM sliding_sync_connections")
+            .get_result(&mut db)
+            .await
+            .unwrap();
+        assert_eq!(count.n, 0);
+    }
     assert_eq!(
         changed["extensions"]["e2ee"]["device_one_time_keys_count"]["signed_curve25519"],
         3
@@ -190,7 +205,6 @@ async fn account_data_receipts_and_typing() {
         });
         body
     };
-    let _ = outside;
     let first = sss(&alice, None, 0, body(json!(["all"]))).await.ok();
     let ext = &first["extensions"];
     let global: Vec<&str> = ext["account_data"]["global"]
@@ -283,6 +297,41 @@ async fn account_data_receipts_and_typing() {
         .as_object()
         .unwrap()
         .is_empty());
+
+    // Room account data that changed while a room (sent before) was out of the window
+    // comes when the room is back in it.
+    let mut grown = body(json!(["all"]));
+    grown["lists"]["all"]["ranges"] = json!([[0, 1]]);
+    let both = sss(&alice, Some(&pos(&scoped)), 0, grown.clone())
+        .await
+        .ok();
+    assert_eq!(both["rooms"][&outside]["initial"], true);
+    let scoped = sss(&alice, Some(&pos(&both)), 0, body(json!(["all"])))
+        .await
+        .ok();
+    alice
+        .put(
+            &format!(
+                "/_matrix/client/v3/user/{}/rooms/{}/account_data/org.example.room",
+                enc(&alice.user_id),
+                enc(&outside)
+            ),
+            json!({ "outside": true }),
+        )
+        .await
+        .ok();
+    let unchanged = sss(&alice, Some(&pos(&scoped)), 0, body(json!(["all"])))
+        .await
+        .ok();
+    assert!(unchanged["extensions"]["account_data"]["rooms"]
+        .get(&outside)
+        .is_none());
+    let entered = sss(&alice, Some(&pos(&unchanged)), 0, grown).await.ok();
+    assert_eq!(
+        entered["extensions"]["account_data"]["rooms"][&outside][0]["content"],
+        json!({ "outside": true }),
+        "{entered}"
+    );
 }
 
 #[tokio::test]

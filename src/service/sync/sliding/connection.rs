@@ -60,6 +60,23 @@ impl Pos {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pos_round_trips_and_garbage_is_unknown() {
+        let pos = Pos::parse("12/s5_1_2_3_4_5_6").unwrap();
+        assert_eq!(pos.version, 12);
+        assert_eq!(pos.token.events, 5);
+        assert_eq!(pos.to_string(), "12/s5_1_2_3_4_5_6");
+        for bad in ["", "12", "/s5", "-1/s5", "x/s5", "1/", "1/t5", "1/s5/2"] {
+            let err = Pos::parse(bad).unwrap_err();
+            assert_eq!(err.errcode(), "M_UNKNOWN_POS", "{bad}");
+        }
+    }
+}
+
 impl std::fmt::Display for Pos {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.version, self.token)
@@ -137,6 +154,14 @@ pub async fn open(
     pos: Option<&Pos>,
     stateful: bool,
 ) -> Result<Connection> {
+    if !stateful && pos.is_some_and(|p| p.version == 0) {
+        // A connection that never kept state goes on keeping none, without a write.
+        return Ok(Connection {
+            conn_key: None,
+            base_version: 0,
+            rooms: Arc::default(),
+        });
+    }
     let mut pooled = db.conn().await?;
     let now = now_ms();
     pooled

@@ -229,6 +229,24 @@ impl Sync {
             .filter(|r| r.user_id == user)
             .map(|r| r.room_id.as_str())
             .collect();
+        // Rooms whose room account data changed: one out of every window gets it (all of
+        // it) when it comes back.
+        let changed_room_data: HashSet<String> = match since {
+            Some(since) if since.account_data < next.account_data => {
+                account_store::get_account_data_changed(
+                    conn,
+                    user,
+                    since.account_data,
+                    next.account_data,
+                )
+                .await?
+                .into_iter()
+                .map(|(room_id, _, _)| room_id)
+                .filter(|room_id| !room_id.is_empty())
+                .collect()
+            }
+            _ => HashSet::new(),
+        };
 
         // What to send of each wanted room, and what the connection will know afterwards.
         let mut jobs = Vec::new();
@@ -301,6 +319,7 @@ impl Sync {
                 };
                 if room.activity > since.events
                     || own_receipts.contains(room_id.as_str())
+                    || changed_room_data.contains(room_id)
                     || room.membership != status.membership
                 {
                     changes.push((

@@ -175,3 +175,47 @@ pub struct Extensions {
     /// Typing notices.
     pub typing: Option<Scope>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(entries: &[(&str, &str)], lazy: bool) -> RequiredState {
+        RequiredState {
+            entries: entries
+                .iter()
+                .map(|(t, k)| ((*t).to_owned(), (*k).to_owned()))
+                .collect(),
+            lazy_members: lazy,
+        }
+    }
+
+    #[test]
+    fn wildcards_match_and_narrower_configs_are_within_wider_ones() {
+        let wide = state(
+            &[("m.space.child", "*"), ("*", "@me:x"), ("m.room.name", "")],
+            true,
+        );
+        assert!(wide.matches("m.space.child", "!a:x"));
+        assert!(wide.matches("m.room.member", "@me:x"));
+        assert!(wide.matches("m.room.name", ""));
+        assert!(!wide.matches("m.room.topic", ""));
+        assert!(state(&[("*", "*")], false).matches("anything", "at all"));
+        let narrow = state(&[("m.space.child", "!a:x"), ("m.room.name", "")], false);
+        assert!(narrow.within(&wide));
+        assert!(!wide.within(&narrow));
+        assert!(!state(&[], true).within(&state(&[], false)), "lazy is more");
+        let mut combined = RoomConfig {
+            timeline_limit: 1,
+            required_state: narrow,
+        };
+        combined.combine(&RoomConfig {
+            timeline_limit: 20,
+            required_state: state(&[("m.room.topic", "")], true),
+        });
+        assert_eq!(combined.timeline_limit, 20);
+        assert!(combined.required_state.lazy_members);
+        assert!(combined.required_state.matches("m.room.topic", ""));
+        assert!(combined.required_state.matches("m.space.child", "!a:x"));
+    }
+}
