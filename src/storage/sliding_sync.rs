@@ -63,6 +63,23 @@ pub async fn lock_connection(
         .optional()
 }
 
+/// The connection of (user, device, `conn_id`), without locking it.
+pub async fn get_connection(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+    device_id: &str,
+    conn_id: &str,
+) -> QueryResult<Option<ConnectionRow>> {
+    connections::table
+        .filter(connections::user_id.eq(user_id))
+        .filter(connections::device_id.eq(device_id))
+        .filter(connections::conn_id.eq(conn_id))
+        .select(ConnectionRow::as_select())
+        .first(&mut conn)
+        .await
+        .optional()
+}
+
 /// Deletes a connection and all it remembers.
 pub async fn delete_connection(
     mut conn: &AsyncPgConnection,

@@ -164,6 +164,22 @@ pub async fn open(
     }
     let mut pooled = db.conn().await?;
     let now = now_ms();
+    // The steady state (the client shows the base, nothing pending, used lately, its
+    // statuses cached here) needs no write and so no lock: one read.
+    if let Some(pos) = pos.filter(|p| p.version != 0) {
+        if let Some(row) = store::get_connection(&pooled, user_id, device_id, conn_id).await? {
+            let steady = row.base_version == pos.version
+                && row.pending_version.is_none()
+                && row.last_used_ts >= now - TOUCH_EVERY_MS;
+            if let Some(rooms) = cache.get(row.conn_key, pos.version).filter(|_| steady) {
+                return Ok(Connection {
+                    conn_key: Some(row.conn_key),
+                    base_version: pos.version,
+                    rooms,
+                });
+            }
+        }
+    }
     pooled
         .transaction::<_, Error, _>(async |conn| {
             let fresh = async |conn: &mut diesel_async::AsyncPgConnection| -> Result<Connection> {

@@ -94,9 +94,11 @@ impl Sync {
         if let Some(scope) = &wanted.account_data {
             let rooms = scoped(scope, scopes.windows, scopes.subscribed);
             let from = since.map_or(0, |s| s.account_data);
-            let mut entries =
-                account_store::get_account_data_changed(conn, user, from, next.account_data)
-                    .await?;
+            let mut entries = if from < next.account_data {
+                account_store::get_account_data_changed(conn, user, from, next.account_data).await?
+            } else {
+                Vec::new()
+            };
             // Rooms sent for the first time get all their room account data.
             let first_sent: HashSet<&str> = rooms
                 .iter()
@@ -140,7 +142,11 @@ impl Sync {
             let live: Vec<String> = live.into_iter().map(str::to_owned).collect();
             let mut by_room = Map::new();
             // A room sent afresh: the receipts on its timeline and the user's own.
-            for (room_id, mut event) in self.receipts(conn, &fresh, 0, next.receipts, user).await? {
+            let fresh_receipts = match fresh.is_empty() {
+                true => Default::default(),
+                false => self.receipts(conn, &fresh, 0, next.receipts, user).await?,
+            };
+            for (room_id, mut event) in fresh_receipts {
                 let timeline: HashSet<&str> = scopes
                     .sent
                     .get(room_id.as_str())
@@ -170,7 +176,7 @@ impl Sync {
                 }
                 by_room.insert(room_id, event);
             }
-            if let Some(since) = since {
+            if let Some(since) = since.filter(|s| s.receipts < next.receipts) {
                 for (room_id, event) in self
                     .receipts(conn, &live, since.receipts, next.receipts, user)
                     .await?

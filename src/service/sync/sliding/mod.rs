@@ -177,10 +177,12 @@ impl Sync {
         // Lists, their windows, and every room they and the subscriptions want, with the
         // combined config.
         let mut lists_json = Map::new();
-        let mut relevant: BTreeMap<&str, RoomConfig> = BTreeMap::new();
+        // Configs are shared, copied only where a room's lists and subscriptions combine.
+        let mut relevant: BTreeMap<&str, Arc<RoomConfig>> = BTreeMap::new();
         let mut windows: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (name, list) in &request.lists {
             let built = lists::build_list(&user_rooms, list, &facts);
+            let list_config = Arc::new(list.config.clone());
             let mut ops = Vec::new();
             let window = windows.entry(name.as_str()).or_default();
             for (start, end, rooms_in) in &built.windows {
@@ -190,8 +192,8 @@ impl Sync {
                     window.push(id);
                     relevant
                         .entry(id)
-                        .and_modify(|c| c.combine(&list.config))
-                        .or_insert_with(|| list.config.clone());
+                        .and_modify(|c| Arc::make_mut(c).combine(&list.config))
+                        .or_insert_with(|| list_config.clone());
                 }
             }
             lists_json.insert(
@@ -208,8 +210,8 @@ impl Sync {
             subscribed.push(room.room_id.as_str());
             relevant
                 .entry(room.room_id.as_str())
-                .and_modify(|c| c.combine(config))
-                .or_insert_with(|| config.clone());
+                .and_modify(|c| Arc::make_mut(c).combine(config))
+                .or_insert_with(|| Arc::new(config.clone()));
         }
 
         // Rooms whose unread counts moved because the user's own receipts did.
@@ -269,12 +271,13 @@ impl Sync {
                     }
                 }
             };
-            let previous = status.filter(|_| !initial);
+            // The common case, a room asked for as it was sent, skips the comparisons.
+            let previous = status.filter(|s| !initial && s.config != *config);
             let expanded_timeline =
                 previous.is_some_and(|s| config.timeline_limit > s.config.timeline_limit);
             let state_grew =
                 previous.is_some_and(|s| !config.required_state.within(&s.config.required_state));
-            let changed = match (from, previous) {
+            let changed = match (from, status.filter(|_| !initial)) {
                 (Some(from), Some(previous)) => {
                     room.activity > from
                         || previous.events_from.is_some()
@@ -288,7 +291,7 @@ impl Sync {
             let new_status = RoomStatus {
                 membership: room.membership.clone(),
                 events_from: None,
-                config: Arc::new(config.clone()),
+                config: config.clone(),
             };
             if status != Some(&new_status) {
                 changes.push((room_id.to_string(), new_status));

@@ -87,14 +87,9 @@ pub const WILDCARD: &str = "*";
 impl RequiredState {
     /// Whether the state event `(kind, key)` is asked for (lazy members aside).
     pub fn matches(&self, kind: &str, key: &str) -> bool {
-        [
-            (kind, key),
-            (WILDCARD, key),
-            (kind, WILDCARD),
-            (WILDCARD, WILDCARD),
-        ]
-        .iter()
-        .any(|(t, k)| self.entries.contains(&((*t).to_owned(), (*k).to_owned())))
+        self.entries
+            .iter()
+            .any(|(t, k)| (t == kind || t == WILDCARD) && (k == key || k == WILDCARD))
     }
 
     /// Whether this asks for no more than `other` does.

@@ -29,7 +29,7 @@ pub struct RoomJob<'r> {
     /// age, as for an initial room or a grown timeline limit).
     pub from: Option<i64>,
     /// What to send.
-    pub config: RoomConfig,
+    pub config: std::sync::Arc<RoomConfig>,
     /// The state the connection sent before, when the required state grew: what it did
     /// not cover is sent now.
     pub previous_config: Option<RoomConfig>,
@@ -98,10 +98,42 @@ impl Sync {
         };
         let limit = job.config.timeline_limit as usize;
         let after = job.from.filter(|_| !job.expanded_timeline).unwrap_or(0);
-        let (room_row, mut rows) = tokio::try_join!(
-            store::get_room(conn, &room.room_id),
-            store::get_room_events_desc(conn, &room.room_id, after, up_to, limit as i64 + 1),
-        )?;
+        // A joined room's current state (one indexed read; a state event committed after
+        // `up_to` may come now and again with the next delta, which clients take); a left
+        // room's state as of the leave. For a delta, also the state the last one ended with.
+        let current = async {
+            Ok::<state_store::StateIds, Error>(if room.membership == "join" {
+                store::get_current_state_ids(conn, &room.room_id)
+                    .await?
+                    .into_iter()
+                    .map(|(kind, key, id)| ((kind, key), id))
+                    .collect()
+            } else {
+                state_at(conn, &room.room_id, up_to).await?
+            })
+        };
+        let before = async {
+            match job.from.filter(|_| !job.initial) {
+                Some(from) => Ok::<_, Error>(Some(state_at(conn, &room.room_id, from).await?)),
+                None => Ok(None),
+            }
+        };
+        let (room_row, mut rows, current, before) =
+            tokio::try_join!(
+                async { Ok(store::get_room(conn, &room.room_id).await?) },
+                async {
+                    Ok(store::get_room_events_desc(
+                        conn,
+                        &room.room_id,
+                        after,
+                        up_to,
+                        limit as i64 + 1,
+                    )
+                    .await?)
+                },
+                current,
+                before,
+            )?;
         let room_row = room_row.ok_or_else(|| Error::internal("membership in unknown room"))?;
         let rules = rules_for(&room_row.room_version)?;
         let limited = rows.len() > limit;
@@ -123,10 +155,9 @@ impl Sync {
         // Which state to send: all that matches when initial, else what changed since
         // `from`, plus what a grown config newly covers.
         let config = &job.config.required_state;
-        let current = state_at(conn, &room.room_id, up_to).await?;
         let mut wanted: HashSet<String> = HashSet::new();
         let mut changed_keys: HashSet<(String, String)> = HashSet::new();
-        match job.from.filter(|_| !job.initial) {
+        match before {
             None => {
                 for ((kind, key), id) in &current {
                     if config.matches(kind, key) {
@@ -134,8 +165,7 @@ impl Sync {
                     }
                 }
             }
-            Some(from) => {
-                let before = state_at(conn, &room.room_id, from).await?;
+            Some(before) => {
                 for (key, id) in &current {
                     if before.get(key) != Some(id) {
                         changed_keys.insert(key.clone());
