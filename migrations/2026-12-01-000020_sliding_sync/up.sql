@@ -3,14 +3,15 @@
 CREATE SEQUENCE sliding_sync_versions;
 
 -- One connection per (user, device, conn_id). `base_version` is the newest version a request
--- proved the client holds; `pending_version` the one handed out since (NULL: none).
+-- proved the client holds; `pending_versions` those handed out since from it (normally one;
+-- more when a request the client gave up on answered too).
 CREATE TABLE sliding_sync_connections (
     conn_key BIGSERIAL PRIMARY KEY,
     user_id TEXT NOT NULL,
     device_id TEXT NOT NULL,
     conn_id TEXT NOT NULL,
     base_version BIGINT NOT NULL,
-    pending_version BIGINT,
+    pending_versions BIGINT[] NOT NULL DEFAULT '{}',
     last_used_ts BIGINT NOT NULL,
     UNIQUE (user_id, device_id, conn_id),
     FOREIGN KEY (user_id, device_id) REFERENCES devices (user_id, device_id) ON DELETE CASCADE

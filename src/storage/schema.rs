@@ -522,7 +522,7 @@ diesel::table! {
         device_id -> Text,
         conn_id -> Text,
         base_version -> Int8,
-        pending_version -> Nullable<Int8>,
+        pending_versions -> Array<Int8>,
         last_used_ts -> Int8,
     }
 }

@@ -1,9 +1,10 @@
 //! Sliding sync connections: per (user, device, `conn_id`), what each room was last sent with.
 //!
 //! A connection's state is its rows with `version <= base_version` (the newest row of a room
-//! wins), overlaid by the rows of `pending_version` for a request that shows it. Acknowledging
-//! a pending version deletes the rows it superseded, so a connection holds at most one row per
-//! room plus the pending ones: its size is bounded by the user's rooms, never by its age.
+//! wins), overlaid by the rows of one of `pending_versions` for a request that shows it.
+//! Acknowledging a pending version deletes the other pending ones and the rows it superseded,
+//! so a connection holds at most one row per room plus the pending ones: its size is bounded
+//! by the user's rooms, never by its age.
 
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
@@ -19,8 +20,8 @@ pub struct ConnectionRow {
     pub conn_key: i64,
     /// Newest version a request proved the client holds.
     pub base_version: i64,
-    /// The version handed out since, if any.
-    pub pending_version: Option<i64>,
+    /// Versions handed out since, computed from the base.
+    pub pending_versions: Vec<i64>,
     /// When a request last used it (ms).
     pub last_used_ts: i64,
 }
@@ -127,13 +128,22 @@ pub async fn create_connection(
         .await
 }
 
-/// The client holds the pending version: it becomes the base, the rows it superseded go.
+/// The client holds the pending version: it becomes the base; the other pending versions and
+/// the rows it superseded go.
 pub async fn acknowledge(
     mut conn: &AsyncPgConnection,
     conn_key: i64,
-    version: i64,
+    (base, version): (i64, i64),
     now: i64,
 ) -> QueryResult<()> {
+    diesel::delete(
+        rooms::table
+            .filter(rooms::conn_key.eq(conn_key))
+            .filter(rooms::version.gt(base))
+            .filter(rooms::version.ne(version)),
+    )
+    .execute(&mut conn)
+    .await?;
     crate::storage::cached_sql(
         "DELETE FROM sliding_sync_rooms old USING sliding_sync_rooms new \
          WHERE new.conn_key = $1 AND new.version = $2 \
@@ -146,7 +156,7 @@ pub async fn acknowledge(
     diesel::update(connections::table.find(conn_key))
         .set((
             connections::base_version.eq(version),
-            connections::pending_version.eq(None::<i64>),
+            connections::pending_versions.eq(Vec::<i64>::new()),
             connections::last_used_ts.eq(now),
         ))
         .execute(&mut conn)
@@ -154,25 +164,23 @@ pub async fn acknowledge(
         .map(drop)
 }
 
-/// The client went back to the base (a retry): the pending version is dropped.
+/// The client went back to the base (a retry): the pending versions are dropped.
 pub async fn drop_pending(
     mut conn: &AsyncPgConnection,
     conn_key: i64,
-    pending: Option<i64>,
+    base: i64,
     now: i64,
 ) -> QueryResult<()> {
-    if let Some(pending) = pending {
-        diesel::delete(
-            rooms::table
-                .filter(rooms::conn_key.eq(conn_key))
-                .filter(rooms::version.eq(pending)),
-        )
-        .execute(&mut conn)
-        .await?;
-    }
+    diesel::delete(
+        rooms::table
+            .filter(rooms::conn_key.eq(conn_key))
+            .filter(rooms::version.gt(base)),
+    )
+    .execute(&mut conn)
+    .await?;
     diesel::update(connections::table.find(conn_key))
         .set((
-            connections::pending_version.eq(None::<i64>),
+            connections::pending_versions.eq(Vec::<i64>::new()),
             connections::last_used_ts.eq(now),
         ))
         .execute(&mut conn)
@@ -210,21 +218,18 @@ pub async fn write_pending(
             .find(conn_key)
             .filter(connections::base_version.eq(base)),
     )
-    .set(connections::pending_version.eq(version))
+    .set(
+        connections::pending_versions.eq(diesel::dsl::sql::<
+            diesel::sql_types::Array<diesel::sql_types::BigInt>,
+        >("array_append(pending_versions, ")
+        .bind::<diesel::sql_types::BigInt, _>(version)
+        .sql(")")),
+    )
     .execute(&mut conn)
     .await?;
     if updated == 0 {
         return Ok(false);
     }
-    // A pending version another request wrote from the same base is replaced.
-    diesel::delete(
-        rooms::table
-            .filter(rooms::conn_key.eq(conn_key))
-            .filter(rooms::version.gt(base))
-            .filter(rooms::version.ne(version)),
-    )
-    .execute(&mut conn)
-    .await?;
     for chunk in rows.chunks(1000) {
         diesel::insert_into(rooms::table)
             .values(chunk)

@@ -302,3 +302,48 @@ async fn every_message_once_under_concurrent_senders() {
     assert_eq!(seen.len(), 3 * per_sender, "every message arrived");
     assert!(seen.values().all(|n| *n == 1), "exactly once: {seen:?}");
 }
+
+#[tokio::test]
+async fn a_long_poll_answering_after_its_replacement_does_not_expire_the_connection() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let second = alice.create_room(json!({ "name": "second" })).await;
+    let first_room = alice.create_room(json!({ "name": "first" })).await;
+    let first = sss(&alice, None, 0, list(0, 1, json!([]))).await.ok();
+    assert!(first["rooms"].get(&first_room).is_some());
+    let base = sss(&alice, Some(&pos(&first)), 0, list(0, 1, json!([])))
+        .await
+        .ok();
+    let at = pos(&base);
+    // A long-poll the client will give up on...
+    let abandoned = {
+        let alice = alice.clone();
+        let at = at.clone();
+        tokio::spawn(async move { sss(&alice, Some(&at), 5000, list(0, 1, json!([]))).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // ...replaced by a request from the same pos with a bigger window...
+    let kept = sss(&alice, Some(&at), 0, list(1, 1, json!([]))).await.ok();
+    assert_eq!(kept["rooms"][&second]["initial"], true);
+    // ...and the abandoned one then answers too, with a version of its own.
+    alice
+        .send_text(&second, "m", "wakes the old one")
+        .await
+        .ok();
+    let late = abandoned.await.unwrap().ok();
+    assert!(late["rooms"].get(&second).is_some(), "{late}");
+    assert_ne!(pos(&late), pos(&kept));
+    // The client goes on from the response it kept.
+    let next = sss(&alice, Some(&pos(&kept)), 0, list(1, 1, json!([])))
+        .await
+        .ok();
+    assert_eq!(
+        messages(&next["rooms"][&second]),
+        vec!["wakes the old one"],
+        "{next}"
+    );
+    // The abandoned version is gone.
+    sss(&alice, Some(&pos(&late)), 0, list(1, 1, json!([])))
+        .await
+        .assert_error(400, "M_UNKNOWN_POS");
+}

@@ -3,8 +3,10 @@
 //!
 //! A `pos` is `{version}/{sync token}`. A response that changes what the connection knows
 //! mints a new version, recorded as *pending*: the client may never have received it. The
-//! next request shows which one it holds: the pending version (it becomes the base, the rows
-//! it superseded are deleted) or the base again (a retry: the pending one is dropped).
+//! next request shows which one it holds: a pending version (it becomes the base, the rows it
+//! superseded and the other pending versions are deleted) or the base again (a retry: the
+//! pending ones are dropped). Several are pending when a request the client gave up on (a
+//! long-poll it cancelled to send another) answered after the one it kept.
 //! Version 0 keeps no state (a connection without lists or subscriptions, such as Element X's
 //! `encryption` connection, never touches the tables).
 
@@ -169,7 +171,7 @@ pub async fn open(
     if let Some(pos) = pos.filter(|p| p.version != 0) {
         if let Some(row) = store::get_connection(&pooled, user_id, device_id, conn_id).await? {
             let steady = row.base_version == pos.version
-                && row.pending_version.is_none()
+                && row.pending_versions.is_empty()
                 && row.last_used_ts >= now - TOUCH_EVERY_MS;
             if let Some(rooms) = cache.get(row.conn_key, pos.version).filter(|_| steady) {
                 return Ok(Connection {
@@ -214,11 +216,12 @@ pub async fn open(
                 store::delete_connection(conn, user_id, device_id, conn_id).await?;
                 return Err(unknown_pos("The connection expired"));
             }
-            if Some(pos.version) == row.pending_version {
-                store::acknowledge(conn, row.conn_key, pos.version, now).await?;
+            if row.pending_versions.contains(&pos.version) {
+                store::acknowledge(conn, row.conn_key, (row.base_version, pos.version), now)
+                    .await?;
             } else if pos.version == row.base_version {
-                if row.pending_version.is_some() || row.last_used_ts < now - TOUCH_EVERY_MS {
-                    store::drop_pending(conn, row.conn_key, row.pending_version, now).await?;
+                if !row.pending_versions.is_empty() || row.last_used_ts < now - TOUCH_EVERY_MS {
+                    store::drop_pending(conn, row.conn_key, row.base_version, now).await?;
                 }
             } else {
                 return Err(unknown_pos("Unknown position"));
