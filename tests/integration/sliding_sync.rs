@@ -135,6 +135,29 @@ async fn discovery_paths_and_bad_input() {
         .post(&format!("{SSS}?timeout=soon"), json!({}))
         .await
         .assert_error(400, "M_INVALID_PARAM");
+    // Wrong shapes anywhere: a 400, never a 500.
+    for bad in [
+        json!({ "lists": [] }),
+        json!({ "lists": { "a": { "ranges": [[-1, 5]] } } }),
+        json!({ "lists": { "a": { "ranges": [[0, 1, 2]] } } }),
+        json!({ "lists": { "a": { "timeline_limit": -1 } } }),
+        json!({ "lists": { "a": { "filters": { "is_dm": "yes" } } } }),
+        json!({ "lists": { "a": { "filters": { "spaces": [1] } } } }),
+        json!({ "lists": { "a": { "required_state": { "include": [{ "type": 5 }] } } } }),
+        json!({ "lists": { "a": { "required_state": 7 } } }),
+        json!({ "conn_id": 5 }),
+        json!({ "conn_id": "x".repeat(65) }),
+        json!({ "room_subscriptions": { "!a:b": { "timeline_limit": "many" } } }),
+        json!({ "extensions": { "to_device": { "enabled": true, "since": 5 } } }),
+        json!({ "extensions": { "to_device": { "enabled": true, "since": "later" } } }),
+        json!({ "extensions": { "receipts": { "enabled": true, "lists": "all" } } }),
+        json!([1, 2]),
+        json!("body"),
+    ] {
+        let response = sss(&alice, None, 0, bad.clone()).await;
+        assert_eq!(response.status.as_u16(), 400, "{bad}: {}", response.body);
+        assert!(response.body["errcode"].is_string(), "{bad}");
+    }
     // Unknown filters, extensions and legacy fields are ignored.
     let ok = sss(
         &alice,

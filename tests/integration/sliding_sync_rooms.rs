@@ -347,3 +347,48 @@ async fn a_long_poll_answering_after_its_replacement_does_not_expire_the_connect
         .await
         .assert_error(400, "M_UNKNOWN_POS");
 }
+
+#[tokio::test]
+async fn knocks_and_rejected_invites() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let knockable = bob
+        .create_room(json!({ "initial_state": [{ "type": "m.room.join_rules", "state_key": "", "content": { "join_rule": "knock" } }] }))
+        .await;
+    let invited = bob.create_room(json!({ "invite": [alice.user_id] })).await;
+    alice
+        .post(
+            &format!("/_matrix/client/v3/knock/{}", enc(&knockable)),
+            json!({}),
+        )
+        .await
+        .ok();
+    let body = list(9, 1, json!([["m.room.member", "$ME"]]));
+    let first = sss(&alice, None, 0, body.clone()).await.ok();
+    assert_eq!(first["lists"]["all"]["count"], 2);
+    let knock = first["rooms"][&knockable]["invite_state"]
+        .as_array()
+        .unwrap_or_else(|| panic!("knock as invite_state: {first}"))
+        .iter()
+        .find(|e| e["type"] == "m.room.member" && e["state_key"] == alice.user_id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(knock["content"]["membership"], "knock");
+    assert!(first["rooms"][&invited]["invite_state"].is_array());
+
+    alice.room_action(&invited, "leave", json!({})).await.ok();
+    let rejected = sss(&alice, Some(&pos(&first)), 0, body.clone()).await.ok();
+    let result = &rejected["rooms"][&invited];
+    assert!(result.get("invite_state").is_none(), "{result}");
+    let own = result["required_state"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["state_key"] == alice.user_id.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("own leave: {result}"));
+    assert_eq!(own["content"]["membership"], "leave");
+    let after = sss(&alice, Some(&pos(&rejected)), 0, body).await.ok();
+    assert_eq!(after["lists"]["all"]["count"], 1, "{after}");
+}
