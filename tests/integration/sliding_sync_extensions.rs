@@ -151,6 +151,21 @@ async fn to_device_and_e2ee() {
         .unwrap()
         .clone();
     assert!(changed_users.contains(&json!(bob.user_id)), "{changed}");
+    // Bob leaves the only room they shared: he is `left`.
+    bob.room_action(&room, "leave", json!({})).await.ok();
+    let left = sss(
+        &alice,
+        Some(&pos(&changed)),
+        0,
+        encryption_body(Some(&since)),
+    )
+    .await
+    .ok();
+    assert_eq!(
+        left["extensions"]["e2ee"]["device_lists"]["left"],
+        json!([bob.user_id]),
+        "{left}"
+    );
     // A connection without lists or subscriptions keeps no state.
     {
         use diesel_async::RunQueryDsl;

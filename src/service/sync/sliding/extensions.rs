@@ -32,6 +32,9 @@ pub struct Scopes<'a> {
     /// Rooms sent in this response: whether first sent (or its timeline grew), and the
     /// IDs of its timeline's events.
     pub sent: &'a HashMap<&'a str, (bool, &'a [String])>,
+    /// Whether a membership changed since `pos` in any of the user's rooms (only then can
+    /// someone have come to share or stopped sharing a room with the user).
+    pub memberships_moved: bool,
 }
 
 impl Sync {
@@ -82,7 +85,14 @@ impl Sync {
                     conn,
                     user,
                     (since.device_lists, next.device_lists),
-                    (since.events, next.events),
+                    (
+                        since.events,
+                        if scopes.memberships_moved {
+                            next.events
+                        } else {
+                            since.events
+                        },
+                    ),
                 )
                 .await?;
                 empty &= changed.is_empty() && left.is_empty();

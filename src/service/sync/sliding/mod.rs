@@ -384,6 +384,10 @@ impl Sync {
                         .iter()
                         .map(|(id, fresh, b)| (id.as_str(), (*fresh, b.timeline_ids.as_slice())))
                         .collect(),
+                    memberships_moved: since.is_some_and(|since| {
+                        memberships.iter().any(|m| m.3 > since.events)
+                            || last_changes.values().any(|c| c.membership > since.events)
+                    }),
                 },
                 (since, next),
                 &ignored,
