@@ -11,13 +11,10 @@ use crate::{
     error::{Error, Result},
     service::{
         rooms::{visibility::Visibility, writer::rules_for, Rooms},
-        sync::{state_at, token, Sync},
+        sync::{state_at, token, Sync, HEROES},
     },
     storage::{dag::HistoryPosition, rooms as store, state as state_store},
 };
-
-/// How many members name an unnamed room.
-const HEROES: i32 = 5;
 
 /// One room to build.
 pub struct RoomJob<'r> {
@@ -312,7 +309,7 @@ impl Sync {
         user: &str,
         current: &state_store::StateIds,
     ) -> Result<(i64, i64, Vec<Value>)> {
-        let counts = store::get_membership_summary(conn, room_id, user, HEROES).await?;
+        let counts = store::get_membership_summary(conn, room_id, user, HEROES as i32).await?;
         let count = |membership: &str| {
             counts
                 .iter()
@@ -324,14 +321,14 @@ impl Sync {
             .flat_map(|c| c.first.iter().cloned())
             .collect();
         heroes.sort();
-        heroes.truncate(HEROES as usize);
+        heroes.truncate(HEROES);
         if heroes.is_empty() {
             // Nobody else is here: those who left name the room (a DM whose peer left).
             heroes = current
                 .keys()
                 .filter(|(kind, key)| kind == "m.room.member" && key != user)
                 .map(|(_, key)| key.clone())
-                .take(HEROES as usize)
+                .take(HEROES)
                 .collect();
         }
         let ids: Vec<String> = heroes
