@@ -89,6 +89,31 @@ async fn to_device_and_e2ee() {
         acked["extensions"]["to_device"]["next_batch"],
         since.as_str()
     );
+    // `limit` pages them.
+    for n in 3..6 {
+        send(n).await;
+    }
+    let mut paged = encryption_body(Some(&since));
+    paged["extensions"]["to_device"]["limit"] = json!(2);
+    let page = sss(&alice, Some(&pos(&acked)), 0, paged.clone()).await.ok();
+    let ns = |r: &Value| -> Vec<i64> {
+        r["extensions"]["to_device"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["content"]["n"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(ns(&page), vec![3, 4]);
+    paged["extensions"]["to_device"]["since"] =
+        page["extensions"]["to_device"]["next_batch"].clone();
+    let rest = sss(&alice, Some(&pos(&page)), 0, paged).await.ok();
+    assert_eq!(ns(&rest), vec![5]);
+    let since = rest["extensions"]["to_device"]["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let acked = rest;
     // A since ahead of the server comes back unchanged.
     let ahead = sss(
         &alice,

@@ -61,8 +61,8 @@ impl Sync {
                 // A token ahead of the server: nothing yet, and the token stays.
                 (Vec::new(), since_td)
             } else {
-                // At most `to_device::SYNC_LIMIT` (100) per response, the extension's maximum.
-                to_device::take_for_sync(conn, user, device, since_td, up_to).await?
+                // At most `limit` (100 at most) per response.
+                to_device::take_up_to(conn, (user, device), (since_td, up_to), ext.limit).await?
             };
             empty &= events.is_empty();
             out.insert(
