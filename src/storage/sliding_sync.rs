@@ -299,3 +299,19 @@ pub async fn get_filter_state(
     }
     Ok(rows)
 }
+
+/// The senders of the given events: `(event_id, sender)`.
+pub async fn get_event_senders(
+    mut conn: &AsyncPgConnection,
+    event_ids: &[String],
+) -> QueryResult<Vec<(String, String)>> {
+    use super::schema::events;
+    if event_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    events::table
+        .filter(events::event_id.eq_any(event_ids))
+        .select((events::event_id, events::sender))
+        .load(&mut conn)
+        .await
+}

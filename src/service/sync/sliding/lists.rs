@@ -10,11 +10,7 @@ use super::model::{ListFilters, ListRequest};
 use crate::{
     error::Result,
     service::sync::{room_index::LastChange, token::SyncToken},
-    storage::{
-        account_data as account_store,
-        rooms::{self as store},
-        sliding_sync as sliding_store,
-    },
+    storage::{account_data as account_store, sliding_sync as sliding_store},
 };
 
 /// One room the user has a membership in.
@@ -336,9 +332,8 @@ pub async fn membership_senders(
         .filter(|m| m.1 != "join")
         .map(|m| m.2.clone())
         .collect();
-    Ok(store::get_state_events(conn, &ids)
+    Ok(sliding_store::get_event_senders(conn, &ids)
         .await?
         .into_iter()
-        .map(|row| (row.event_id, row.sender))
         .collect())
 }
