@@ -236,6 +236,9 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::room::upgrade_room::v3::Request, _, _>(rooms::upgrade_route);
 
     t.ruma::<r::sync::sync_events::v3::Request, _, _>(sync::sync_route);
+    for path in [sliding_sync::UNSTABLE_PATH, sliding_sync::STABLE_PATH] {
+        t.raw(Method::POST, path, sliding_sync::sliding_sync_route);
+    }
     t.ruma::<r::message::get_message_events::v3::Request, _, _>(sync::messages_route);
     t.ruma::<r::message::send_message_event::v3::Request, _, _>(events::send_message_route);
     t.ruma::<r::receipt::create_receipt::v3::Request, _, _>(receipts::create_receipt_route);

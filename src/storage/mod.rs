@@ -28,6 +28,7 @@ pub mod room_servers;
 pub mod rooms;
 pub mod schema;
 pub mod search;
+pub mod sliding_sync;
 pub mod state;
 pub mod streams;
 pub mod to_device;

@@ -867,7 +867,16 @@ pub struct RoomChange {
     /// Its latest membership event's position, if it had one in the range.
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
     pub last_membership: Option<i64>,
+    /// Its latest "bump" event's position (a message-like event, see [`BUMP_TYPES`]), if
+    /// it had one in the range.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    pub last_bump: Option<i64>,
 }
+
+/// Event types that move a room up a client's list (sliding sync's `bump_stamp`).
+pub const BUMP_TYPES: &str = "'m.room.create', 'm.room.message', 'm.room.encrypted', \
+    'm.sticker', 'm.call.invite', 'm.poll.start', 'm.beacon_info', \
+    'org.matrix.msc3381.poll.start', 'org.matrix.msc3672.beacon_info'";
 
 /// Rooms with served events at positions in `(after, up_to]`.
 pub async fn get_rooms_changed_between(
@@ -879,7 +888,9 @@ pub async fn get_rooms_changed_between(
         format!(
             "SELECT room_id, MAX(stream_ordering) AS last_event,
                     MAX(stream_ordering) FILTER (WHERE event_type = 'm.room.member')
-                        AS last_membership
+                        AS last_membership,
+                    MAX(stream_ordering) FILTER (WHERE event_type IN ({BUMP_TYPES}))
+                        AS last_bump
              FROM events WHERE stream_ordering > $1 AND stream_ordering <= $2
                AND {SERVED_TO_CLIENTS}
              GROUP BY room_id"

@@ -515,6 +515,30 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    sliding_sync_connections (conn_key) {
+        conn_key -> Int8,
+        user_id -> Text,
+        device_id -> Text,
+        conn_id -> Text,
+        base_version -> Int8,
+        pending_versions -> Array<Int8>,
+        last_used_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    sliding_sync_rooms (conn_key, room_id, version) {
+        conn_key -> Int8,
+        room_id -> Text,
+        version -> Int8,
+        membership -> Text,
+        events_from -> Nullable<Int8>,
+        timeline_limit -> Int4,
+        required_state -> Jsonb,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     access_tokens,
     account_data,
@@ -558,6 +582,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     room_memberships,
     rooms,
     server_signing_keys,
+    sliding_sync_connections,
+    sliding_sync_rooms,
     state_group_entries,
     state_groups,
     stream_positions,

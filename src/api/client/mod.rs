@@ -21,6 +21,7 @@ pub mod relations;
 pub mod rooms;
 pub mod search;
 pub mod session;
+pub mod sliding_sync;
 pub mod sync;
 pub mod tags;
 pub mod typing;

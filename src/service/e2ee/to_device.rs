@@ -157,12 +157,23 @@ pub async fn take_for_sync(
     since: i64,
     up_to: i64,
 ) -> Result<(Vec<Value>, i64)> {
+    take_up_to(conn, (user_id, device_id), (since, up_to), SYNC_LIMIT).await
+}
+
+/// [`take_for_sync`] with at most `limit` events (sliding sync's `to_device.limit`).
+pub async fn take_up_to(
+    conn: &AsyncPgConnection,
+    (user_id, device_id): (&str, &str),
+    (since, up_to): (i64, i64),
+    limit: i64,
+) -> Result<(Vec<Value>, i64)> {
+    let limit = limit.clamp(1, SYNC_LIMIT);
     if since > 0 {
         store::delete_inbox_up_to(conn, user_id, device_id, since).await?;
     }
-    let rows = store::get_inbox(conn, user_id, device_id, since, up_to, SYNC_LIMIT).await?;
+    let rows = store::get_inbox(conn, user_id, device_id, since, up_to, limit).await?;
     let reached = match rows.last() {
-        Some(last) if rows.len() as i64 == SYNC_LIMIT => last.stream_ordering,
+        Some(last) if rows.len() as i64 == limit => last.stream_ordering,
         _ => up_to,
     };
     let events = rows

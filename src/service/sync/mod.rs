@@ -3,6 +3,7 @@
 
 pub mod filter;
 pub mod room_index;
+pub mod sliding;
 pub mod token;
 
 use std::{
@@ -77,6 +78,8 @@ async fn state_at(
 pub struct Sync {
     db: Db,
     index: RoomIndex,
+    /// Sliding sync connections' room statuses this process has read or written.
+    connections: sliding::connection::Cache,
     notifier: Arc<Notifier>,
     presence: Arc<Presence>,
 }
@@ -92,9 +95,9 @@ const ROOMS_IN_FLIGHT: usize = 32;
 const HELD_BACK_RECHECK_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
 const HELD_BACK_RECHECK_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// One computed sync response.
-struct Computed {
-    response: SyncResponse,
+/// One computed response (`/sync`'s or sliding sync's).
+struct Computed<T> {
+    response: T,
     /// Whether it carries nothing.
     empty: bool,
     /// Where the streams stood when it was read.
@@ -133,6 +136,7 @@ impl Sync {
     pub fn new(db: Db, notifier: Arc<Notifier>, presence: Arc<Presence>) -> Self {
         Sync {
             index: RoomIndex::default(),
+            connections: Default::default(),
             db,
             notifier,
             presence,
@@ -141,8 +145,29 @@ impl Sync {
 
     /// Runs a sync, waiting up to the timeout for something to report.
     pub async fn sync(&self, rooms: &Rooms, request: &SyncRequest<'_>) -> Result<SyncResponse> {
-        let deadline = tokio::time::Instant::now() + request.timeout.min(MAX_TIMEOUT);
-        let notify = self.notifier.subscribe(request.user_id.as_str());
+        let at_once = request.since.is_none() || request.full_state;
+        self.long_poll(request.user_id.as_str(), request.timeout, at_once, || {
+            self.compute(rooms, request)
+        })
+        .await
+    }
+
+    /// Computes a response, and while it is empty (and `at_once` is false) computes it again
+    /// whenever something of the user's changes, until the timeout: the waiter `/sync` and
+    /// sliding sync share.
+    async fn long_poll<T, F, Fut>(
+        &self,
+        user_id: &str,
+        timeout: Duration,
+        at_once: bool,
+        mut compute: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Computed<T>>>,
+    {
+        let deadline = tokio::time::Instant::now() + timeout.min(MAX_TIMEOUT);
+        let notify = self.notifier.subscribe(user_id);
         // The positions taken when this sync last started reading after a wake-up, while
         // some of them were not yet persisted: a write it was woken for may be committed but
         // still behind another writer's uncommitted position, whose commit (or rollback, or
@@ -155,12 +180,8 @@ impl Sync {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let computed = self.compute(rooms, request).await?;
-            if !computed.empty
-                || request.since.is_none()
-                || request.full_state
-                || tokio::time::Instant::now() >= deadline
-            {
+            let computed = compute().await?;
+            if !computed.empty || at_once || tokio::time::Instant::now() >= deadline {
                 return Ok(computed.response);
             }
             if fresh {
@@ -181,7 +202,7 @@ impl Sync {
                 _ = woken => fresh = true,
                 _ = tokio::time::sleep_until(wake_at) => {
                     if wake_at >= deadline {
-                        return Ok(self.compute(rooms, request).await?.response);
+                        return Ok(compute().await?.response);
                     }
                     fresh = false;
                 }
@@ -190,7 +211,11 @@ impl Sync {
     }
 
     /// Builds one response.
-    async fn compute(&self, rooms: &Rooms, request: &SyncRequest<'_>) -> Result<Computed> {
+    async fn compute(
+        &self,
+        rooms: &Rooms,
+        request: &SyncRequest<'_>,
+    ) -> Result<Computed<SyncResponse>> {
         let pooled = self.db.conn().await?;
         // Shared: independent queries are pipelined (one round trip for many).
         let conn: &AsyncPgConnection = &pooled;
@@ -683,8 +708,13 @@ impl Sync {
                 rooms.render(conn, &rules, &state_rows).await?,
             )
         };
-        self.add_transaction_ids(conn, request, &mut timeline_events)
-            .await?;
+        self.add_transaction_ids(
+            conn,
+            request.user_id.as_str(),
+            request.device_id,
+            &mut timeline_events,
+        )
+        .await?;
         if let Some(fields) = &request.filter.event_fields {
             for event in timeline_events.iter_mut().chain(state_events.iter_mut()) {
                 *event = keep_fields(event, fields);
@@ -700,19 +730,20 @@ impl Sync {
     async fn add_transaction_ids(
         &self,
         conn: &AsyncPgConnection,
-        request: &SyncRequest<'_>,
+        user_id: &str,
+        device_id: &str,
         events: &mut [Value],
     ) -> Result<()> {
         let own: Vec<String> = events
             .iter()
-            .filter(|e| e["sender"] == request.user_id.as_str())
+            .filter(|e| e["sender"] == user_id)
             .filter_map(|e| e["event_id"].as_str().map(str::to_owned))
             .collect();
         if own.is_empty() {
             return Ok(());
         }
         let txns: HashMap<String, String> =
-            store::get_txn_ids_for_device(conn, request.user_id.as_str(), request.device_id, &own)
+            store::get_txn_ids_for_device(conn, user_id, device_id, &own)
                 .await?
                 .into_iter()
                 .collect();

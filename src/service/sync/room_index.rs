@@ -22,10 +22,15 @@ struct Index {
     rooms: HashMap<String, LastChange>,
 }
 
-#[derive(Default, Clone, Copy)]
-struct LastChange {
-    event: i64,
-    membership: i64,
+/// Where a room last changed.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct LastChange {
+    /// Its newest event (the room's activity).
+    pub event: i64,
+    /// Its newest membership event.
+    pub membership: i64,
+    /// Its newest message-like event (`bump_stamp`; see `storage::rooms::BUMP_TYPES`).
+    pub bump: i64,
 }
 
 /// Which of a user's rooms changed since a position.
@@ -60,10 +65,24 @@ impl RoomIndex {
                 if let Some(membership) = change.last_membership {
                     last.membership = membership;
                 }
+                if let Some(bump) = change.last_bump {
+                    last.bump = bump;
+                }
             }
             index.up_to = persisted;
         }
         Ok(index.up_to)
+    }
+
+    /// Where each of `rooms` last changed (zeros for a room with no served event yet).
+    pub async fn last_changes<'a>(
+        &self,
+        rooms: impl Iterator<Item = &'a str>,
+    ) -> HashMap<&'a str, LastChange> {
+        let index = self.index.lock().await;
+        rooms
+            .map(|room| (room, index.rooms.get(room).copied().unwrap_or_default()))
+            .collect()
     }
 
     /// Which of `rooms` changed after `since`.

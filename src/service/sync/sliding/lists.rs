@@ -1,0 +1,339 @@
+//! The user's room set for sliding sync: which rooms may be listed, their filters, their
+//! order (latest activity first) and the lists' windows.
+
+use std::collections::{HashMap, HashSet};
+
+use diesel_async::AsyncPgConnection;
+use serde_json::Value;
+
+use super::model::{ListFilters, ListRequest};
+use crate::{
+    error::Result,
+    service::sync::{room_index::LastChange, token::SyncToken},
+    storage::{account_data as account_store, sliding_sync as sliding_store},
+};
+
+/// One room the user has a membership in.
+#[derive(Debug, Clone)]
+pub struct UserRoom {
+    /// The room.
+    pub room_id: String,
+    /// `join`, `invite`, `knock`, `leave` or `ban`.
+    pub membership: String,
+    /// The membership event.
+    pub event_id: String,
+    /// Its position.
+    pub membership_position: i64,
+    /// Position of the newest event the user may see (the membership's for non-joined rooms).
+    pub activity: i64,
+    /// Position of the newest message-like event (the membership's for non-joined rooms).
+    pub bump_stamp: i64,
+    /// Whether it may be listed (a room the user left themselves before the `pos` may still
+    /// be subscribed to, but is no longer listed).
+    pub listed: bool,
+}
+
+/// The user's rooms, with what lists need to order them.
+pub fn user_rooms(
+    memberships: &[(String, String, String, i64)],
+    senders: &HashMap<String, String>,
+    changes: &HashMap<&str, LastChange>,
+    user: &str,
+    ignored: &HashSet<String>,
+    since: Option<&SyncToken>,
+) -> Vec<UserRoom> {
+    memberships
+        .iter()
+        .filter_map(|(room_id, membership, event_id, position)| {
+            let position = *position;
+            let sender = senders.get(event_id).map(String::as_str);
+            let listed = match membership.as_str() {
+                "join" | "knock" | "ban" => true,
+                "invite" => !sender.is_some_and(|s| ignored.contains(s)),
+                // Kicked: stays listed; left by themselves: listed once, in the range it
+                // happened in.
+                "leave" => sender != Some(user) || since.is_some_and(|s| position > s.events),
+                _ => false,
+            };
+            let (activity, bump_stamp) = if membership == "join" {
+                let last = changes.get(room_id.as_str()).copied().unwrap_or_default();
+                let bump = if last.bump > 0 { last.bump } else { position };
+                (last.event.max(position), bump)
+            } else {
+                (position, position)
+            };
+            if membership == "invite" && !listed {
+                return None;
+            }
+            Some(UserRoom {
+                room_id: room_id.clone(),
+                membership: membership.clone(),
+                event_id: event_id.clone(),
+                membership_position: position,
+                activity,
+                bump_stamp: bump_stamp.max(0),
+                listed,
+            })
+        })
+        .collect()
+}
+
+/// What the filters of a request need to know about rooms, loaded only when asked for.
+#[derive(Default)]
+pub struct FilterFacts {
+    /// Rooms in the user's `m.direct`.
+    pub direct: HashSet<String>,
+    /// Room ID -> `(encrypted, type, name)`.
+    pub meta: HashMap<String, RoomMeta>,
+    /// Space ID -> child room IDs.
+    pub space_children: HashMap<String, HashSet<String>>,
+    /// Room ID -> tags.
+    pub tags: HashMap<String, HashSet<String>>,
+}
+
+/// Facts from a room's current state.
+#[derive(Default, Debug, Clone)]
+pub struct RoomMeta {
+    /// Has `m.room.encryption`.
+    pub encrypted: bool,
+    /// `m.room.create`'s `content.type` (`None`: untyped). Unknown when there is no create
+    /// event.
+    pub room_type: Option<String>,
+    /// Whether a create event was seen.
+    pub known: bool,
+    /// `m.room.name`.
+    pub name: Option<String>,
+}
+
+/// The rooms in the user's `m.direct` account data.
+pub fn direct_rooms(content: Option<&Value>) -> HashSet<String> {
+    content
+        .and_then(Value::as_object)
+        .map(|by_user| {
+            by_user
+                .values()
+                .filter_map(Value::as_array)
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Loads what the requested filters need.
+pub async fn load_facts(
+    conn: &AsyncPgConnection,
+    user: &str,
+    rooms: &[UserRoom],
+    lists: impl Iterator<Item = &ListRequest> + Clone,
+    direct: HashSet<String>,
+    account_data_position: i64,
+) -> Result<FilterFacts> {
+    let mut facts = FilterFacts {
+        direct,
+        ..FilterFacts::default()
+    };
+    let needs_state = lists.clone().any(|l| l.filters.needs_state());
+    let needs_tags = lists.clone().any(|l| l.filters.needs_tags());
+    if needs_state {
+        let room_ids: Vec<String> = rooms.iter().map(|r| r.room_id.clone()).collect();
+        let mut spaces: Vec<String> = lists
+            .clone()
+            .filter_map(|l| l.filters.spaces.clone())
+            .flatten()
+            .filter(|space| {
+                rooms
+                    .iter()
+                    .any(|r| &r.room_id == space && r.membership == "join")
+            })
+            .collect();
+        spaces.sort();
+        spaces.dedup();
+        for (room_id, kind, state_key, content) in
+            sliding_store::get_filter_state(conn, &room_ids, &spaces).await?
+        {
+            if kind == "m.space.child" {
+                // A child event with `via` names a child; an emptied one removed it.
+                if content.get("via").and_then(Value::as_array).is_some() {
+                    facts
+                        .space_children
+                        .entry(room_id)
+                        .or_default()
+                        .insert(state_key);
+                }
+                continue;
+            }
+            let meta = facts.meta.entry(room_id).or_default();
+            match kind.as_str() {
+                "m.room.encryption" => meta.encrypted = true,
+                "m.room.create" => {
+                    meta.known = true;
+                    meta.room_type = content
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                }
+                "m.room.name" => {
+                    meta.name = content
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_owned)
+                }
+                _ => {}
+            }
+        }
+    }
+    if needs_tags {
+        for (room_id, kind, content) in
+            account_store::get_account_data_changed(conn, user, 0, account_data_position).await?
+        {
+            if kind == "m.tag" && !room_id.is_empty() {
+                let tags = content
+                    .get("tags")
+                    .and_then(Value::as_object)
+                    .map(|t| t.keys().cloned().collect())
+                    .unwrap_or_default();
+                facts.tags.insert(room_id, tags);
+            }
+        }
+    }
+    Ok(facts)
+}
+
+/// Whether a room passes a list's filters.
+pub fn passes(room: &UserRoom, filters: &ListFilters, facts: &FilterFacts) -> bool {
+    if !room.listed {
+        return false;
+    }
+    if let Some(is_dm) = filters.is_dm {
+        if facts.direct.contains(&room.room_id) != is_dm {
+            return false;
+        }
+    }
+    if let Some(is_invite) = filters.is_invite {
+        if (room.membership == "invite") != is_invite {
+            return false;
+        }
+    }
+    let meta = facts.meta.get(&room.room_id);
+    if let Some(is_encrypted) = filters.is_encrypted {
+        // A room with unknown state (no create event here) is dropped when filtered on.
+        match meta {
+            Some(meta) if meta.known => {
+                if meta.encrypted != is_encrypted {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    if filters.room_types.is_some() || !filters.not_room_types.is_empty() {
+        let Some(meta) = meta.filter(|m| m.known) else {
+            return false;
+        };
+        if filters.not_room_types.contains(&meta.room_type) {
+            return false;
+        }
+        if let Some(types) = &filters.room_types {
+            if !types.contains(&meta.room_type) {
+                return false;
+            }
+        }
+    }
+    if let Some(like) = &filters.room_name_like {
+        let like = like.to_lowercase();
+        let name = meta.and_then(|m| m.name.as_deref()).unwrap_or_default();
+        if !name.to_lowercase().contains(&like) {
+            return false;
+        }
+    }
+    if let Some(spaces) = &filters.spaces {
+        if !spaces.iter().any(|space| {
+            facts
+                .space_children
+                .get(space)
+                .is_some_and(|children| children.contains(&room.room_id))
+        }) {
+            return false;
+        }
+    }
+    let tags = facts.tags.get(&room.room_id);
+    if let Some(wanted) = &filters.tags {
+        if !wanted
+            .iter()
+            .any(|t| tags.is_some_and(|tags| tags.contains(t)))
+        {
+            return false;
+        }
+    }
+    if filters
+        .not_tags
+        .iter()
+        .any(|t| tags.is_some_and(|tags| tags.contains(t)))
+    {
+        return false;
+    }
+    true
+}
+
+/// One list's rooms in order (latest activity first, then room ID) and its windows.
+pub struct ListResult<'r> {
+    /// Every matching room, in order.
+    pub rooms: Vec<&'r UserRoom>,
+    /// `(start, end, rooms)` per requested range, the end capped at the list's last room.
+    pub windows: Vec<(u64, u64, Vec<&'r UserRoom>)>,
+}
+
+/// Filters, orders and windows one list.
+pub fn build_list<'r>(
+    rooms: &'r [UserRoom],
+    list: &ListRequest,
+    facts: &FilterFacts,
+) -> ListResult<'r> {
+    let mut matching: Vec<&UserRoom> = rooms
+        .iter()
+        .filter(|r| passes(r, &list.filters, facts))
+        .collect();
+    matching.sort_by(|a, b| {
+        b.activity
+            .cmp(&a.activity)
+            .then_with(|| a.room_id.cmp(&b.room_id))
+    });
+    let count = matching.len() as u64;
+    let ranges = match &list.ranges {
+        Some(ranges) => ranges.clone(),
+        None if count > 0 => vec![(0, count - 1)],
+        None => Vec::new(),
+    };
+    let windows = ranges
+        .into_iter()
+        .filter(|(start, _)| *start < count)
+        .map(|(start, end)| {
+            let end = end.min(count - 1);
+            let slice = matching[start as usize..=end as usize].to_vec();
+            (start, end, slice)
+        })
+        .collect();
+    ListResult {
+        rooms: matching,
+        windows,
+    }
+}
+
+/// The senders of membership events (who invited, who kicked), for the non-joined rooms.
+pub async fn membership_senders(
+    conn: &AsyncPgConnection,
+    memberships: &[(String, String, String, i64)],
+) -> Result<HashMap<String, String>> {
+    let ids: Vec<String> = memberships
+        .iter()
+        .filter(|m| m.1 != "join")
+        .map(|m| m.2.clone())
+        .collect();
+    Ok(sliding_store::get_event_senders(conn, &ids)
+        .await?
+        .into_iter()
+        .collect())
+}

@@ -1,0 +1,394 @@
+//! Sliding sync room results: bump stamps, names, avatars and heroes, ignored inviters,
+//! subscriptions, the merged MSC's request forms, resent requests, and every message once
+//! under concurrent senders.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use crate::{
+    sliding_sync::{list, pos, sss},
+    support::{client::enc, TestServer},
+};
+
+fn messages(room: &Value) -> Vec<String> {
+    room["timeline"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .filter(|e| e["type"] == "m.room.message")
+                .map(|e| e["content"]["body"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn bump_stamp_moves_on_messages_only() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "name": "bumps" })).await;
+    let message = alice.send_text(&room, "m1", "first").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let body = list(9, 5, json!([]));
+    let first = sss(&alice, None, 0, body.clone()).await.ok();
+    let stamp = first["rooms"][&room]["bump_stamp"].as_u64().unwrap();
+    assert!(stamp > 0);
+    // A reaction and a topic change are sent, but do not bump.
+    alice
+        .put(
+            &format!("/_matrix/client/v3/rooms/{}/send/m.reaction/r1", enc(&room)),
+            json!({ "m.relates_to": { "rel_type": "m.annotation", "event_id": message, "key": "👍" } }),
+        )
+        .await
+        .ok();
+    alice
+        .put_state(&room, "m.room.topic", "", json!({ "topic": "t" }))
+        .await
+        .ok();
+    let quiet = sss(&alice, Some(&pos(&first)), 0, body.clone()).await.ok();
+    let result = &quiet["rooms"][&room];
+    assert_eq!(result["timeline"].as_array().unwrap().len(), 2, "{result}");
+    assert_eq!(result["bump_stamp"].as_u64().unwrap(), stamp);
+    alice.send_text(&room, "m2", "second").await.ok();
+    let bumped = sss(&alice, Some(&pos(&quiet)), 0, body).await.ok();
+    assert!(bumped["rooms"][&room]["bump_stamp"].as_u64().unwrap() > stamp);
+}
+
+#[tokio::test]
+async fn names_avatars_and_heroes() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let dm = bob
+        .create_room(json!({ "preset": "trusted_private_chat", "invite": [alice.user_id] }))
+        .await;
+    alice.join(&dm).await.ok();
+    let body = list(9, 1, json!([["m.room.name", ""], ["m.room.avatar", ""]]));
+    let first = sss(&alice, None, 0, body.clone()).await.ok();
+    let result = &first["rooms"][&dm];
+    assert!(result.get("name").is_none(), "{result}");
+    assert_eq!(
+        result["heroes"],
+        json!([{ "user_id": bob.user_id, "displayname": "bob" }])
+    );
+    assert_eq!(result["joined_count"], 2);
+    assert_eq!(result["invited_count"], 0);
+
+    bob.put_state(
+        &dm,
+        "m.room.avatar",
+        "",
+        json!({ "url": "mxc://localhost/abc" }),
+    )
+    .await
+    .ok();
+    let with_avatar = sss(&alice, Some(&pos(&first)), 0, body.clone()).await.ok();
+    let result = &with_avatar["rooms"][&dm];
+    assert_eq!(result["avatar"], "mxc://localhost/abc", "{result}");
+    assert!(result.get("heroes").is_none(), "no membership change");
+    bob.put_state(&dm, "m.room.avatar", "", json!({}))
+        .await
+        .ok();
+    bob.put_state(&dm, "m.room.name", "", json!({ "name": "Named now" }))
+        .await
+        .ok();
+    let removed = sss(&alice, Some(&pos(&with_avatar)), 0, body).await.ok();
+    let result = &removed["rooms"][&dm];
+    assert_eq!(result["avatar"], Value::Null, "{result}");
+    assert!(result.as_object().unwrap().contains_key("avatar"));
+    assert_eq!(result["name"], "Named now");
+}
+
+#[tokio::test]
+async fn ignored_inviters_and_unknown_subscriptions() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let carol = server.register("carol").await;
+    let mine = alice.create_room(json!({})).await;
+    let strangers = carol.create_room(json!({})).await;
+    alice
+        .put(
+            &format!(
+                "/_matrix/client/v3/user/{}/account_data/m.ignored_user_list",
+                enc(&alice.user_id)
+            ),
+            json!({ "ignored_users": { carol.user_id.clone(): {} } }),
+        )
+        .await
+        .ok();
+    let invite = carol
+        .create_room(json!({ "invite": [alice.user_id] }))
+        .await;
+    let mut body = list(9, 1, json!([]));
+    body["room_subscriptions"] = json!({ strangers.clone(): { "timeline_limit": 5 } });
+    let response = sss(&alice, None, 0, body).await.ok();
+    assert_eq!(response["lists"]["all"]["count"], 1, "{response}");
+    assert!(response["rooms"].get(&mine).is_some());
+    assert!(
+        response["rooms"].get(&invite).is_none(),
+        "an ignored user's invite"
+    );
+    assert!(
+        response["rooms"].get(&strangers).is_none(),
+        "never a member"
+    );
+}
+
+#[tokio::test]
+async fn merged_msc_forms_mean_the_same() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "name": "forms" }))
+        .await;
+    bob.join(&room).await.ok();
+    bob.send_text(&room, "b", "from bob").await.ok();
+    let invite = bob.create_room(json!({ "invite": [alice.user_id] })).await;
+    let legacy = sss(
+        &alice,
+        None,
+        0,
+        json!({ "lists": {
+            "joined": { "ranges": [[0, 9]], "timeline_limit": 1, "filters": { "is_invite": false },
+                "required_state": [["m.room.name", ""], ["m.room.member", "$LAZY"], ["m.room.member", "$ME"]] },
+            "invites": { "ranges": [[0, 9]], "timeline_limit": 1, "filters": { "is_invite": true } },
+        } }),
+    )
+    .await
+    .ok();
+    let merged = alice
+        .post(
+            "/_matrix/client/v4/sync",
+            json!({ "timeout": 0, "lists": {
+                "joined": { "range": [0, 9], "timeline_limit": 1, "filters": { "is_invited": false },
+                    "required_state": { "include": [{ "type": "m.room.name", "state_key": "" },
+                        { "type": "m.room.member", "state_key": "$ME" }], "lazy_members": true } },
+                "invites": { "range": [0, 9], "timeline_limit": 1, "filters": { "is_invited": true } },
+            } }),
+        )
+        .await
+        .ok();
+    for response in [&legacy, &merged] {
+        assert_eq!(response["lists"]["joined"]["count"], 1, "{response}");
+        assert_eq!(response["lists"]["invites"]["count"], 1);
+        assert!(response["rooms"][&invite]["invite_state"].is_array());
+    }
+    let state = |response: &Value| {
+        let mut keys: Vec<(String, String)> = response["rooms"][&room]["required_state"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["type"].as_str().unwrap().to_owned(),
+                    e["state_key"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(state(&legacy), state(&merged));
+    assert_eq!(state(&legacy).len(), 3, "name, alice, bob");
+    // `pos` in the body works too.
+    let next = alice
+        .post(
+            "/_matrix/client/v4/sync",
+            json!({ "pos": pos(&merged), "lists": { "joined": { "range": [0, 9], "timeline_limit": 1 } } }),
+        )
+        .await
+        .ok();
+    assert!(next["rooms"].as_object().unwrap().is_empty(), "{next}");
+}
+
+#[tokio::test]
+async fn a_resent_request_with_another_subscription_is_honoured() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let shown = alice.create_room(json!({ "name": "shown" })).await;
+    let other = alice.create_room(json!({ "name": "other" })).await;
+    alice.send_text(&shown, "s", "newest").await.ok();
+    let body = list(0, 1, json!([]));
+    let first = sss(&alice, None, 0, body.clone()).await.ok();
+    assert!(first["rooms"].get(&other).is_none());
+    let at = pos(&first);
+    let plain = sss(&alice, Some(&at), 0, body.clone()).await.ok();
+    assert!(plain["rooms"].as_object().unwrap().is_empty());
+    // The client cancels and resends from the same pos with a subscription.
+    let mut subscribed = body.clone();
+    subscribed["room_subscriptions"] = json!({ other.clone(): { "timeline_limit": 5 } });
+    let resent = sss(&alice, Some(&at), 0, subscribed.clone()).await.ok();
+    assert_eq!(resent["rooms"][&other]["initial"], true, "{resent}");
+    // Replaying that pos gives the same rooms again.
+    let replay = sss(&alice, Some(&at), 0, subscribed.clone()).await.ok();
+    let ids = |response: &Value| -> Vec<String> {
+        response["rooms"][&other]["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["event_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&replay), ids(&resent));
+    assert_eq!(replay["rooms"][&other]["initial"], true);
+    // Going on from it: nothing new, and a dropped subscription is not sent any more.
+    let on = sss(&alice, Some(&pos(&replay)), 0, subscribed).await.ok();
+    assert!(on["rooms"].as_object().unwrap().is_empty(), "{on}");
+    alice.send_text(&other, "o", "unseen").await.ok();
+    alice.send_text(&shown, "s2", "on top again").await.ok();
+    let dropped = sss(&alice, Some(&pos(&on)), 0, body).await.ok();
+    assert!(dropped["rooms"].get(&other).is_none(), "{dropped}");
+}
+
+#[tokio::test]
+async fn every_message_once_under_concurrent_senders() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let mut rooms = Vec::new();
+    let mut senders = Vec::new();
+    for n in 0..3 {
+        let sender = server.register(&format!("sender{n}")).await;
+        let room = sender.create_room(json!({ "preset": "public_chat" })).await;
+        alice.join(&room).await.ok();
+        rooms.push(room);
+        senders.push(sender);
+    }
+    for sender in &senders {
+        for room in &rooms {
+            sender.join(room).await.ok();
+        }
+    }
+    let body = list(9, 200, json!([]));
+    let first = sss(&alice, None, 0, body.clone()).await.ok();
+    let per_sender = 40;
+    let tasks: Vec<_> = senders
+        .into_iter()
+        .enumerate()
+        .map(|(n, sender)| {
+            let rooms = rooms.clone();
+            tokio::spawn(async move {
+                for i in 0..per_sender {
+                    let room = &rooms[(n + i) % rooms.len()];
+                    sender
+                        .send_text(room, &format!("t{i}"), &format!("{n}-{i}"))
+                        .await
+                        .ok();
+                }
+            })
+        })
+        .collect();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut at = pos(&first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while seen.len() < 3 * per_sender && std::time::Instant::now() < deadline {
+        let response = sss(&alice, Some(&at), 2000, body.clone()).await.ok();
+        for room in &rooms {
+            let result = &response["rooms"][room];
+            assert_ne!(result["limited"], true, "a limit of 200 is never reached");
+            for message in messages(result) {
+                *seen.entry(message).or_default() += 1;
+            }
+        }
+        at = pos(&response);
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(seen.len(), 3 * per_sender, "every message arrived");
+    assert!(seen.values().all(|n| *n == 1), "exactly once: {seen:?}");
+}
+
+#[tokio::test]
+async fn a_long_poll_answering_after_its_replacement_does_not_expire_the_connection() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let second = alice.create_room(json!({ "name": "second" })).await;
+    let first_room = alice.create_room(json!({ "name": "first" })).await;
+    let first = sss(&alice, None, 0, list(0, 1, json!([]))).await.ok();
+    assert!(first["rooms"].get(&first_room).is_some());
+    let base = sss(&alice, Some(&pos(&first)), 0, list(0, 1, json!([])))
+        .await
+        .ok();
+    let at = pos(&base);
+    // A long-poll the client will give up on...
+    let abandoned = {
+        let alice = alice.clone();
+        let at = at.clone();
+        tokio::spawn(async move { sss(&alice, Some(&at), 5000, list(0, 1, json!([]))).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // ...replaced by a request from the same pos with a bigger window...
+    let kept = sss(&alice, Some(&at), 0, list(1, 1, json!([]))).await.ok();
+    assert_eq!(kept["rooms"][&second]["initial"], true);
+    // ...and the abandoned one then answers too, with a version of its own.
+    alice
+        .send_text(&second, "m", "wakes the old one")
+        .await
+        .ok();
+    let late = abandoned.await.unwrap().ok();
+    assert!(late["rooms"].get(&second).is_some(), "{late}");
+    assert_ne!(pos(&late), pos(&kept));
+    // The client goes on from the response it kept.
+    let next = sss(&alice, Some(&pos(&kept)), 0, list(1, 1, json!([])))
+        .await
+        .ok();
+    assert_eq!(
+        messages(&next["rooms"][&second]),
+        vec!["wakes the old one"],
+        "{next}"
+    );
+    // The abandoned version is gone.
+    sss(&alice, Some(&pos(&late)), 0, list(1, 1, json!([])))
+        .await
+        .assert_error(400, "M_UNKNOWN_POS");
+}
+
+#[tokio::test]
+async fn knocks_and_rejected_invites() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let knockable = bob
+        .create_room(json!({ "initial_state": [{ "type": "m.room.join_rules", "state_key": "", "content": { "join_rule": "knock" } }] }))
+        .await;
+    let invited = bob.create_room(json!({ "invite": [alice.user_id] })).await;
+    alice
+        .post(
+            &format!("/_matrix/client/v3/knock/{}", enc(&knockable)),
+            json!({}),
+        )
+        .await
+        .ok();
+    let body = list(9, 1, json!([["m.room.member", "$ME"]]));
+    let first = sss(&alice, None, 0, body.clone()).await.ok();
+    assert_eq!(first["lists"]["all"]["count"], 2);
+    let knock = first["rooms"][&knockable]["invite_state"]
+        .as_array()
+        .unwrap_or_else(|| panic!("knock as invite_state: {first}"))
+        .iter()
+        .find(|e| e["type"] == "m.room.member" && e["state_key"] == alice.user_id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(knock["content"]["membership"], "knock");
+    assert!(first["rooms"][&invited]["invite_state"].is_array());
+
+    alice.room_action(&invited, "leave", json!({})).await.ok();
+    let rejected = sss(&alice, Some(&pos(&first)), 0, body.clone()).await.ok();
+    let result = &rejected["rooms"][&invited];
+    assert!(result.get("invite_state").is_none(), "{result}");
+    let own = result["required_state"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["state_key"] == alice.user_id.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("own leave: {result}"));
+    assert_eq!(own["content"]["membership"], "leave");
+    let after = sss(&alice, Some(&pos(&rejected)), 0, body).await.ok();
+    assert_eq!(after["lists"]["all"]["count"], 1, "{after}");
+}
