@@ -24,12 +24,14 @@ pub mod receipts;
 pub mod registration;
 pub mod relations;
 pub mod remote_devices;
+pub mod reports;
 pub mod room_servers;
 pub mod rooms;
 pub mod schema;
 pub mod search;
 pub mod state;
 pub mod streams;
+pub mod summaries;
 pub mod to_device;
 pub mod users;
 

@@ -44,7 +44,8 @@ pub async fn versions_route(
 ) -> Result<RumaResponse<get_supported_versions::Response>> {
     let versions = rooms::SPEC_VERSIONS.iter().map(|v| v.to_string()).collect();
     let mut response = get_supported_versions::Response::new(versions);
-    response.unstable_features = BTreeMap::new();
+    // MSC3266: room summaries (also at their unstable paths).
+    response.unstable_features = BTreeMap::from([("org.matrix.msc3266".to_owned(), true)]);
     Ok(response.into())
 }
 
