@@ -334,9 +334,8 @@ fn spaces_and_reports_routes(t: &mut RouteTable) {
     t.ruma::<r::reporting::report_user::v3::Request, _, _>(reports::report_user_route);
     t.ruma::<r::account::get_3pids::v3::Request, _, _>(lookups::get_3pids_route);
     t.ruma::<r::thirdparty::get_protocols::v3::Request, _, _>(lookups::get_protocols_route);
-    t.ruma::<r::discovery::get_authorization_server_metadata::v1::Request, _, _>(
-        lookups::auth_metadata_route,
-    );
+    // `/auth_metadata` is deliberately not routed: its 404 `M_UNRECOGNIZED` is the spec's
+    // answer of a server without the OAuth 2.0 API (Synapse without MAS does the same).
 }
 
 /// The media routes, the deprecated unauthenticated ones included (they serve media from
