@@ -102,9 +102,15 @@ pub async fn hierarchy(
         Some(token) => parse_token(token, request)?,
         None => 0,
     };
+    // A root we are not in can only be asked of the server its ID names (rooms before v12).
     let mut stack = vec![Pending {
         room_id: request.room_id.to_owned(),
-        via: Vec::new(),
+        via: request
+            .room_id
+            .server_name()
+            .map(ToOwned::to_owned)
+            .into_iter()
+            .collect(),
         depth: 0,
     }];
     let mut seen: HashSet<OwnedRoomId> = HashSet::new();

@@ -24,6 +24,7 @@ mod federation_reads;
 mod federation_robustness;
 mod federation_rooms;
 mod federation_sender;
+mod federation_spaces;
 mod media;
 mod membership_paths;
 mod migrations;
