@@ -80,7 +80,7 @@ async fn federation_hierarchy_answers_what_the_origin_may_preview() {
     assert_eq!(body["room"]["room_id"], root);
     assert_eq!(body["room"]["room_type"], "m.space");
     assert_eq!(body["room"]["children_state"].as_array().unwrap().len(), 3);
-    assert_eq!(ids(&body["children"]), [public.clone()]);
+    assert_eq!(ids(&body["children"]), vec![public.clone()]);
     let mut hidden = ids(&body["inaccessible_children"]);
     hidden.sort();
     let mut expected = vec![private.clone(), restricted.clone()];
