@@ -273,7 +273,8 @@ pub async fn room_summary(
             if let Some(server) = room_id.server_name() {
                 via.push(server.to_owned());
             }
-            via.dedup();
+            let mut seen = HashSet::new();
+            via.retain(|server| seen.insert(server.clone()));
             let remote = federation
                 .remote_hierarchy(&room_id, &via, false)
                 .await

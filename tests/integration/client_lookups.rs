@@ -89,6 +89,16 @@ async fn joining_a_direct_chat_invite_records_it_in_m_direct() {
     .ok();
     // Joining again changes nothing.
     bob.join(&dm).await.ok();
+    // A DM joined by its (local) alias counts too.
+    let by_alias = alice
+        .create_room(json!({
+            "preset": "trusted_private_chat",
+            "is_direct": true,
+            "invite": [bob.user_id],
+            "room_alias_name": "dm-alias",
+        }))
+        .await;
+    bob.join(&crate::support::alias("dm-alias")).await.ok();
 
     let path = format!(
         "/_matrix/client/v3/user/{}/account_data/m.direct",
@@ -97,7 +107,10 @@ async fn joining_a_direct_chat_invite_records_it_in_m_direct() {
     let direct = bob.get(&path).await.ok();
     assert_eq!(
         direct,
-        json!({ (carol.user_id.clone()): ["!old:example.org"], (alice.user_id.clone()): [dm] }),
+        json!({
+            (carol.user_id.clone()): ["!old:example.org"],
+            (alice.user_id.clone()): [dm, by_alias],
+        }),
         "the DM is added under the inviter, the group room is not"
     );
     let sync = bob.sync(Some(&since), 0, None).await;

@@ -160,9 +160,18 @@ async fn join_recording_direct(
     via: &[ruma::OwnedServerName],
     reason: Option<&str>,
 ) -> Result<ruma::OwnedRoomId> {
-    let invited_by = match <&ruma::RoomId>::try_from(room) {
-        Ok(room_id) => services.rooms.direct_inviter(room_id, user_id).await?,
+    // The invite is the current membership only until the join: look it up first (a
+    // remote alias is resolved by the join itself, too late for this).
+    let target = match <&ruma::RoomId>::try_from(room) {
+        Ok(room_id) => Some(room_id.to_owned()),
+        Err(alias) if alias.server_name() == services.config.server_name => {
+            services.rooms.resolve_room(room).await.ok()
+        }
         Err(_) => None,
+    };
+    let invited_by = match &target {
+        Some(room_id) => services.rooms.direct_inviter(room_id, user_id).await?,
+        None => None,
     };
     let room_id = services
         .federation

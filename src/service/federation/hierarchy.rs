@@ -68,12 +68,19 @@ impl Federation {
                 .iter()
                 .filter_map(|raw| serde_json::from_str(raw.json().get()).ok())
                 .collect();
-            room.insert("children_state".to_owned(), Value::Array(children_state));
+            // Only summaries of children the room names are kept: a server speaks for the
+            // children of its own space, not for any room it likes.
+            let named: HashSet<&str> = children_state
+                .iter()
+                .filter_map(|event| event.get("state_key")?.as_str())
+                .collect();
             let children = response
                 .children
                 .iter()
+                .filter(|child| named.contains(child.room_id.as_str()))
                 .filter_map(|child| Some((child.room_id.clone(), to_map(child)?)))
                 .collect();
+            room.insert("children_state".to_owned(), Value::Array(children_state));
             return Some(RemoteHierarchy {
                 room,
                 children,
