@@ -123,7 +123,7 @@ impl Services {
             rate_limit,
             account_data: account_data::AccountData::new(db.clone()),
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
-            reports: reports::Reports::new(db.clone()),
+            reports: reports::Reports::new(db.clone(), config.server_name.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),
             pushers: pushers::Pushers::new(db.clone(), outbound.clone()),
             e2ee_keys: e2ee::keys::Keys::new(

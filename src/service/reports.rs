@@ -6,7 +6,7 @@
 //! for an unknown event); a user report answers 200 for users of other servers and unknown
 //! users without storing anything, as Synapse does, so it tells nothing about who exists.
 
-use ruma::{RoomId, UserId};
+use ruma::{OwnedServerName, RoomId, UserId};
 use serde_json::{json, Value};
 
 use super::rooms::Rooms;
@@ -28,6 +28,8 @@ const MAX_LIST_LIMIT: i64 = 1000;
 /// Reports.
 pub struct Reports {
     db: Db,
+    /// This server's name: only its users' reports are kept.
+    server_name: OwnedServerName,
 }
 
 /// One page of event reports for the admin API.
@@ -51,8 +53,8 @@ fn check_reason(reason: &str) -> Result<()> {
 
 impl Reports {
     /// Creates the service.
-    pub fn new(db: Db) -> Self {
-        Reports { db }
+    pub fn new(db: Db, server_name: OwnedServerName) -> Self {
+        Reports { db, server_name }
     }
 
     /// Reports an event. `body` is the request body as sent: `reason` (a string) and the
@@ -144,11 +146,10 @@ impl Reports {
         &self,
         reporter: &UserId,
         target: &UserId,
-        local_server: &ruma::ServerName,
         reason: &str,
     ) -> Result<()> {
         check_reason(reason)?;
-        if target.server_name() != local_server {
+        if target.server_name() != self.server_name {
             return Ok(());
         }
         let conn = self.db.conn().await?;

@@ -231,3 +231,35 @@ async fn client_hierarchy_and_summary_ask_the_other_server_for_rooms_we_are_not_
         .await
         .assert_error(404, "M_NOT_FOUND");
 }
+
+#[tokio::test]
+async fn a_direct_chat_invite_from_another_server_is_recorded_in_m_direct_on_join() {
+    let (a, b) = pair().await;
+    let alice = a.register("alice").await;
+    let bob = b.register("bob").await;
+    let dm = alice
+        .create_room(json!({
+            "preset": "trusted_private_chat",
+            "is_direct": true,
+            "invite": [bob.user_id],
+        }))
+        .await;
+    crate::support::wait_until(
+        "Bob's invite to arrive",
+        std::time::Duration::from_secs(15),
+        || async {
+            let sync = bob.sync(None, 0, None).await;
+            sync["rooms"]["invite"].get(&dm).is_some()
+        },
+    )
+    .await;
+    bob.join(&dm).await.ok();
+    let direct = bob
+        .get(&format!(
+            "/_matrix/client/v3/user/{}/account_data/m.direct",
+            enc(&bob.user_id)
+        ))
+        .await
+        .ok();
+    assert_eq!(direct, json!({ (alice.user_id.clone()): [dm] }));
+}

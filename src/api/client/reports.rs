@@ -74,12 +74,7 @@ pub async fn report_user_route(
     let caller = body.caller()?;
     services
         .reports
-        .report_user(
-            &caller.user_id,
-            &body.body.user_id,
-            &services.config.server_name,
-            &body.body.reason,
-        )
+        .report_user(&caller.user_id, &body.body.user_id, &body.body.reason)
         .await?;
     Ok(report_user::Response::new().into())
 }

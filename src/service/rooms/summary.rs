@@ -43,6 +43,9 @@ const SUMMARY_STATE: &[&str] = &[
     "m.room.server_acl",
 ];
 
+/// Most children of one space the federation `/hierarchy` summarises (Synapse's limit).
+pub const MAX_CHILDREN: usize = 50;
+
 /// Longest `order` of an `m.space.child` that counts (the spec's rule).
 const MAX_ORDER_LENGTH: usize = 50;
 
@@ -490,6 +493,3 @@ impl Rooms {
         }))
     }
 }
-
-/// Most children of one space the federation `/hierarchy` summarises.
-pub const MAX_CHILDREN: usize = 50;
