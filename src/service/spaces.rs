@@ -299,3 +299,38 @@ pub async fn room_summary(
     }
     Ok(Value::Object(summary))
 }
+
+#[cfg(test)]
+mod tests {
+    use ruma::room_id;
+
+    use super::{pagination_token, parse_token, HierarchyRequest};
+
+    fn request(max_depth: Option<u64>, suggested_only: bool) -> HierarchyRequest<'static> {
+        HierarchyRequest {
+            room_id: room_id!("!space:example.org"),
+            from: None,
+            limit: None,
+            max_depth,
+            suggested_only,
+        }
+    }
+
+    #[test]
+    fn a_token_is_good_only_with_the_parameters_it_was_made_with() {
+        let first = request(Some(3), true);
+        let token = pagination_token(7, &first);
+        assert_eq!(parse_token(&token, &first).unwrap(), 7);
+        assert!(parse_token(&token, &request(Some(3), false)).is_err());
+        assert!(parse_token(&token, &request(None, true)).is_err());
+        assert!(parse_token(&token, &request(Some(4), true)).is_err());
+        for bad in ["", "7", "x_1_3", "-1_1_3", "7_1_3_", "07_1_3"] {
+            assert!(parse_token(bad, &first).is_err(), "{bad}");
+        }
+        let unbounded = request(None, false);
+        assert_eq!(
+            parse_token(&pagination_token(0, &unbounded), &unbounded).unwrap(),
+            0
+        );
+    }
+}

@@ -493,3 +493,59 @@ impl Rooms {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{child_order, has_valid_via};
+    use crate::storage::rooms::EventRow;
+
+    fn child(state_key: &str, order: Option<&str>, ts: i64) -> EventRow {
+        let mut content = json!({ "via": ["example.org"] });
+        if let Some(order) = order {
+            content["order"] = json!(order);
+        }
+        EventRow {
+            event_id: format!("${state_key}"),
+            room_id: "!space:example.org".into(),
+            stream_ordering: 1,
+            depth: 1,
+            sender: "@a:example.org".into(),
+            event_type: "m.space.child".into(),
+            state_key: Some(state_key.into()),
+            pdu: json!({ "content": content, "origin_server_ts": ts }),
+            state_group: Some(1),
+            redacted_by: None,
+        }
+    }
+
+    #[test]
+    fn children_sort_by_valid_order_then_timestamp_then_room_id() {
+        let too_long = "x".repeat(51);
+        let mut children = vec![
+            child("!e", None, 1),
+            child("!d", Some(&too_long), 2),
+            child("!c", Some("b"), 9),
+            child("!b", Some("a"), 9),
+            child("!a", Some("\u{7f}"), 0),
+            child("!f", None, 1),
+        ];
+        children.sort_by_key(child_order);
+        let keys: Vec<_> = children
+            .iter()
+            .map(|c| c.state_key.clone().unwrap())
+            .collect();
+        // Orders "a", "b" first; then, without a valid order, by timestamp and room ID.
+        assert_eq!(keys, ["!b", "!c", "!a", "!e", "!f", "!d"]);
+    }
+
+    #[test]
+    fn a_child_needs_a_non_empty_list_of_server_names() {
+        assert!(has_valid_via(&json!({ "via": ["example.org"] })));
+        assert!(!has_valid_via(&json!({})));
+        assert!(!has_valid_via(&json!({ "via": [] })));
+        assert!(!has_valid_via(&json!({ "via": "example.org" })));
+        assert!(!has_valid_via(&json!({ "via": ["example.org", 5] })));
+    }
+}
