@@ -523,7 +523,7 @@ mod tests {
     #[test]
     fn children_sort_by_valid_order_then_timestamp_then_room_id() {
         let too_long = "x".repeat(51);
-        let mut children = vec![
+        let mut children = [
             child("!e", None, 1),
             child("!d", Some(&too_long), 2),
             child("!c", Some("b"), 9),
