@@ -32,6 +32,17 @@ pub struct Reports {
     server_name: OwnedServerName,
 }
 
+/// Which event reports an admin listing shows.
+#[derive(Default, Clone, Copy)]
+pub struct ReportFilters<'a> {
+    /// Only reports of this room.
+    pub room_id: Option<&'a str>,
+    /// Only reports by this user.
+    pub user_id: Option<&'a str>,
+    /// Only reports of events this user sent.
+    pub event_sender: Option<&'a str>,
+}
+
 /// One page of event reports for the admin API.
 pub struct EventReportPage {
     /// The reports, as the admin API shows them.
@@ -161,14 +172,14 @@ impl Reports {
         Ok(())
     }
 
-    /// A page of event reports (`GET /_synapse/admin/v1/event_reports`).
+    /// A page of event reports (`GET /_synapse/admin/v1/event_reports`), filtered by room,
+    /// reporter and the reported event's sender when given.
     pub async fn list_event_reports(
         &self,
         from: i64,
         limit: i64,
         oldest_first: bool,
-        room_id: Option<&str>,
-        user_id: Option<&str>,
+        filters: ReportFilters<'_>,
     ) -> Result<EventReportPage> {
         if from < 0 {
             return Err(Error::invalid_param(
@@ -188,8 +199,9 @@ impl Reports {
                 offset: from,
                 limit,
                 oldest_first,
-                room_id,
-                user_id,
+                room_id: filters.room_id,
+                user_id: filters.user_id,
+                event_sender: filters.event_sender,
             },
         )
         .await?;

@@ -4,7 +4,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
-use super::schema::{event_reports, room_reports, user_reports};
+use super::schema::{event_reports, events, room_reports, user_reports};
 
 /// A stored event report.
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -112,6 +112,8 @@ pub struct EventReportQuery<'a> {
     pub room_id: Option<&'a str>,
     /// Only reports by this user.
     pub user_id: Option<&'a str>,
+    /// Only reports of events this user sent.
+    pub event_sender: Option<&'a str>,
 }
 
 /// One page of event reports and how many match in all.
@@ -126,6 +128,15 @@ pub async fn list_event_reports(
         }
         if let Some(user_id) = query.user_id {
             q = q.filter(event_reports::user_id.eq(user_id.to_owned()));
+        }
+        if let Some(sender) = query.event_sender {
+            q = q.filter(
+                event_reports::event_id.eq_any(
+                    events::table
+                        .filter(events::sender.eq(sender.to_owned()))
+                        .select(events::event_id),
+                ),
+            );
         }
         q
     };

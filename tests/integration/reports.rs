@@ -90,6 +90,22 @@ async fn event_reports_are_stored_for_admins_and_listed_by_the_admin_api() {
         .await
         .ok();
     assert_eq!(by_user["total"], 0);
+    let by_sender = admin
+        .get(&format!(
+            "/_synapse/admin/v1/event_reports?event_sender_user_id={}",
+            enc(&alice.user_id)
+        ))
+        .await
+        .ok();
+    assert_eq!(by_sender["total"], 3);
+    let by_other_sender = admin
+        .get(&format!(
+            "/_synapse/admin/v1/event_reports?event_sender_user_id={}",
+            enc(&bob.user_id)
+        ))
+        .await
+        .ok();
+    assert_eq!(by_other_sender["total"], 0);
     let by_room = admin
         .get(&format!(
             "/_synapse/admin/v1/event_reports?room_id={}",

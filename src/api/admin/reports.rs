@@ -10,7 +10,7 @@ use super::ensure_admin;
 use crate::{
     api::ruma::Authenticated,
     error::{Error, Result},
-    service::Services,
+    service::{reports::ReportFilters, Services},
 };
 
 /// Reports per page unless `limit` says otherwise (Synapse's default).
@@ -36,7 +36,8 @@ fn report_id(raw: &str) -> Result<i64> {
         })
 }
 
-/// `GET /_synapse/admin/v1/event_reports?from=&limit=&dir=&room_id=&user_id=`: newest first
+/// `GET /_synapse/admin/v1/event_reports?from=&limit=&dir=&room_id=&user_id=&event_sender_user_id=`:
+/// newest first
 /// unless `dir=f`; `next_token` is the `from` of the next page.
 pub async fn list_event_reports_route(
     services: Data<Services>,
@@ -61,8 +62,11 @@ pub async fn list_event_reports_route(
             from,
             limit,
             oldest_first,
-            query.get("room_id").map(String::as_str),
-            query.get("user_id").map(String::as_str),
+            ReportFilters {
+                room_id: query.get("room_id").map(String::as_str),
+                user_id: query.get("user_id").map(String::as_str),
+                event_sender: query.get("event_sender_user_id").map(String::as_str),
+            },
         )
         .await?;
     let mut body = json!({ "event_reports": page.reports, "total": page.total });
