@@ -309,7 +309,36 @@ fn routes(t: &mut RouteTable) {
     );
     t.ruma::<r::user_directory::search_users::v3::Request, _, _>(directory::search_users_route);
 
+    spaces_and_reports_routes(t);
     admin::routes(t);
+}
+
+/// Spaces, room previews, reports and the lookups clients make at start.
+fn spaces_and_reports_routes(t: &mut RouteTable) {
+    use ::ruma::api::client as r;
+    use client::{lookups, reports, spaces};
+
+    t.ruma::<r::space::get_hierarchy::v1::Request, _, _>(spaces::hierarchy_route);
+    t.ruma::<r::room::get_summary::v1::Request, _, _>(spaces::room_summary_route);
+    // MSC3266's unstable paths, which clients still call (the second is Synapse's).
+    for path in [
+        "/_matrix/client/unstable/im.nheko.summary/rooms/{room_id_or_alias}/summary",
+        "/_matrix/client/unstable/im.nheko.summary/summary/{room_id_or_alias}",
+    ] {
+        t.raw(Method::GET, path, spaces::room_summary_route);
+    }
+    for path in <r::room::report_content::v3::Request as ::ruma::api::Metadata>::PATH_BUILDER
+        .all_paths()
+        .filter(|p| !p.contains("/unstable/"))
+    {
+        t.raw(Method::POST, path, reports::report_event_route);
+    }
+    t.ruma::<r::room::report_room::v3::Request, _, _>(reports::report_room_route);
+    t.ruma::<r::reporting::report_user::v3::Request, _, _>(reports::report_user_route);
+    t.ruma::<r::account::get_3pids::v3::Request, _, _>(lookups::get_3pids_route);
+    t.ruma::<r::thirdparty::get_protocols::v3::Request, _, _>(lookups::get_protocols_route);
+    // `/auth_metadata` is deliberately not routed: its 404 `M_UNRECOGNIZED` is the spec's
+    // answer of a server without the OAuth 2.0 API (Synapse without MAS does the same).
 }
 
 /// The media routes, the deprecated unauthenticated ones included (they serve media from

@@ -14,6 +14,8 @@ use crate::{
 const RESERVED_TYPES: &[&str] = &["m.fully_read", "m.push_rules"];
 /// The room account-data type that holds a room's tags (`{"tags": {tag: {"order": n}}}`).
 const TAGS_TYPE: &str = "m.tag";
+/// The global account-data type that lists a user's direct chats.
+const DIRECT_TYPE: &str = "m.direct";
 /// The longest tag name, in characters (Synapse's limit).
 const MAX_TAG_LENGTH: usize = 255;
 
@@ -130,6 +132,50 @@ impl AccountData {
                 write(conn, user_id, room, TAGS_TYPE, &json!({ "tags": tags })).await?;
             }
             Ok(())
+        })
+        .await
+    }
+
+    /// Records a direct chat in the user's `m.direct` (`{user: [room, ...]}`): `room_id` is
+    /// added under `other` unless it is there already. Done in one transaction with the row
+    /// locked, so a client's own concurrent write of `m.direct` is not lost; the change
+    /// reaches `/sync` like any account data.
+    pub async fn add_direct_room(
+        &self,
+        user_id: &UserId,
+        other: &UserId,
+        room_id: &RoomId,
+    ) -> Result<()> {
+        let user = user_id.as_str();
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            store::lock_account_data_row(conn, user, store::GLOBAL, DIRECT_TYPE).await?;
+            let mut direct =
+                match store::get_account_data(conn, user, store::GLOBAL, DIRECT_TYPE).await? {
+                    Some(Value::Object(map)) => map,
+                    _ => Map::new(),
+                };
+            let rooms = direct
+                .entry(other.as_str().to_owned())
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if !rooms.is_array() {
+                *rooms = Value::Array(Vec::new());
+            }
+            let Value::Array(rooms) = rooms else {
+                return Ok(());
+            };
+            if rooms.iter().any(|r| r.as_str() == Some(room_id.as_str())) {
+                return Ok(());
+            }
+            rooms.push(Value::String(room_id.as_str().to_owned()));
+            write(
+                conn,
+                user_id,
+                store::GLOBAL,
+                DIRECT_TYPE,
+                &Value::Object(direct),
+            )
+            .await
         })
         .await
     }

@@ -14,8 +14,10 @@ pub mod push_sender;
 pub mod pushers;
 pub mod rate_limit;
 pub mod registration_tokens;
+pub mod reports;
 pub mod rooms;
 pub mod sessions;
+pub mod spaces;
 pub mod sync;
 pub mod typing;
 pub mod uia;
@@ -43,6 +45,8 @@ pub struct Services {
     pub account_data: account_data::AccountData,
     /// Registration tokens (admin-managed).
     pub registration_tokens: registration_tokens::RegistrationTokens,
+    /// Reports of events, rooms and users.
+    pub reports: reports::Reports,
     /// The server's signing key.
     pub keys: Arc<keys::ServerKeys>,
     /// Rooms, events, state and membership.
@@ -119,6 +123,7 @@ impl Services {
             rate_limit,
             account_data: account_data::AccountData::new(db.clone()),
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
+            reports: reports::Reports::new(db.clone(), config.server_name.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),
             pushers: pushers::Pushers::new(db.clone(), outbound.clone()),
             e2ee_keys: e2ee::keys::Keys::new(

@@ -24,6 +24,7 @@ pub mod receipts;
 pub mod registration;
 pub mod relations;
 pub mod remote_devices;
+pub mod reports;
 pub mod room_servers;
 pub mod rooms;
 pub mod schema;
@@ -31,6 +32,7 @@ pub mod search;
 pub mod sliding_sync;
 pub mod state;
 pub mod streams;
+pub mod summaries;
 pub mod to_device;
 pub mod users;
 

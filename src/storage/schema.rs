@@ -217,6 +217,16 @@ diesel::table! {
 }
 
 diesel::table! {
+    user_reports (report_id) {
+        report_id -> Int8,
+        received_ts -> Int8,
+        target_user_id -> Text,
+        user_id -> Text,
+        reason -> Text,
+    }
+}
+
+diesel::table! {
     users (user_id) {
         user_id -> Text,
         localpart -> Text,
@@ -241,6 +251,19 @@ diesel::table! {
         event_id -> Text,
         prev_event_id -> Text,
         room_id -> Text,
+    }
+}
+
+diesel::table! {
+    event_reports (report_id) {
+        report_id -> Int8,
+        received_ts -> Int8,
+        room_id -> Text,
+        event_id -> Text,
+        user_id -> Text,
+        reason -> Nullable<Text>,
+        score -> Nullable<Int8>,
+        content -> Jsonb,
     }
 }
 
@@ -364,6 +387,16 @@ diesel::table! {
         device_id -> Nullable<Text>,
         created_ts -> Int8,
         last_stream_ordering -> Int8,
+    }
+}
+
+diesel::table! {
+    room_reports (report_id) {
+        report_id -> Int8,
+        received_ts -> Int8,
+        room_id -> Text,
+        user_id -> Text,
+        reason -> Text,
     }
 }
 
@@ -552,6 +585,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     event_edges,
     event_push_actions,
     event_relations,
+    event_reports,
     event_txns,
     events,
     fallback_keys,
@@ -580,6 +614,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     room_aliases,
     room_current_state,
     room_memberships,
+    room_reports,
     rooms,
     server_signing_keys,
     sliding_sync_connections,
@@ -590,5 +625,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     to_device_inbox,
     to_device_txns,
     uia_sessions,
+    user_reports,
     users,
 );

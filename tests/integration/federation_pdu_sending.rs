@@ -536,20 +536,30 @@ async fn a_burst_into_one_room_waits_for_a_server_that_answers_before_processing
     }
     let aside = say(&alice, &quiet, "meanwhile").await;
     // The quiet room's message passes the busy room's held-back ones.
-    wait_until("the quiet room's message arrives", Duration::from_secs(10), || async {
-        event_ids(&server, &fake.received_pdus()[before..])
-            .await
-            .contains(&aside)
-    })
+    wait_until(
+        "the quiet room's message arrives",
+        Duration::from_secs(10),
+        || async {
+            event_ids(&server, &fake.received_pdus()[before..])
+                .await
+                .contains(&aside)
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let so_far = event_ids(&server, &fake.received_pdus()[before..]).await;
-    assert_eq!(so_far.len(), 11, "a window's worth and the quiet room's one: {so_far:?}");
+    assert_eq!(
+        so_far.len(),
+        11,
+        "a window's worth and the quiet room's one: {so_far:?}"
+    );
 
     // The destination "processes" what it got: it serves each event it received.
     wait_until("all 30 arrive", Duration::from_secs(30), || async {
         for pdu in fake.received_pdus() {
-            let id = event_ids(&server, std::slice::from_ref(&pdu)).await.remove(0);
+            let id = event_ids(&server, std::slice::from_ref(&pdu))
+                .await
+                .remove(0);
             fake.serve(
                 &format!("/_matrix/federation/v1/event/{id}"),
                 json!({ "origin": fake.name(), "origin_server_ts": 1, "pdus": [pdu] }),
@@ -570,9 +580,8 @@ async fn a_burst_into_one_room_waits_for_a_server_that_answers_before_processing
 /// sender: a burst to it is not held to a window.
 #[tokio::test]
 async fn a_burst_to_another_myelin_is_not_paced() {
-    let slow = |options: crate::support::ServerOptions| {
-        options.env("MYELIN_FEDERATION_ROOM_WINDOW", "1")
-    };
+    let slow =
+        |options: crate::support::ServerOptions| options.env("MYELIN_FEDERATION_ROOM_WINDOW", "1");
     let (a, b) = tokio::join!(
         TestServer::start_with(slow(fast_retries())),
         TestServer::start_with(slow(fast_retries())),

@@ -1,5 +1,7 @@
 //! Admin API (Synapse-compatible paths, so existing admin tooling works).
 
+mod reports;
+
 use actix_web::{http::Method, web, web::Data, HttpResponse};
 use serde::Deserialize;
 use serde_json::json;
@@ -39,6 +41,21 @@ pub fn routes(t: &mut RouteTable) {
         Method::DELETE,
         "/_synapse/admin/v1/users/{userId}/shadow_ban",
         shadow_unban_route,
+    );
+    t.raw(
+        Method::GET,
+        "/_synapse/admin/v1/event_reports",
+        reports::list_event_reports_route,
+    );
+    t.raw(
+        Method::GET,
+        "/_synapse/admin/v1/event_reports/{report_id}",
+        reports::get_event_report_route,
+    );
+    t.raw(
+        Method::DELETE,
+        "/_synapse/admin/v1/event_reports/{report_id}",
+        reports::delete_event_report_route,
     );
 }
 

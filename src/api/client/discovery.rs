@@ -44,8 +44,12 @@ pub async fn versions_route(
 ) -> Result<RumaResponse<get_supported_versions::Response>> {
     let versions = rooms::SPEC_VERSIONS.iter().map(|v| v.to_string()).collect();
     let mut response = get_supported_versions::Response::new(versions);
-    response.unstable_features =
-        BTreeMap::from([("org.matrix.simplified_msc3575".to_owned(), true)]);
+    // Simplified sliding sync (MSC4186), and MSC3266 room summaries (also at their unstable
+    // paths).
+    response.unstable_features = BTreeMap::from([
+        ("org.matrix.simplified_msc3575".to_owned(), true),
+        ("org.matrix.msc3266".to_owned(), true),
+    ]);
     Ok(response.into())
 }
 

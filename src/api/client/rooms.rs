@@ -122,16 +122,14 @@ pub async fn join_by_id_or_alias_route(
     body: Ruma<join_by_id_or_alias::Request>,
 ) -> Result<RumaResponse<join_by_id_or_alias::Response>> {
     let caller = body.caller()?;
-    let room_id = services
-        .federation
-        .join(
-            &services.rooms,
-            &caller.user_id,
-            &body.body.room_id_or_alias,
-            &body.body.via,
-            body.body.reason.as_deref(),
-        )
-        .await?;
+    let room_id = join_recording_direct(
+        &services,
+        &caller.user_id,
+        &body.body.room_id_or_alias,
+        &body.body.via,
+        body.body.reason.as_deref(),
+    )
+    .await?;
     Ok(join_by_id_or_alias::Response::new(room_id).into())
 }
 
@@ -142,17 +140,50 @@ pub async fn join_by_id_route(
 ) -> Result<RumaResponse<join_by_id::Response>> {
     let caller = body.caller()?;
     let room = ruma::OwnedRoomOrAliasId::from(body.body.room_id.clone());
+    let room_id = join_recording_direct(
+        &services,
+        &caller.user_id,
+        &room,
+        &[],
+        body.body.reason.as_deref(),
+    )
+    .await?;
+    Ok(join_by_id::Response::new(room_id).into())
+}
+
+/// Joins a room; when the user was invited to it with `is_direct`, the room is added to their
+/// `m.direct` under the inviter, as Synapse does (so every client shows it as a DM).
+async fn join_recording_direct(
+    services: &Services,
+    user_id: &ruma::UserId,
+    room: &ruma::RoomOrAliasId,
+    via: &[ruma::OwnedServerName],
+    reason: Option<&str>,
+) -> Result<ruma::OwnedRoomId> {
+    // The invite is the current membership only until the join: look it up first (a
+    // remote alias is resolved by the join itself, too late for this).
+    let target = match <&ruma::RoomId>::try_from(room) {
+        Ok(room_id) => Some(room_id.to_owned()),
+        Err(alias) if alias.server_name() == services.config.server_name => {
+            services.rooms.resolve_room(room).await.ok()
+        }
+        Err(_) => None,
+    };
+    let invited_by = match &target {
+        Some(room_id) => services.rooms.direct_inviter(room_id, user_id).await?,
+        None => None,
+    };
     let room_id = services
         .federation
-        .join(
-            &services.rooms,
-            &caller.user_id,
-            &room,
-            &[],
-            body.body.reason.as_deref(),
-        )
+        .join(&services.rooms, user_id, room, via, reason)
         .await?;
-    Ok(join_by_id::Response::new(room_id).into())
+    if let Some(inviter) = invited_by {
+        services
+            .account_data
+            .add_direct_room(user_id, &inviter, &room_id)
+            .await?;
+    }
+    Ok(room_id)
 }
 
 /// `POST /_matrix/client/v3/knock/{roomIdOrAlias}`

@@ -11,6 +11,7 @@ pub mod membership;
 pub mod openid;
 pub mod query;
 pub mod send;
+pub mod spaces;
 
 use ::ruma::api::federation as f;
 
@@ -58,4 +59,5 @@ pub fn routes(t: &mut RouteTable) {
     t.ruma::<f::membership::create_leave_event::v2::Request, _, _>(membership::send_leave_route);
     t.ruma::<f::membership::prepare_knock_event::v1::Request, _, _>(membership::make_knock_route);
     t.ruma::<f::membership::create_knock_event::v1::Request, _, _>(membership::send_knock_route);
+    t.ruma::<f::space::get_hierarchy::v1::Request, _, _>(spaces::hierarchy_route);
 }

@@ -5,6 +5,7 @@ pub mod backfill;
 pub mod client;
 pub mod edus;
 pub mod fetch;
+pub mod hierarchy;
 pub mod inbound_pdus;
 pub mod invite;
 pub mod join;

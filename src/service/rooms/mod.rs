@@ -16,6 +16,7 @@ pub mod remote_join;
 pub mod search;
 pub mod send;
 pub mod state_res;
+pub mod summary;
 pub mod upgrade;
 pub mod visibility;
 pub mod writer;
@@ -38,7 +39,7 @@ use crate::{config::Config, storage::Db};
 /// room versions below because both say what the server speaks.
 pub const SPEC_VERSIONS: &[&str] = &[
     "r0.5.0", "r0.6.0", "r0.6.1", "v1.1", "v1.2", "v1.3", "v1.4", "v1.5", "v1.6", "v1.7", "v1.8",
-    "v1.9", "v1.10", "v1.11", "v1.12",
+    "v1.9", "v1.10", "v1.11", "v1.12", "v1.13", "v1.14",
 ];
 
 /// Room versions this server creates and joins.

@@ -1,0 +1,3 @@
+DROP TABLE user_reports;
+DROP TABLE room_reports;
+DROP TABLE event_reports;
