@@ -1,6 +1,8 @@
 //! Domain logic. Handlers call services; services call storage.
 
 pub mod account_data;
+pub mod dehydrated_devices;
+pub mod delayed_events;
 pub mod e2ee;
 pub mod federation;
 pub mod keys;
@@ -20,6 +22,7 @@ pub mod sync;
 pub mod typing;
 pub mod uia;
 pub mod users;
+pub mod voip;
 
 use std::sync::Arc;
 
@@ -71,6 +74,10 @@ pub struct Services {
     pub push_sender: Arc<push_sender::PushSender>,
     /// The Server-Server API: signed requests out, authentication of requests in.
     pub federation: Arc<federation::Federation>,
+    /// Delayed events (MSC4140) and their timer (started by `serve`).
+    pub delayed_events: delayed_events::DelayedEvents,
+    /// Dehydrated devices (MSC3814).
+    pub dehydrated_devices: dehydrated_devices::DehydratedDevices,
 }
 
 impl Services {
@@ -98,7 +105,16 @@ impl Services {
         );
         let federation_client = federation.client.clone();
         let media_fetcher = federation.client.clone();
+        let delayed_events = delayed_events::DelayedEvents::new(
+            db.clone(),
+            config.clone(),
+            notifier.delayed_wake.clone(),
+        );
+        let dehydrated_devices =
+            dehydrated_devices::DehydratedDevices::new(db.clone(), federation_sender.clone());
         Ok(Arc::new(Services {
+            delayed_events,
+            dehydrated_devices,
             federation,
             sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
             notifier,

@@ -40,17 +40,24 @@ pub async fn well_known_server_route(services: Data<Services>) -> Result<HttpRes
 
 /// `GET /_matrix/client/versions`
 pub async fn versions_route(
+    services: Data<Services>,
     _body: Ruma<get_supported_versions::Request>,
 ) -> Result<RumaResponse<get_supported_versions::Response>> {
     let versions = rooms::SPEC_VERSIONS.iter().map(|v| v.to_string()).collect();
     let mut response = get_supported_versions::Response::new(versions);
-    response.unstable_features = BTreeMap::new();
+    response.unstable_features = BTreeMap::from([
+        (
+            "org.matrix.msc4140".to_owned(),
+            services.delayed_events.max_delay_ms().is_some(),
+        ),
+        ("org.matrix.msc3814".to_owned(), true),
+    ]);
     Ok(response.into())
 }
 
 /// `GET /_matrix/client/v3/capabilities`
 pub async fn capabilities_route(
-    _services: Data<Services>,
+    services: Data<Services>,
     body: Ruma<capabilities::Request>,
 ) -> Result<RumaResponse<capabilities::Response>> {
     body.caller()?;
@@ -61,5 +68,13 @@ pub async fn capabilities_route(
     let mut caps = Capabilities::new();
     caps.room_versions = RoomVersionsCapability::new(rooms::DEFAULT_VERSION, available);
     caps.profile_fields = Some(ProfileFieldsCapability::new(true));
+    caps.set(
+        "org.matrix.msc4140.delayed_events",
+        json!({
+            "max_delay_ms": services.delayed_events.max_delay_ms().unwrap_or(0),
+            "max_scheduled": crate::service::delayed_events::MAX_SCHEDULED_PER_USER,
+        }),
+    )
+    .map_err(Error::internal)?;
     Ok(capabilities::Response::new(caps).into())
 }
