@@ -6,6 +6,8 @@
 mod account_security;
 mod accounts;
 mod api_spec;
+mod dehydrated_devices;
+mod delayed_events;
 mod devices;
 mod e2ee;
 mod errors;
@@ -42,4 +44,5 @@ mod sync_concurrency;
 mod typing;
 mod unread;
 mod visibility_paths;
+mod voip;
 mod write_path;
