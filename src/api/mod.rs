@@ -327,8 +327,16 @@ fn unstable_routes(t: &mut RouteTable) {
     let one = format!("{delayed_events}/{{delay_id}}");
     t.raw(Method::GET, &one, delayed::get_route);
     t.raw(Method::POST, &one, delayed::update_route);
-    t.raw(Method::POST, &format!("{one}/cancel"), delayed::cancel_route);
-    t.raw(Method::POST, &format!("{one}/restart"), delayed::restart_route);
+    t.raw(
+        Method::POST,
+        &format!("{one}/cancel"),
+        delayed::cancel_route,
+    );
+    t.raw(
+        Method::POST,
+        &format!("{one}/restart"),
+        delayed::restart_route,
+    );
     t.raw(Method::POST, &format!("{one}/send"), delayed::send_route);
 
     let dehydrated_device = "/_matrix/client/unstable/org.matrix.msc3814.v1/dehydrated_device";

@@ -22,9 +22,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    storage::{
-        dehydrated_devices as store, devices, now_ms, streams, to_device::TO_DEVICE, Db,
-    },
+    storage::{dehydrated_devices as store, devices, now_ms, streams, to_device::TO_DEVICE, Db},
 };
 
 /// What `PUT /dehydrated_device` stores.
@@ -69,7 +67,12 @@ impl DehydratedDevices {
 
     /// Stores a new dehydrated device with its keys, replacing (deleting) the old one.
     pub async fn put(&self, keys: &Keys, user_id: &UserId, new: NewDehydratedDevice) -> Result<()> {
-        if new.device_data.get("algorithm").and_then(Value::as_str).is_none() {
+        if new
+            .device_data
+            .get("algorithm")
+            .and_then(Value::as_str)
+            .is_none()
+        {
             return Err(Error::bad_json("device_data.algorithm must be a string"));
         }
         if new.keys.device_keys.is_none() {
@@ -87,8 +90,14 @@ impl DehydratedDevices {
                 "A device with this ID exists and is not the dehydrated device",
             ));
         }
-        devices::upsert_device(&conn, user, device_id, new.display_name.as_deref(), now_ms())
-            .await?;
+        devices::upsert_device(
+            &conn,
+            user,
+            device_id,
+            new.display_name.as_deref(),
+            now_ms(),
+        )
+        .await?;
         drop(conn);
         if let Err(err) = keys.upload(user_id, device_id, new.keys).await {
             if existing.is_none() {

@@ -89,7 +89,9 @@ impl DelayedEvents {
         delay_ms: u64,
     ) -> Result<String> {
         let Some(max) = self.max_delay_ms() else {
-            return Err(Error::forbidden("Sending delayed events has been disallowed"));
+            return Err(Error::forbidden(
+                "Sending delayed events has been disallowed",
+            ));
         };
         if delay_ms > max {
             return Err(Error::matrix(
@@ -207,7 +209,11 @@ impl DelayedEvents {
         let room_id = RoomId::parse(row.room_id.as_str()).map_err(Error::internal)?;
         let txn_id = format!("org.matrix.msc4140.{}", row.delay_id);
         let is_member = row.event_type == "m.room.member";
-        if is_member && row.claimed_ts.is_some_and(|t| t < now_ms() - STALE_CLAIM_MS) {
+        if is_member
+            && row
+                .claimed_ts
+                .is_some_and(|t| t < now_ms() - STALE_CLAIM_MS)
+        {
             return Err(Error::unknown(
                 "The server stopped while sending this membership change",
             ));

@@ -14,11 +14,11 @@ pub fn turn_server(config: &TurnConfig, user_id: &UserId, now_secs: u64) -> Valu
     if config.uris.is_empty() {
         return json!({});
     }
-    let (username, password) = match (&config.shared_secret, &config.username, &config.password)
-    {
+    let (username, password) = match (&config.shared_secret, &config.username, &config.password) {
         (Some(secret), _, _) => {
             let username = format!("{}:{}", now_secs + config.ttl_secs, user_id);
-            let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, secret.as_bytes());
+            let key =
+                ring::hmac::Key::new(ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, secret.as_bytes());
             let tag = ring::hmac::sign(&key, username.as_bytes());
             (username, STANDARD.encode(tag.as_ref()))
         }

@@ -14,7 +14,10 @@ pub async fn get(
 ) -> QueryResult<Option<(String, Value)>> {
     dehydrated_devices::table
         .find(user_id)
-        .select((dehydrated_devices::device_id, dehydrated_devices::device_data))
+        .select((
+            dehydrated_devices::device_id,
+            dehydrated_devices::device_data,
+        ))
         .first(&mut conn)
         .await
         .optional()

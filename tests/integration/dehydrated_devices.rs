@@ -85,7 +85,10 @@ async fn a_dehydrated_device_is_stored_with_its_keys_and_replaced_by_the_next() 
         .iter()
         .map(|d| d["device_id"].as_str().unwrap())
         .collect();
-    assert!(ids.contains(&"DEHYD2") && !ids.contains(&"DEHYD1"), "{ids:?}");
+    assert!(
+        ids.contains(&"DEHYD2") && !ids.contains(&"DEHYD1"),
+        "{ids:?}"
+    );
 
     let deleted = alice.delete(DEHYDRATED, json!({})).await.ok();
     assert_eq!(deleted["device_id"], "DEHYD2");
@@ -104,7 +107,10 @@ async fn bad_dehydrated_devices_get_matrix_errors() {
     let alice = server.register("alice").await;
     let mut no_keys = put_body(&alice, "D1");
     no_keys.as_object_mut().unwrap().remove("device_keys");
-    alice.put(DEHYDRATED, no_keys).await.assert_error(400, "M_BAD_JSON");
+    alice
+        .put(DEHYDRATED, no_keys)
+        .await
+        .assert_error(400, "M_BAD_JSON");
     let mut no_algorithm = put_body(&alice, "D1");
     no_algorithm["device_data"] = json!({ "pickle": "x" });
     alice

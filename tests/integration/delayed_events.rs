@@ -55,7 +55,13 @@ async fn delayed_state(
     client.put(&path, content).await
 }
 
-async fn schedule_state(client: &Client, room: &str, key: &str, delay_ms: u64, body: &str) -> String {
+async fn schedule_state(
+    client: &Client,
+    room: &str,
+    key: &str,
+    delay_ms: u64,
+    body: &str,
+) -> String {
     let answer = delayed_state(
         client,
         room,
@@ -66,10 +72,7 @@ async fn schedule_state(client: &Client, room: &str, key: &str, delay_ms: u64, b
     )
     .await
     .ok();
-    answer["delay_id"]
-        .as_str()
-        .expect("a delay_id")
-        .to_owned()
+    answer["delay_id"].as_str().expect("a delay_id").to_owned()
 }
 
 /// The current `org.example.call.member` state's `body` under `key`, if set.
@@ -82,7 +85,10 @@ async fn current_body(client: &Client, room: &str, key: &str) -> Option<String> 
 
 async fn action(client: &Client, delay_id: &str, action: &str) -> crate::support::client::Response {
     client
-        .post(&format!("{DELAYED}/{delay_id}"), json!({ "action": action }))
+        .post(
+            &format!("{DELAYED}/{delay_id}"),
+            json!({ "action": action }),
+        )
         .await
 }
 
@@ -111,9 +117,16 @@ async fn delayed_events_are_refused_unless_a_maximum_delay_is_configured() {
     let room = alice.create_room(json!({})).await;
     let versions = server.client().get("/_matrix/client/versions").await.ok();
     assert_eq!(versions["unstable_features"]["org.matrix.msc4140"], false);
-    delayed_state(&alice, &room, "org.example.call.member", "", "1000", json!({}))
-        .await
-        .assert_error(403, "M_FORBIDDEN");
+    delayed_state(
+        &alice,
+        &room,
+        "org.example.call.member",
+        "",
+        "1000",
+        json!({}),
+    )
+    .await
+    .assert_error(403, "M_FORBIDDEN");
     // Without the parameter, a send is an ordinary one.
     alice.send_text(&room, "t1", "now").await.ok();
 }
@@ -135,9 +148,16 @@ async fn bad_and_too_long_delays_get_matrix_errors() {
             .await
             .assert_error(400, "M_INVALID_PARAM");
     }
-    delayed_state(&alice, &room, "org.example.call.member", "", "60001", json!({}))
-        .await
-        .assert_error(400, "ORG.MATRIX.MSC4140_DELAY_TOO_LARGE");
+    delayed_state(
+        &alice,
+        &room,
+        "org.example.call.member",
+        "",
+        "60001",
+        json!({}),
+    )
+    .await
+    .assert_error(400, "ORG.MATRIX.MSC4140_DELAY_TOO_LARGE");
     let send = format!(
         "/_matrix/client/v3/rooms/{}/send/m.room.message/t1?org.matrix.msc4140.delay=99999999999999999999",
         enc(&room)
@@ -177,9 +197,11 @@ async fn a_delayed_state_event_fires_after_its_delay_and_is_listed_until_then() 
         .assert_error(404, "M_NOT_FOUND");
     assert_eq!(current_body(&alice, &room, &key).await, None);
 
-    wait_until("the delayed state is set", Duration::from_secs(15), || async {
-        current_body(&bob, &room, &key).await.as_deref() == Some("left")
-    })
+    wait_until(
+        "the delayed state is set",
+        Duration::from_secs(15),
+        || async { current_body(&bob, &room, &key).await.as_deref() == Some("left") },
+    )
     .await;
     assert!(scheduled_ids(&alice).await.is_empty());
     assert_eq!(status_of(&server, &delay_id, "sent").await, 1);
@@ -272,9 +294,11 @@ async fn restart_pushes_the_send_time_back_and_the_delay_id_alone_authorises_it(
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // 2.4 s after scheduling, past the first deadline: not sent.
     assert_eq!(current_body(&alice, &room, "k").await, None);
-    wait_until("the restarted event is sent", Duration::from_secs(15), || async {
-        current_body(&alice, &room, "k").await.as_deref() == Some("late")
-    })
+    wait_until(
+        "the restarted event is sent",
+        Duration::from_secs(15),
+        || async { current_body(&alice, &room, "k").await.as_deref() == Some("late") },
+    )
     .await;
 }
 
@@ -325,18 +349,31 @@ async fn someone_elses_state_cancels_a_delayed_state_event_but_the_owners_does_n
     let mine = schedule_state(&alice, &room, "shared", 1000, "alice delayed").await;
     // The owner's own update of the same state leaves it scheduled.
     alice
-        .put_state(&room, "org.example.call.member", "shared", json!({ "body": "alice now" }))
+        .put_state(
+            &room,
+            "org.example.call.member",
+            "shared",
+            json!({ "body": "alice now" }),
+        )
         .await
         .ok();
-    assert_eq!(scheduled_ids(&alice).await, [mine.clone()]);
+    assert_eq!(scheduled_ids(&alice).await, std::slice::from_ref(&mine));
     // Someone else's cancels it.
-    bob.put_state(&room, "org.example.call.member", "shared", json!({ "body": "bob" }))
-        .await
-        .ok();
+    bob.put_state(
+        &room,
+        "org.example.call.member",
+        "shared",
+        json!({ "body": "bob" }),
+    )
+    .await
+    .ok();
     assert!(scheduled_ids(&alice).await.is_empty());
     assert_eq!(status_of(&server, &mine, "cancelled").await, 1);
     tokio::time::sleep(Duration::from_millis(1800)).await;
-    assert_eq!(current_body(&alice, &room, "shared").await.as_deref(), Some("bob"));
+    assert_eq!(
+        current_body(&alice, &room, "shared").await.as_deref(),
+        Some("bob")
+    );
 }
 
 #[tokio::test]
@@ -352,9 +389,11 @@ async fn a_delayed_event_whose_owner_lost_the_right_to_send_it_fails() {
         .await
         .assert_error(403, "M_FORBIDDEN");
     assert_eq!(status_of(&server, &by_action, "failed").await, 1);
-    wait_until("the timed event has failed", Duration::from_secs(15), || async {
-        status_of(&server, &by_timer, "failed").await == 1
-    })
+    wait_until(
+        "the timed event has failed",
+        Duration::from_secs(15),
+        || async { status_of(&server, &by_timer, "failed").await == 1 },
+    )
     .await;
     assert_eq!(current_body(&alice, &room, "b").await, None);
     assert_eq!(current_body(&alice, &room, "c").await, None);
@@ -373,9 +412,11 @@ async fn a_delayed_event_fires_after_a_server_restart_and_a_cancelled_one_still_
     server.relaunch().await;
     let mut alice = alice.clone();
     alice.base = server.base_url.clone();
-    wait_until("the delayed state is set after the restart", Duration::from_secs(20), || async {
-        current_body(&alice, &room, "fires").await.as_deref() == Some("after restart")
-    })
+    wait_until(
+        "the delayed state is set after the restart",
+        Duration::from_secs(20),
+        || async { current_body(&alice, &room, "fires").await.as_deref() == Some("after restart") },
+    )
     .await;
     assert_eq!(status_of(&server, &fires, "sent").await, 1);
     assert_eq!(current_body(&alice, &room, "cancelled").await, None);
@@ -402,12 +443,16 @@ async fn two_processes_on_one_database_send_each_delayed_event_exactly_once() {
     let sql = format!(
         "SELECT count(*) AS n FROM events WHERE room_id = '{room}' AND event_type = 'org.example.ping'"
     );
-    wait_until("every delayed event is sent", Duration::from_secs(20), || async {
-        server
-            .count("SELECT count(*) AS n FROM delayed_events WHERE status <> 'sent'")
-            .await
-            == 0
-    })
+    wait_until(
+        "every delayed event is sent",
+        Duration::from_secs(20),
+        || async {
+            server
+                .count("SELECT count(*) AS n FROM delayed_events WHERE status <> 'sent'")
+                .await
+                == 0
+        },
+    )
     .await;
     // Give a second sender the chance to (wrongly) send again.
     tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -48,7 +48,10 @@ async fn turn_credentials_from_a_shared_secret_are_time_limited_and_verifiable()
         .unwrap()
         .as_secs();
     let expiry: u64 = expiry.parse().unwrap();
-    assert!(expiry >= now + 590 && expiry <= now + 610, "{expiry} vs {now}");
+    assert!(
+        expiry >= now + 590 && expiry <= now + 610,
+        "{expiry} vs {now}"
+    );
     // What coturn computes to check it: base64(HMAC-SHA1(secret, username)).
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, b"north wind");
     let expected = STANDARD.encode(ring::hmac::sign(&key, username.as_bytes()).as_ref());

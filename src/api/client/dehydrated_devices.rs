@@ -34,10 +34,7 @@ pub struct PutBody {
 
 /// `GET /_matrix/client/unstable/org.matrix.msc3814.v1/dehydrated_device`
 pub async fn get_route(services: Data<Services>, caller: Authenticated) -> Result<HttpResponse> {
-    let (device_id, data) = services
-        .dehydrated_devices
-        .get(&caller.0.user_id)
-        .await?;
+    let (device_id, data) = services.dehydrated_devices.get(&caller.0.user_id).await?;
     Ok(HttpResponse::Ok().json(describe(&device_id, &data)))
 }
 
@@ -49,7 +46,9 @@ pub async fn put_route(
 ) -> Result<HttpResponse> {
     let body = body.0;
     if body.device_id.is_empty() || body.device_id.len() > 255 {
-        return Err(Error::invalid_param("device_id must be 1 to 255 characters"));
+        return Err(Error::invalid_param(
+            "device_id must be 1 to 255 characters",
+        ));
     }
     if !body.device_data.is_object() {
         return Err(Error::bad_json("device_data must be an object"));
@@ -73,10 +72,7 @@ pub async fn put_route(
 }
 
 /// `DELETE /_matrix/client/unstable/org.matrix.msc3814.v1/dehydrated_device`
-pub async fn delete_route(
-    services: Data<Services>,
-    caller: Authenticated,
-) -> Result<HttpResponse> {
+pub async fn delete_route(services: Data<Services>, caller: Authenticated) -> Result<HttpResponse> {
     let device_id = services
         .dehydrated_devices
         .delete(&caller.0.user_id)
