@@ -109,6 +109,9 @@ pub struct Config {
     pub max_event_delay_ms: Option<u64>,
     /// TURN servers handed to clients by `/voip/turnServer`.
     pub turn: TurnConfig,
+    /// Whether `preview_url` fetches pages (off by default, as Synapse's
+    /// `url_preview_enabled`); off, it answers the empty preview.
+    pub url_previews: bool,
 }
 
 /// TURN settings (`MYELIN_TURN_*`).
@@ -221,6 +224,7 @@ struct FileConfig {
     turn_username: Option<String>,
     turn_password: Option<String>,
     turn_ttl_secs: Option<toml::Value>,
+    url_previews: Option<toml::Value>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -394,6 +398,7 @@ impl Config {
             Some(_) => Some(integer(src, "max_event_delay_ms", 1)?),
         };
         let turn = turn_config(src)?;
+        let url_previews = switch(src, "url_previews", false)?;
         Ok(Config {
             server_name,
             listen,
@@ -417,6 +422,7 @@ impl Config {
             federation,
             max_event_delay_ms,
             turn,
+            url_previews,
         })
     }
 
@@ -675,6 +681,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         turn_username,
         turn_password,
         turn_ttl_secs,
+        url_previews,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -734,6 +741,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("turn_username", s(turn_username)),
         ("turn_password", s(turn_password)),
         ("turn_ttl_secs", turn_ttl_secs),
+        ("url_previews", url_previews),
     ];
     Ok(entries
         .into_iter()

@@ -375,6 +375,7 @@ fn media_routes(t: &mut RouteTable) {
         media::thumbnail_route,
     );
     t.ruma::<r::media::get_media_config::v3::Request, _, _>(media::legacy_config_route);
+    t.ruma::<r::media::get_media_preview::v3::Request, _, _>(media::legacy_preview_route);
     t.ruma::<r::media::get_content::v3::Request, _, _>(media::legacy_download_route);
     t.ruma::<r::media::get_content_as_filename::v3::Request, _, _>(
         media::legacy_download_named_route,

@@ -21,6 +21,7 @@ pub mod sessions;
 pub mod sync;
 pub mod typing;
 pub mod uia;
+pub mod url_preview;
 pub mod users;
 pub mod voip;
 
@@ -78,6 +79,8 @@ pub struct Services {
     pub delayed_events: delayed_events::DelayedEvents,
     /// Dehydrated devices (MSC3814).
     pub dehydrated_devices: dehydrated_devices::DehydratedDevices,
+    /// URL previews.
+    pub url_previews: url_preview::UrlPreviews,
 }
 
 impl Services {
@@ -112,7 +115,9 @@ impl Services {
         );
         let dehydrated_devices =
             dehydrated_devices::DehydratedDevices::new(db.clone(), federation_sender.clone());
+        let url_previews = url_preview::UrlPreviews::new(config.url_previews, outbound.clone());
         Ok(Arc::new(Services {
+            url_previews,
             delayed_events,
             dehydrated_devices,
             federation,

@@ -43,6 +43,7 @@ mod sync;
 mod sync_concurrency;
 mod typing;
 mod unread;
+mod url_previews;
 mod visibility_paths;
 mod voip;
 mod write_path;
