@@ -140,10 +140,14 @@ pub fn open_graph(html: &[u8]) -> Map<String, Value> {
                     };
                     let property = attr("property").or_else(|| attr("name"));
                     match property.as_deref() {
-                        Some(p) if p.starts_with("og:") && p != "og:image" => {
-                            if properties.len() < MAX_PROPERTIES && !properties.contains_key(p) {
-                                properties.insert(p.to_owned(), clip(&content).into());
-                            }
+                        // The first of each property counts, up to the cap.
+                        Some(p)
+                            if p.starts_with("og:")
+                                && p != "og:image"
+                                && properties.len() < MAX_PROPERTIES
+                                && !properties.contains_key(p) =>
+                        {
+                            properties.insert(p.to_owned(), clip(&content).into());
                         }
                         Some(p) if p.eq_ignore_ascii_case("description") => {
                             description.get_or_insert(content);
