@@ -17,8 +17,12 @@ CREATE TABLE delayed_events (
     event_id      TEXT,
     error         TEXT,
     created_ts    BIGINT NOT NULL,
-    finalised_ts  BIGINT
+    finalised_ts  BIGINT,
+    -- The client transaction of a delayed `/send`: a retry gets the same delay ID.
+    txn_id        TEXT
 );
+CREATE UNIQUE INDEX delayed_events_user_id_device_id_txn_id_idx
+    ON delayed_events (user_id, device_id, txn_id) WHERE txn_id IS NOT NULL;
 CREATE INDEX delayed_events_send_ts_idx ON delayed_events (send_ts) WHERE status = 'scheduled';
 CREATE INDEX delayed_events_user_id_send_ts_idx ON delayed_events (user_id, send_ts);
 CREATE INDEX delayed_events_room_id_event_type_state_key_idx

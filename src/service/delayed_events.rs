@@ -76,12 +76,14 @@ impl DelayedEvents {
     }
 
     /// Schedules an event for `delay_ms` from now; returns its delay ID. The event is checked
-    /// in full only when it is sent.
+    /// in full only when it is sent. A `/send` retried with its transaction ID (however late
+    /// or concurrent) gets the first request's delay ID and schedules nothing.
     #[allow(clippy::too_many_arguments)]
     pub async fn schedule(
         &self,
         owner: &UserId,
         device_id: &str,
+        txn_id: Option<&str>,
         room_id: &RoomId,
         event_type: &str,
         state_key: Option<&str>,
@@ -126,8 +128,9 @@ impl DelayedEvents {
             state_key,
             content,
             delay_ms: i64::try_from(delay_ms).map_err(|_| Error::invalid_param("delay"))?,
+            txn_id,
         };
-        store::insert(&conn, &new, now_ms()).await?;
+        let delay_id = store::insert(&conn, &new, now_ms()).await?;
         notify(&conn, DELAYED_CHANNEL, "").await?;
         self.wake.notify_one();
         Ok(delay_id)

@@ -50,6 +50,8 @@ pub struct DelayedEventRow {
     pub created_ts: i64,
     /// When it reached its final status.
     pub finalised_ts: Option<i64>,
+    /// The client transaction of a delayed `/send`.
+    pub txn_id: Option<String>,
 }
 
 /// What a new delayed event holds.
@@ -70,15 +72,18 @@ pub struct NewDelayedEvent<'a> {
     pub content: &'a Value,
     /// The delay in milliseconds.
     pub delay_ms: i64,
+    /// The client transaction of a delayed `/send`.
+    pub txn_id: Option<&'a str>,
 }
 
-/// Stores a new scheduled delayed event, due `delay_ms` after `now`.
+/// Stores a new scheduled delayed event, due `delay_ms` after `now`; with a transaction ID
+/// used before by the same device, stores nothing and returns the earlier event's delay ID.
 pub async fn insert(
     mut conn: &AsyncPgConnection,
     event: &NewDelayedEvent<'_>,
     now: i64,
-) -> QueryResult<()> {
-    diesel::insert_into(delayed_events::table)
+) -> QueryResult<String> {
+    let inserted: Option<String> = diesel::insert_into(delayed_events::table)
         .values((
             delayed_events::delay_id.eq(event.delay_id),
             delayed_events::user_id.eq(event.user_id),
@@ -91,10 +96,24 @@ pub async fn insert(
             delayed_events::send_ts.eq(now + event.delay_ms),
             delayed_events::status.eq(SCHEDULED),
             delayed_events::created_ts.eq(now),
+            delayed_events::txn_id.eq(event.txn_id),
         ))
-        .execute(&mut conn)
+        .on_conflict_do_nothing()
+        .returning(delayed_events::delay_id)
+        .get_result(&mut conn)
         .await
-        .map(drop)
+        .optional()?;
+    if let Some(delay_id) = inserted {
+        return Ok(delay_id);
+    }
+    // Only the transaction's unique index can conflict (delay IDs are 256 random bits).
+    delayed_events::table
+        .filter(delayed_events::user_id.eq(event.user_id))
+        .filter(delayed_events::device_id.eq(event.device_id))
+        .filter(delayed_events::txn_id.eq(event.txn_id))
+        .select(delayed_events::delay_id)
+        .first(&mut conn)
+        .await
 }
 
 /// How many scheduled delayed events a user has.
@@ -283,7 +302,8 @@ pub async fn delete_finalised_before(
         .await
 }
 
-/// Cancels every scheduled event of a user (their account is going away).
+/// Cancels every scheduled event of a user (their account is going away); a claimed one is
+/// left to finish (and fails, the account being gone).
 pub async fn cancel_all_for_user(
     mut conn: &AsyncPgConnection,
     user_id: &str,

@@ -532,6 +532,7 @@ diesel::table! {
         error -> Nullable<Text>,
         created_ts -> Int8,
         finalised_ts -> Nullable<Int8>,
+        txn_id -> Nullable<Text>,
     }
 }
 

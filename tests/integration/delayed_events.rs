@@ -464,3 +464,108 @@ async fn two_processes_on_one_database_send_each_delayed_event_exactly_once() {
         2 * EACH as i64
     );
 }
+
+#[tokio::test]
+async fn deactivating_an_account_cancels_its_delayed_events() {
+    let server = start().await;
+    let alice = server.register("alice").await;
+    let room = open_room(&alice, &[]).await;
+    let delay_id = schedule_state(&alice, &room, "k", 60000, "never").await;
+    alice
+        .post(
+            "/_matrix/client/v3/account/deactivate",
+            json!({ "auth": alice.password_auth("password", None) }),
+        )
+        .await
+        .ok();
+    assert_eq!(status_of(&server, &delay_id, "cancelled").await, 1);
+    // The delay ID no longer sends anything.
+    server
+        .client()
+        .post(&format!("{DELAYED}/{delay_id}/send"), json!({}))
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn a_send_action_racing_the_timer_sends_the_event_once() {
+    let server = start().await;
+    let second = server.second_process_with(with_delays()).await;
+    let alice = server.register("alice").await;
+    let room = open_room(&alice, &[]).await;
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/send/org.example.race/t{i}?org.matrix.msc4140.delay=200",
+            enc(&room)
+        );
+        ids.push(
+            alice.put(&path, json!({ "n": i })).await.ok()["delay_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    // Both processes press "send" on every one while the timer fires them.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let presses = ids.iter().flat_map(|id| {
+        [server.base_url.clone(), second.base_url.clone()]
+            .into_iter()
+            .map(move |base| {
+                let id = id.clone();
+                async move {
+                    let response = Client::new(&base)
+                        .post(&format!("{DELAYED}/{id}/send"), json!({}))
+                        .await;
+                    assert!(
+                        response.status == 200 || response.status == 404,
+                        "{}: {}",
+                        response.status,
+                        response.body
+                    );
+                }
+            })
+    });
+    futures_util::future::join_all(presses).await;
+    wait_until(
+        "every delayed event is sent",
+        Duration::from_secs(20),
+        || async {
+            server
+                .count("SELECT count(*) AS n FROM delayed_events WHERE status <> 'sent'")
+                .await
+                == 0
+        },
+    )
+    .await;
+    let sql = format!(
+        "SELECT count(*) AS n FROM events WHERE room_id = '{room}' AND event_type = 'org.example.race'"
+    );
+    assert_eq!(server.count(&sql).await, 10);
+}
+
+#[tokio::test]
+async fn a_retried_delayed_send_gets_the_same_delay_id() {
+    let server = start().await;
+    let alice = server.register("alice").await;
+    let room = open_room(&alice, &[]).await;
+    let path = format!(
+        "/_matrix/client/v3/rooms/{}/send/m.room.message/same?org.matrix.msc4140.delay=60000",
+        enc(&room)
+    );
+    let body = json!({ "msgtype": "m.text", "body": "once" });
+    let tries = (0..5).map(|_| alice.put(&path, body.clone()));
+    let ids: std::collections::BTreeSet<String> = futures_util::future::join_all(tries)
+        .await
+        .into_iter()
+        .map(|r| r.ok()["delay_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(scheduled_ids(&alice).await.len(), 1);
+    // Another device's transaction of the same name is another request.
+    let other = server.client().login("alice", "password").await;
+    let mut other = other.clone();
+    other.base = alice.base.clone();
+    let id = other.put(&path, body).await.ok()["delay_id"].clone();
+    assert!(!ids.contains(id.as_str().unwrap()));
+}

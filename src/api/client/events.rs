@@ -48,6 +48,7 @@ pub async fn send_message_route(
             .schedule(
                 &caller.user_id,
                 caller.device_id.as_str(),
+                Some(request.txn_id.as_str()),
                 &request.room_id,
                 &request.event_type.to_string(),
                 None,
@@ -86,6 +87,7 @@ pub async fn send_state_route(
             .schedule(
                 &caller.user_id,
                 caller.device_id.as_str(),
+                None,
                 &request.room_id,
                 &kind,
                 Some(&request.state_key),
