@@ -167,11 +167,11 @@ impl Outbound {
 
     /// GETs `url` for a preview, following at most `max_redirects` redirects, each one's
     /// target checked like the first URL (names by the resolver on connecting), and reads at
-    /// most `max_body` bytes of the body: a page is cut there, not refused.
+    /// most `max_body(content type)` bytes of the body: a page is cut there, not refused.
     pub async fn get_page(
         &self,
         url: &str,
-        max_body: usize,
+        max_body: impl Fn(Option<&str>) -> usize,
         max_redirects: usize,
     ) -> Result<FetchedPage, OutboundError> {
         let mut url = self.check_url(url)?;
@@ -203,6 +203,7 @@ impl Outbound {
                 .get("content-type")
                 .and_then(|t| t.to_str().ok())
                 .map(str::to_owned);
+            let max_body = max_body(content_type.as_deref());
             let mut body = Vec::new();
             while let Some(chunk) = response.chunk().await? {
                 let room = max_body - body.len();

@@ -1,7 +1,9 @@
 //! URL previews (`preview_url`): the page is fetched through the outbound client (its address
 //! policy, timeouts, and redirects checked hop by hop), its Open Graph `<meta>` tags and
-//! `<title>` read with an HTML tokenizer, and the result cached for an hour. Off by default,
-//! like Synapse's `url_preview_enabled`: then every preview is the empty object.
+//! `<title>` read with an HTML tokenizer, its `og:image` (or the URL itself, when it is an
+//! image) fetched the same way and stored as media of the requester (thumbnailed on request
+//! like any upload), and the result cached for an hour. Off by default, like Synapse's
+//! `url_preview_enabled`: then every preview is the empty object.
 
 use std::{
     num::NonZeroUsize,
@@ -11,15 +13,22 @@ use std::{
 
 use html5gum::{emitters::default::DefaultEmitter, Token, Tokenizer};
 use lru::LruCache;
+use reqwest::Url;
+use ruma::UserId;
 use serde_json::{Map, Value};
 
 use crate::{
     error::{Error, Result},
-    service::outbound::{Outbound, OutboundError},
+    service::{
+        media::Media,
+        outbound::{FetchedPage, Outbound, OutboundError},
+    },
 };
 
 /// Most of a page that is read (Open Graph tags sit in `<head>`).
 const MAX_PAGE: usize = 1024 * 1024;
+/// Largest image stored for a preview (and never more than `MYELIN_MAX_UPLOAD_SIZE`).
+const MAX_IMAGE: usize = 10 * 1024 * 1024;
 /// Redirects followed.
 const MAX_REDIRECTS: usize = 5;
 /// How long a preview is served from the cache.
@@ -50,8 +59,9 @@ impl UrlPreviews {
         }
     }
 
-    /// The Open Graph data of `url` (`{}` when previews are off or the page has none).
-    pub async fn preview(&self, url: &str) -> Result<Value> {
+    /// The Open Graph data of `url` (`{}` when previews are off or the page has none); an
+    /// image is stored as media uploaded by `requester`.
+    pub async fn preview(&self, url: &str, requester: &UserId, media: &Media) -> Result<Value> {
         let parsed = self.outbound.check_url(url).map_err(|err| match err {
             OutboundError::BadUrl(_) => Error::invalid_param("url must be an http or https URL"),
             other => unreachable_error(&other),
@@ -70,9 +80,20 @@ impl UrlPreviews {
                 return Ok(preview.clone());
             }
         }
+        // Enough of a page for its head; all of an image (one byte more tells it is too big).
+        let image_limit = media.max_upload_size().min(MAX_IMAGE as u64) as usize;
+        let read = |content_type: Option<&str>| {
+            let is_image =
+                content_type.is_some_and(|t| t.to_ascii_lowercase().starts_with("image/"));
+            if is_image {
+                image_limit + 1
+            } else {
+                MAX_PAGE
+            }
+        };
         let page = self
             .outbound
-            .get_page(parsed.as_str(), MAX_PAGE, MAX_REDIRECTS)
+            .get_page(parsed.as_str(), read, MAX_REDIRECTS)
             .await
             .map_err(|err| unreachable_error(&err))?;
         if !page.status.is_success() {
@@ -82,15 +103,33 @@ impl UrlPreviews {
                 format!("The page answered {}", page.status),
             ));
         }
-        let is_html = page.content_type.as_deref().is_some_and(|t| {
-            let t = t.to_ascii_lowercase();
-            t.starts_with("text/html") || t.starts_with("application/xhtml")
-        });
-        let preview = if is_html {
-            Value::Object(open_graph(&page.body))
-        } else {
-            Value::Object(Map::new())
-        };
+        let content_type = page
+            .content_type
+            .as_deref()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let mut preview = Map::new();
+        if content_type.starts_with("text/html") || content_type.starts_with("application/xhtml") {
+            preview = open_graph(&page.body);
+            let image = preview
+                .remove("og:image")
+                .and_then(|v| v.as_str().and_then(|i| page.url.join(i).ok()));
+            if let Some(image_url) = image {
+                match self
+                    .outbound
+                    .get_page(image_url.as_str(), &read, MAX_REDIRECTS)
+                    .await
+                {
+                    Ok(image) => {
+                        preview.extend(store_image(media, requester, image, image_limit).await);
+                    }
+                    Err(err) => tracing::info!("url preview image {image_url}: {err}"),
+                }
+            }
+        } else if content_type.starts_with("image/") {
+            preview.extend(store_image(media, requester, page, image_limit).await);
+        }
+        let preview = Value::Object(preview);
         self.lock().put(key, (Instant::now(), preview.clone()));
         Ok(preview)
     }
@@ -98,6 +137,62 @@ impl UrlPreviews {
     fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, (Instant, Value)>> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Stores a fetched image as media; its `og:image` fields, or none when it is no image or
+/// larger than `limit` (a cut-off body would be a broken image).
+async fn store_image(
+    media: &Media,
+    requester: &UserId,
+    image: FetchedPage,
+    limit: usize,
+) -> Map<String, Value> {
+    let mut fields = Map::new();
+    let content_type = image.content_type.unwrap_or_default();
+    if !image.status.is_success()
+        || !content_type.to_ascii_lowercase().starts_with("image/")
+        || image.body.len() > limit
+    {
+        return fields;
+    }
+    let size = image.body.len();
+    let dimensions = image::ImageReader::new(std::io::Cursor::new(&image.body))
+        .with_guessed_format()
+        .ok()
+        .and_then(|reader| reader.into_dimensions().ok());
+    let body = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(
+        actix_web::web::Bytes::from(image.body),
+    )]);
+    let filename = file_name(&image.url);
+    match media
+        .upload(
+            requester.as_str(),
+            Some(&content_type),
+            filename.as_deref(),
+            body,
+        )
+        .await
+    {
+        Ok(uploaded) => {
+            fields.insert("og:image".into(), uploaded.content_uri.into());
+            fields.insert("og:image:type".into(), content_type.into());
+            fields.insert("matrix:image:size".into(), size.into());
+            if let Some((width, height)) = dimensions {
+                fields.insert("og:image:width".into(), width.into());
+                fields.insert("og:image:height".into(), height.into());
+            }
+        }
+        Err(err) => tracing::info!("url preview image not stored: {err}"),
+    }
+    fields
+}
+
+/// The last path segment of a URL, as the stored image's name.
+fn file_name(url: &Url) -> Option<String> {
+    url.path_segments()?
+        .next_back()
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
 }
 
 /// 502 for a page that cannot be fetched (as Synapse answers a failed lookup); a refused
@@ -112,8 +207,8 @@ fn unreachable_error(err: &OutboundError) -> Error {
 }
 
 /// The `og:*` properties of a page's `<meta>` tags, with `<title>` and the `description` meta
-/// tag standing in for a missing `og:title` and `og:description`. `og:image` is left out: it
-/// would have to be fetched and stored as media to be given as an `mxc://` URI.
+/// tag standing in for a missing `og:title` and `og:description` (`og:image` as the page
+/// gives it: the caller fetches it and replaces it with an `mxc://` URI, or drops it).
 pub fn open_graph(html: &[u8]) -> Map<String, Value> {
     let mut emitter = DefaultEmitter::default();
     // Switch into RCDATA/RAWTEXT after <title>, <script>, <style> as a tree builder would.
@@ -143,7 +238,6 @@ pub fn open_graph(html: &[u8]) -> Map<String, Value> {
                         // The first of each property counts, up to the cap.
                         Some(p)
                             if p.starts_with("og:")
-                                && p != "og:image"
                                 && properties.len() < MAX_PROPERTIES
                                 && !properties.contains_key(p) =>
                         {
@@ -201,7 +295,7 @@ mod tests {
         assert_eq!(og["og:site_name"], "Site");
         assert_eq!(og["og:type"], "article");
         assert!(og.get("og:url").is_none(), "script contents are not markup");
-        assert!(og.get("og:image").is_none());
+        assert_eq!(og["og:image"], "https://example.org/i.png");
     }
 
     #[test]

@@ -20,6 +20,7 @@ const PAGE: &str = r#"<!doctype html><html><head>
 <meta property="og:title" content="Myelin &amp; friends">
 <meta property="og:description" content="A homeserver">
 <meta property="og:type" content="website">
+<meta property="og:image" content="/logo.png">
 </head><body>hello</body></html>"#;
 
 /// A tiny web server on loopback; counts the requests for each path.
@@ -74,8 +75,13 @@ impl Site {
                         }
                         "/image" => (
                             "200 OK",
-                            "Content-Type: image/png\r\n".into(),
+                            "Content-Type: application/octet-stream\r\n".into(),
                             b"\x89PNG".to_vec(),
+                        ),
+                        "/logo.png" => (
+                            "200 OK",
+                            "Content-Type: image/png\r\n".into(),
+                            crate::media::png(40, 30),
                         ),
                         _ => ("404 Not Found", html(), b"<title>missing</title>".to_vec()),
                     };
@@ -124,14 +130,39 @@ async fn a_page_is_previewed_from_its_open_graph_tags_and_cached() {
     let (_server, alice) = previewing_server().await;
     let url = format!("{}/page", site.base);
     let preview = alice.get(&preview_path(&url)).await.ok();
+    let mxc = preview["og:image"]
+        .as_str()
+        .expect("og:image stored as media");
+    assert!(mxc.starts_with("mxc://"), "{mxc}");
+    let size = crate::media::png(40, 30).len();
     assert_eq!(
         preview,
         json!({
             "og:title": "Myelin & friends",
             "og:description": "A homeserver",
             "og:type": "website",
+            "og:image": mxc,
+            "og:image:type": "image/png",
+            "og:image:width": 40,
+            "og:image:height": 30,
+            "matrix:image:size": size,
         })
     );
+    // The image is served (and thumbnailed) like any upload.
+    let media_path = mxc.trim_start_matches("mxc://");
+    let download = alice
+        .get(&format!(
+            "/_matrix/client/v1/media/thumbnail/{media_path}?width=32&height=32"
+        ))
+        .await;
+    assert_eq!(download.status, 200);
+    // An image URL previews as the image itself.
+    let direct = alice
+        .get(&preview_path(&format!("{}/logo.png", site.base)))
+        .await
+        .ok();
+    assert!(direct["og:image"].as_str().unwrap().starts_with("mxc://"));
+    assert_eq!(direct["og:image:width"], 40);
     // The legacy path answers the same, from the cache: the page is fetched once.
     let legacy = alice
         .get(&format!("/_matrix/media/v3/preview_url?url={}", enc(&url)))
@@ -179,7 +210,7 @@ async fn blocked_targets_big_pages_and_other_content_are_handled_safely() {
         .await
         .ok();
     assert_eq!(big, json!({ "og:title": "Big" }));
-    // Not HTML: nothing to preview. An error page: 502.
+    // Neither HTML nor an image: nothing to preview. An error page: 502.
     let image = alice
         .get(&preview_path(&format!("{}/image", site.base)))
         .await

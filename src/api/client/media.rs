@@ -250,8 +250,11 @@ pub async fn preview_route(
     services: Data<Services>,
     body: Ruma<preview::Request>,
 ) -> Result<HttpResponse> {
-    body.caller()?;
-    let preview = services.url_previews.preview(&body.body.url).await?;
+    let caller = body.caller()?;
+    let preview = services
+        .url_previews
+        .preview(&body.body.url, &caller.user_id, &services.media)
+        .await?;
     Ok(HttpResponse::Ok().json(preview))
 }
 
@@ -261,8 +264,11 @@ pub async fn legacy_preview_route(
     services: Data<Services>,
     body: Ruma<legacy_preview::Request>,
 ) -> Result<HttpResponse> {
-    body.caller()?;
-    let preview = services.url_previews.preview(&body.body.url).await?;
+    let caller = body.caller()?;
+    let preview = services
+        .url_previews
+        .preview(&body.body.url, &caller.user_id, &services.media)
+        .await?;
     Ok(HttpResponse::Ok().json(preview))
 }
 
