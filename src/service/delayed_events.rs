@@ -112,6 +112,13 @@ impl DelayedEvents {
         }
         let delay_id = generate_token("myd");
         let conn = self.db.conn().await?;
+        // An unknown room fails now, as Synapse's check of the room version does.
+        if crate::storage::rooms::get_room(&conn, room_id.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(Error::not_found("Unknown room"));
+        }
         if store::count_scheduled(&conn, owner.as_str()).await? >= MAX_SCHEDULED_PER_USER {
             return Err(Error::matrix(
                 actix_web::http::StatusCode::TOO_MANY_REQUESTS,

@@ -166,6 +166,35 @@ async fn bad_and_too_long_delays_get_matrix_errors() {
         .put(&send, json!({ "body": "x" }))
         .await
         .assert_error(400, "M_INVALID_PARAM");
+    let unknown = format!("!nowhere:{}", server.server_name());
+    delayed_state(
+        &alice,
+        &unknown,
+        "org.example.call.member",
+        "",
+        "1000",
+        json!({}),
+    )
+    .await
+    .assert_error(404, "M_NOT_FOUND");
+    delayed_state(
+        &alice,
+        &room,
+        "m.room.member",
+        "not-a-user",
+        "1000",
+        json!({}),
+    )
+    .await
+    .assert_error(400, "M_BAD_JSON");
+    let array = format!(
+        "/_matrix/client/v3/rooms/{}/send/m.room.message/t2?org.matrix.msc4140.delay=10",
+        enc(&room)
+    );
+    alice
+        .put(&array, json!([1, 2]))
+        .await
+        .assert_error(400, "M_BAD_JSON");
     // Nothing was scheduled by the refused requests.
     assert!(scheduled_ids(&alice).await.is_empty());
 }
