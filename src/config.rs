@@ -104,6 +104,29 @@ pub struct Config {
     pub max_image_pixels: u64,
     /// The Server-Server API: listener, TLS, trust anchors and which servers may talk to us.
     pub federation: FederationConfig,
+    /// Longest delay a delayed event (MSC4140) may ask for; `None` (the default, as in
+    /// Synapse): delayed events are refused.
+    pub max_event_delay_ms: Option<u64>,
+    /// TURN servers handed to clients by `/voip/turnServer`.
+    pub turn: TurnConfig,
+    /// Whether `preview_url` fetches pages (off by default, as Synapse's
+    /// `url_preview_enabled`); off, it answers the empty preview.
+    pub url_previews: bool,
+}
+
+/// TURN settings (`MYELIN_TURN_*`).
+#[derive(Debug, Clone, Default)]
+pub struct TurnConfig {
+    /// `turn:`/`turns:` URIs; none: `/voip/turnServer` answers `{}`.
+    pub uris: Vec<String>,
+    /// Shared secret for time-limited credentials (coturn's `static-auth-secret`).
+    pub shared_secret: Option<String>,
+    /// Fixed credentials, when there is no shared secret.
+    pub username: Option<String>,
+    /// Password for [`TurnConfig::username`].
+    pub password: Option<String>,
+    /// How long credentials last, in seconds.
+    pub ttl_secs: u64,
 }
 
 /// Federation settings (`MYELIN_FEDERATION*`, `MYELIN_TLS_*`, `MYELIN_WELL_KNOWN_SERVER`).
@@ -195,6 +218,13 @@ struct FileConfig {
     federation_retry_max_ms: Option<toml::Value>,
     federation_max_queued_pdus: Option<toml::Value>,
     federation_room_window: Option<toml::Value>,
+    max_event_delay_ms: Option<toml::Value>,
+    turn_uris: Option<String>,
+    turn_shared_secret: Option<String>,
+    turn_username: Option<String>,
+    turn_password: Option<String>,
+    turn_ttl_secs: Option<toml::Value>,
+    url_previews: Option<toml::Value>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -363,6 +393,12 @@ impl Config {
         };
         let max_image_pixels = integer(src, "max_image_pixels", 32_000_000)?;
         let federation = federation_config(src)?;
+        let max_event_delay_ms = match src.get("max_event_delay_ms") {
+            None => None,
+            Some(_) => Some(integer(src, "max_event_delay_ms", 1)?),
+        };
+        let turn = turn_config(src)?;
+        let url_previews = switch(src, "url_previews", false)?;
         Ok(Config {
             server_name,
             listen,
@@ -384,6 +420,9 @@ impl Config {
             outbound,
             max_image_pixels,
             federation,
+            max_event_delay_ms,
+            turn,
+            url_previews,
         })
     }
 
@@ -513,6 +552,41 @@ fn federation_config(src: &Sources) -> Result<FederationConfig, ConfigError> {
     })
 }
 
+fn turn_config(src: &Sources) -> Result<TurnConfig, ConfigError> {
+    let text = |key| src.get(key).map(|r| r.value).filter(|v| !v.is_empty());
+    let uris: Vec<String> = text("turn_uris")
+        .map(|v| {
+            v.split(',')
+                .map(|u| u.trim().to_owned())
+                .filter(|u| !u.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(bad_uri) = uris
+        .iter()
+        .find(|u| !(u.starts_with("turn:") || u.starts_with("turns:") || u.starts_with("stun:")))
+    {
+        return Err(bad(
+            "MYELIN_TURN_URIS",
+            format!("'{bad_uri}' is not a turn:, turns: or stun: URI"),
+        ));
+    }
+    let (username, password) = (text("turn_username"), text("turn_password"));
+    if username.is_some() != password.is_some() {
+        return Err(bad(
+            "MYELIN_TURN_USERNAME",
+            "MYELIN_TURN_USERNAME and MYELIN_TURN_PASSWORD go together",
+        ));
+    }
+    Ok(TurnConfig {
+        uris,
+        shared_secret: text("turn_shared_secret"),
+        username,
+        password,
+        ttl_secs: integer(src, "turn_ttl_secs", 86_400)?,
+    })
+}
+
 fn cidrs(src: &Sources, key: &'static str) -> Result<Vec<Cidr>, ConfigError> {
     match src.get(key) {
         None => Ok(Vec::new()),
@@ -601,6 +675,13 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         federation_retry_max_ms,
         federation_max_queued_pdus,
         federation_room_window,
+        max_event_delay_ms,
+        turn_uris,
+        turn_shared_secret,
+        turn_username,
+        turn_password,
+        turn_ttl_secs,
+        url_previews,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -654,6 +735,13 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("federation_retry_max_ms", federation_retry_max_ms),
         ("federation_max_queued_pdus", federation_max_queued_pdus),
         ("federation_room_window", federation_room_window),
+        ("max_event_delay_ms", max_event_delay_ms),
+        ("turn_uris", s(turn_uris)),
+        ("turn_shared_secret", s(turn_shared_secret)),
+        ("turn_username", s(turn_username)),
+        ("turn_password", s(turn_password)),
+        ("turn_ttl_secs", turn_ttl_secs),
+        ("url_previews", url_previews),
     ];
     Ok(entries
         .into_iter()

@@ -57,7 +57,8 @@ workdir="$(mktemp -d /tmp/myelin-clients.XXXXXX)"
 chmod 755 "$workdir"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 MYELIN_DATA_DIR="$workdir/data" MYELIN_LISTEN="127.0.0.1:$port" MYELIN_REGISTRATION=open \
-    MYELIN_SERVER_NAME=localhost:8448 MYELIN_RATE_LIMITS=off RUST_LOG=warn "$CARGO_TARGET_DIR/debug/myelin" serve >"$workdir/server.log" 2>&1 &
+    MYELIN_SERVER_NAME=localhost:8448 MYELIN_RATE_LIMITS=off MYELIN_MAX_EVENT_DELAY_MS=86400000 \
+    RUST_LOG=warn "$CARGO_TARGET_DIR/debug/myelin" serve >"$workdir/server.log" 2>&1 &
 server=$!
 stop_server() {
     kill -TERM "$server" 2>/dev/null || true

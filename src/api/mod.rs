@@ -296,6 +296,14 @@ fn routes(t: &mut RouteTable) {
     );
 
     media_routes(t);
+    unstable_routes(t);
+    for version in ["v3", "r0"] {
+        t.raw(
+            Method::GET,
+            &format!("/_matrix/client/{version}/voip/turnServer"),
+            voip::turn_server_route,
+        );
+    }
 
     t.ruma::<r::alias::create_alias::v3::Request, _, _>(directory::create_alias_route);
     t.ruma::<r::alias::get_alias::v3::Request, _, _>(directory::get_alias_route);
@@ -341,6 +349,37 @@ fn spaces_and_reports_routes(t: &mut RouteTable) {
     // answer of a server without the OAuth 2.0 API (Synapse without MAS does the same).
 }
 
+/// Routes of unstable features clients use (MSC4140 delayed events, MSC3814 dehydrated
+/// devices), at the unstable paths Synapse serves them on.
+fn unstable_routes(t: &mut RouteTable) {
+    use client::{dehydrated_devices as dehydrated, delayed_events as delayed};
+
+    let delayed_events = "/_matrix/client/unstable/org.matrix.msc4140/delayed_events";
+    t.raw(Method::GET, delayed_events, delayed::list_route);
+    let one = format!("{delayed_events}/{{delay_id}}");
+    t.raw(Method::GET, &one, delayed::get_route);
+    t.raw(Method::POST, &one, delayed::update_route);
+    t.raw(
+        Method::POST,
+        &format!("{one}/cancel"),
+        delayed::cancel_route,
+    );
+    t.raw(
+        Method::POST,
+        &format!("{one}/restart"),
+        delayed::restart_route,
+    );
+    t.raw(Method::POST, &format!("{one}/send"), delayed::send_route);
+
+    let dehydrated_device = "/_matrix/client/unstable/org.matrix.msc3814.v1/dehydrated_device";
+    t.raw(Method::GET, dehydrated_device, dehydrated::get_route);
+    t.raw(Method::PUT, dehydrated_device, dehydrated::put_route);
+    t.raw(Method::DELETE, dehydrated_device, dehydrated::delete_route);
+    let events = format!("{dehydrated_device}/{{device_id}}/events");
+    t.raw(Method::GET, &events, dehydrated::get_events_route);
+    t.raw(Method::POST, &events, dehydrated::post_events_route);
+}
+
 /// The media routes, the deprecated unauthenticated ones included (they serve media from
 /// before the configured freeze only).
 #[allow(deprecated)]
@@ -368,6 +407,7 @@ fn media_routes(t: &mut RouteTable) {
         media::thumbnail_route,
     );
     t.ruma::<r::media::get_media_config::v3::Request, _, _>(media::legacy_config_route);
+    t.ruma::<r::media::get_media_preview::v3::Request, _, _>(media::legacy_preview_route);
     t.ruma::<r::media::get_content::v3::Request, _, _>(media::legacy_download_route);
     t.ruma::<r::media::get_content_as_filename::v3::Request, _, _>(
         media::legacy_download_named_route,

@@ -1,6 +1,8 @@
 //! Domain logic. Handlers call services; services call storage.
 
 pub mod account_data;
+pub mod dehydrated_devices;
+pub mod delayed_events;
 pub mod e2ee;
 pub mod federation;
 pub mod keys;
@@ -21,7 +23,9 @@ pub mod spaces;
 pub mod sync;
 pub mod typing;
 pub mod uia;
+pub mod url_preview;
 pub mod users;
+pub mod voip;
 
 use std::sync::Arc;
 
@@ -75,6 +79,12 @@ pub struct Services {
     pub push_sender: Arc<push_sender::PushSender>,
     /// The Server-Server API: signed requests out, authentication of requests in.
     pub federation: Arc<federation::Federation>,
+    /// Delayed events (MSC4140) and their timer (started by `serve`).
+    pub delayed_events: delayed_events::DelayedEvents,
+    /// Dehydrated devices (MSC3814).
+    pub dehydrated_devices: dehydrated_devices::DehydratedDevices,
+    /// URL previews.
+    pub url_previews: url_preview::UrlPreviews,
 }
 
 impl Services {
@@ -102,7 +112,18 @@ impl Services {
         );
         let federation_client = federation.client.clone();
         let media_fetcher = federation.client.clone();
+        let delayed_events = delayed_events::DelayedEvents::new(
+            db.clone(),
+            config.clone(),
+            notifier.delayed_wake.clone(),
+        );
+        let dehydrated_devices =
+            dehydrated_devices::DehydratedDevices::new(db.clone(), federation_sender.clone());
+        let url_previews = url_preview::UrlPreviews::new(config.url_previews, outbound.clone());
         Ok(Arc::new(Services {
+            url_previews,
+            delayed_events,
+            dehydrated_devices,
             federation,
             sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
             notifier,

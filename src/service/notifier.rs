@@ -17,7 +17,7 @@ use futures_util::{stream, StreamExt};
 use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
-use super::{sessions::Sessions, typing::Typing};
+use super::{delayed_events::DELAYED_CHANNEL, sessions::Sessions, typing::Typing};
 use crate::storage::{rooms as store, Db};
 
 /// Channel for room changes (payload: room ID).
@@ -47,6 +47,8 @@ pub struct Notifier {
     /// Woken whenever something is queued for another server or a room is written to (our
     /// new events go to the other servers in the room), for the federation sender.
     pub federation_wake: Arc<Notify>,
+    /// Woken when a delayed event is scheduled or restarted, for the delayed-event timer.
+    pub delayed_wake: Arc<Notify>,
 }
 
 impl Notifier {
@@ -59,6 +61,7 @@ impl Notifier {
             typing: Typing::default(),
             push_wake: Arc::default(),
             federation_wake: Arc::default(),
+            delayed_wake: Arc::default(),
         })
     }
 
@@ -191,7 +194,8 @@ impl Notifier {
         client
             .batch_execute(&format!(
                 "LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL}; LISTEN {TOKEN_CHANNEL}; \
-                 LISTEN {TYPING_CHANNEL}; LISTEN {SHARERS_CHANNEL}; LISTEN {FEDERATION_CHANNEL};"
+                 LISTEN {TYPING_CHANNEL}; LISTEN {SHARERS_CHANNEL}; LISTEN {FEDERATION_CHANNEL}; \
+                 LISTEN {DELAYED_CHANNEL};"
             ))
             .await?;
         while let Some((channel, payload)) = receiver.recv().await {
@@ -206,6 +210,8 @@ impl Notifier {
                 notifier.typing_changed(&payload);
             } else if channel == FEDERATION_CHANNEL {
                 notifier.federation_wake.notify_one();
+            } else if channel == DELAYED_CHANNEL {
+                notifier.delayed_wake.notify_one();
             } else if channel == TOKEN_CHANNEL {
                 let hashes: Vec<String> = payload.split(',').map(str::to_owned).collect();
                 notifier.sessions.forget_cached_hex(&hashes);

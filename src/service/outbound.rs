@@ -6,7 +6,8 @@
 //!   multicast ... unless `MYELIN_OUTBOUND_ALLOW` says so). Names are checked by a resolver
 //!   hook on every connection, so a name that later resolves somewhere else (DNS rebinding) is
 //!   still refused; IP-literal URLs never reach the resolver and are checked before sending;
-//! - no redirects (a gateway could otherwise bounce the request anywhere);
+//! - no redirects (a gateway could otherwise bounce the request anywhere), except for URL
+//!   previews, which follow a few, each target checked like the first URL;
 //! - no system proxy (the resolver would then only see the proxy's name);
 //! - connect and whole-request timeouts, and a cap on how much of a response body is read.
 
@@ -65,6 +66,19 @@ pub struct OutboundResponse {
     /// The HTTP status.
     pub status: StatusCode,
     /// The body.
+    pub body: Vec<u8>,
+}
+
+/// A page fetched with [`Outbound::get_page`].
+#[derive(Debug)]
+pub struct FetchedPage {
+    /// The URL the page came from, after redirects.
+    pub url: Url,
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// Its `Content-Type`, if any.
+    pub content_type: Option<String>,
+    /// The first bytes of the body (at most the caller's limit; the rest is not read).
     pub body: Vec<u8>,
 }
 
@@ -149,6 +163,65 @@ impl Outbound {
                 "{ip} is not an address outbound requests may reach (MYELIN_OUTBOUND_ALLOW)"
             )))
         }
+    }
+
+    /// GETs `url` for a preview, following at most `max_redirects` redirects, each one's
+    /// target checked like the first URL (names by the resolver on connecting), and reads at
+    /// most `max_body(content type)` bytes of the body: a page is cut there, not refused.
+    pub async fn get_page(
+        &self,
+        url: &str,
+        max_body: impl Fn(Option<&str>) -> usize,
+        max_redirects: usize,
+    ) -> Result<FetchedPage, OutboundError> {
+        let mut url = self.check_url(url)?;
+        for _ in 0..=max_redirects {
+            let mut response = self
+                .http
+                .get(url.clone())
+                .header(
+                    "accept",
+                    "text/html, application/xhtml+xml;q=0.9, */*;q=0.1",
+                )
+                .send()
+                .await?;
+            let status = response.status();
+            if status.is_redirection() {
+                let location = response
+                    .headers()
+                    .get("location")
+                    .and_then(|l| l.to_str().ok())
+                    .ok_or_else(|| OutboundError::BadUrl("redirect without Location".into()))?;
+                let next = url
+                    .join(location)
+                    .map_err(|_| OutboundError::BadUrl(location.to_owned()))?;
+                url = self.check_url(next.as_str())?;
+                continue;
+            }
+            let content_type = response
+                .headers()
+                .get("content-type")
+                .and_then(|t| t.to_str().ok())
+                .map(str::to_owned);
+            let max_body = max_body(content_type.as_deref());
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                let room = max_body - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if body.len() == max_body {
+                    break;
+                }
+            }
+            return Ok(FetchedPage {
+                url,
+                status,
+                content_type,
+                body,
+            });
+        }
+        Err(OutboundError::Refused(format!(
+            "more than {max_redirects} redirects"
+        )))
     }
 
     /// POSTs `body` as JSON to `url` and reads at most `max_body` bytes of the answer.

@@ -17,7 +17,7 @@ use super::{
 use crate::{
     config::Config,
     error::{Error, Result},
-    storage::{devices, is_unique_violation, now_ms, users, Db},
+    storage::{delayed_events, devices, is_unique_violation, now_ms, users, Db},
 };
 
 /// Largest a whole profile may be, serialized as one JSON object (spec: 64 KiB).
@@ -372,6 +372,8 @@ impl Users {
                 }
                 users::deactivate_user(conn, user_id.as_str()).await?;
                 users::delete_profile_fields(conn, user_id.as_str(), None).await?;
+                // Nothing is sent in the account's name later (MSC4140, as Synapse).
+                delayed_events::cancel_all_for_user(conn, user_id.as_str(), now_ms()).await?;
                 let all = devices::get_device_ids(conn, user_id.as_str()).await?;
                 let revoked = devices::delete_devices(conn, user_id.as_str(), &all).await?;
                 local_devices_changed(conn, &self.federation, user_id, &all).await?;

@@ -8,6 +8,8 @@
 pub mod account_data;
 pub mod backup;
 pub mod dag;
+pub mod dehydrated_devices;
+pub mod delayed_events;
 pub mod devices;
 pub mod e2ee;
 pub mod event_graph;

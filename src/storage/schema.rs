@@ -572,12 +572,44 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    delayed_events (delay_id) {
+        delay_id -> Text,
+        user_id -> Text,
+        device_id -> Nullable<Text>,
+        room_id -> Text,
+        event_type -> Text,
+        state_key -> Nullable<Text>,
+        content -> Jsonb,
+        delay_ms -> Int8,
+        send_ts -> Int8,
+        status -> Text,
+        claimed_ts -> Nullable<Int8>,
+        event_id -> Nullable<Text>,
+        error -> Nullable<Text>,
+        created_ts -> Int8,
+        finalised_ts -> Nullable<Int8>,
+        txn_id -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    dehydrated_devices (user_id) {
+        user_id -> Text,
+        device_id -> Text,
+        device_data -> Jsonb,
+        created_ts -> Int8,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     access_tokens,
     account_data,
     backup_keys,
     backup_versions,
     cross_signing_keys,
+    dehydrated_devices,
+    delayed_events,
     device_keys,
     device_list_changes,
     devices,

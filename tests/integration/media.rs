@@ -582,8 +582,8 @@ async fn the_size_limit_and_the_legacy_freeze_are_configurable() {
     assert_eq!(legacy.bytes().await.unwrap().as_ref(), b"old style");
 }
 
-/// `preview_url` (v1.11): the server fetches nothing, so a preview is the empty OpenGraph
-/// object; it still needs a token and an http(s) URL.
+/// `preview_url` (v1.11): with previews off (the default) the server fetches nothing, so a
+/// preview is the empty OpenGraph object; it still needs a token and an http(s) URL.
 #[tokio::test]
 async fn url_previews_are_empty_and_need_a_token_and_a_web_url() {
     let server = TestServer::start().await;

@@ -40,22 +40,28 @@ pub async fn well_known_server_route(services: Data<Services>) -> Result<HttpRes
 
 /// `GET /_matrix/client/versions`
 pub async fn versions_route(
+    services: Data<Services>,
     _body: Ruma<get_supported_versions::Request>,
 ) -> Result<RumaResponse<get_supported_versions::Response>> {
     let versions = rooms::SPEC_VERSIONS.iter().map(|v| v.to_string()).collect();
     let mut response = get_supported_versions::Response::new(versions);
-    // Simplified sliding sync (MSC4186), and MSC3266 room summaries (also at their unstable
-    // paths).
+    // Simplified sliding sync (MSC4186), room summaries (MSC3266, also at their unstable
+    // paths), delayed events (MSC4140, when configured), dehydrated devices (MSC3814).
     response.unstable_features = BTreeMap::from([
         ("org.matrix.simplified_msc3575".to_owned(), true),
         ("org.matrix.msc3266".to_owned(), true),
+        (
+            "org.matrix.msc4140".to_owned(),
+            services.delayed_events.max_delay_ms().is_some(),
+        ),
+        ("org.matrix.msc3814".to_owned(), true),
     ]);
     Ok(response.into())
 }
 
 /// `GET /_matrix/client/v3/capabilities`
 pub async fn capabilities_route(
-    _services: Data<Services>,
+    services: Data<Services>,
     body: Ruma<capabilities::Request>,
 ) -> Result<RumaResponse<capabilities::Response>> {
     body.caller()?;
@@ -66,5 +72,13 @@ pub async fn capabilities_route(
     let mut caps = Capabilities::new();
     caps.room_versions = RoomVersionsCapability::new(rooms::DEFAULT_VERSION, available);
     caps.profile_fields = Some(ProfileFieldsCapability::new(true));
+    caps.set(
+        "org.matrix.msc4140.delayed_events",
+        json!({
+            "max_delay_ms": services.delayed_events.max_delay_ms().unwrap_or(0),
+            "max_scheduled": crate::service::delayed_events::MAX_SCHEDULED_PER_USER,
+        }),
+    )
+    .map_err(Error::internal)?;
     Ok(capabilities::Response::new(caps).into())
 }

@@ -1,6 +1,6 @@
 //! Sending and reading events: messages, state, redactions, single events and context.
 
-use actix_web::web::Data;
+use actix_web::{web::Data, Either, HttpRequest, HttpResponse};
 use ruma::{
     api::{
         client::{
@@ -22,7 +22,10 @@ use ruma::{
 };
 use serde_json::Value;
 
-use super::rooms::to_raw;
+use super::{
+    delayed_events::{requested_delay, scheduled_response},
+    rooms::to_raw,
+};
 use crate::{
     api::ruma::{Ruma, RumaResponse},
     error::{Error, Result},
@@ -33,11 +36,28 @@ use crate::{
 pub async fn send_message_route(
     services: Data<Services>,
     body: Ruma<send_message::Request>,
-) -> Result<RumaResponse<send_message::Response>> {
+    req: HttpRequest,
+) -> Result<Either<RumaResponse<send_message::Response>, HttpResponse>> {
     let caller = body.caller()?;
     let request = &body.body;
     let content: Value = serde_json::from_str(request.body.json().get())
         .map_err(|e| Error::bad_json(e.to_string()))?;
+    if let Some(delay_ms) = requested_delay(&req)? {
+        let delay_id = services
+            .delayed_events
+            .schedule(
+                &caller.user_id,
+                caller.device_id.as_str(),
+                Some(request.txn_id.as_str()),
+                &request.room_id,
+                &request.event_type.to_string(),
+                None,
+                &content,
+                delay_ms,
+            )
+            .await?;
+        return Ok(Either::Right(scheduled_response(&delay_id)));
+    }
     let sender = Sender {
         user_id: &caller.user_id,
         txn: Some((caller.device_id.as_str(), request.txn_id.as_str())),
@@ -47,19 +67,36 @@ pub async fn send_message_route(
         .rooms
         .send_event(sender, &request.room_id, &event_type, None, content)
         .await?;
-    Ok(send_message::Response::new(event_id).into())
+    Ok(Either::Left(send_message::Response::new(event_id).into()))
 }
 
 /// `PUT /_matrix/client/v3/rooms/{roomId}/state/{eventType}/{stateKey}`
 pub async fn send_state_route(
     services: Data<Services>,
     body: Ruma<send_state::Request>,
-) -> Result<RumaResponse<send_state::Response>> {
+    req: HttpRequest,
+) -> Result<Either<RumaResponse<send_state::Response>, HttpResponse>> {
     let caller = body.caller()?;
     let request = &body.body;
     let content: Value = serde_json::from_str(request.body.json().get())
         .map_err(|e| Error::bad_json(e.to_string()))?;
     let kind = request.event_type.to_string();
+    if let Some(delay_ms) = requested_delay(&req)? {
+        let delay_id = services
+            .delayed_events
+            .schedule(
+                &caller.user_id,
+                caller.device_id.as_str(),
+                None,
+                &request.room_id,
+                &kind,
+                Some(&request.state_key),
+                &content,
+                delay_ms,
+            )
+            .await?;
+        return Ok(Either::Right(scheduled_response(&delay_id)));
+    }
     let event_id = services
         .rooms
         .send_state(
@@ -70,7 +107,7 @@ pub async fn send_state_route(
             content,
         )
         .await?;
-    Ok(send_state::Response::new(event_id).into())
+    Ok(Either::Left(send_state::Response::new(event_id).into()))
 }
 
 /// `GET /_matrix/client/v3/rooms/{roomId}/state`

@@ -22,6 +22,7 @@ use ruma::api::client::{
         create_mxc_uri::v1 as create_mxc, get_content::v3 as legacy_download,
         get_content_as_filename::v3 as legacy_download_named,
         get_content_thumbnail::v3 as legacy_thumbnail, get_media_config::v3 as legacy_config,
+        get_media_preview::v3 as legacy_preview,
     },
 };
 use serde::Deserialize;
@@ -249,8 +250,25 @@ pub async fn preview_route(
     services: Data<Services>,
     body: Ruma<preview::Request>,
 ) -> Result<HttpResponse> {
-    body.caller()?;
-    let preview = services.media.preview(&body.body.url)?;
+    let caller = body.caller()?;
+    let preview = services
+        .url_previews
+        .preview(&body.body.url, &caller.user_id, &services.media)
+        .await?;
+    Ok(HttpResponse::Ok().json(preview))
+}
+
+/// `GET /_matrix/media/v3/preview_url` (legacy)
+#[allow(deprecated)]
+pub async fn legacy_preview_route(
+    services: Data<Services>,
+    body: Ruma<legacy_preview::Request>,
+) -> Result<HttpResponse> {
+    let caller = body.caller()?;
+    let preview = services
+        .url_previews
+        .preview(&body.body.url, &caller.user_id, &services.media)
+        .await?;
     Ok(HttpResponse::Ok().json(preview))
 }
 

@@ -3,6 +3,8 @@
 pub mod account;
 pub mod account_data;
 pub mod backup;
+pub mod dehydrated_devices;
+pub mod delayed_events;
 pub mod devices;
 pub mod directory;
 pub mod discovery;
@@ -28,6 +30,7 @@ pub mod spaces;
 pub mod sync;
 pub mod tags;
 pub mod typing;
+pub mod voip;
 
 use ruma::UserId;
 

@@ -185,20 +185,6 @@ impl Media {
         self.config.max_upload_size
     }
 
-    /// `preview_url`: this server fetches nothing from the network (that would need outside
-    /// access and invite SSRF), so every preview is the empty OpenGraph object the spec
-    /// allows. The URL must still be an absolute `http` or `https` URL.
-    pub fn preview(&self, url: &str) -> Result<serde_json::Value> {
-        let uri: http::Uri = url
-            .parse()
-            .map_err(|_| Error::invalid_param("url is not a URL"))?;
-        let web = matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some();
-        if !web {
-            return Err(Error::invalid_param("url must be an http or https URL"));
-        }
-        Ok(serde_json::json!({}))
-    }
-
     fn path_of(&self, sha256: &str) -> PathBuf {
         self.root
             .join(&sha256[..2])

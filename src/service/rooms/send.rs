@@ -166,6 +166,22 @@ impl Rooms {
         state_key: &str,
         content: Value,
     ) -> Result<OwnedEventId> {
+        let sender = Sender { user_id, txn: None };
+        self.send_state_as(sender, room_id, kind, state_key, content)
+            .await
+    }
+
+    /// [`Rooms::send_state`] under a transaction ID (a delayed event's), so a retry creates
+    /// nothing; a membership change takes the membership path, which has none.
+    pub async fn send_state_as(
+        &self,
+        sender: Sender<'_>,
+        room_id: &RoomId,
+        kind: &str,
+        state_key: &str,
+        content: Value,
+    ) -> Result<OwnedEventId> {
+        let user_id = sender.user_id;
         if kind == "m.room.member" {
             let target = UserId::parse(state_key)
                 .map_err(|_| Error::bad_json("The state key of a member event is a user ID"))?;
@@ -184,14 +200,8 @@ impl Rooms {
             }
         }
         drop(conn);
-        self.send_event(
-            Sender { user_id, txn: None },
-            room_id,
-            kind,
-            Some(state_key),
-            content,
-        )
-        .await
+        self.send_event(sender, room_id, kind, Some(state_key), content)
+            .await
     }
 
     /// Rules the auth rules do not cover: a canonical alias must point at this room.
