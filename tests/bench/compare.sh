@@ -151,6 +151,13 @@ rows = [
     ("8 idle RSS MiB", "footprint.idle_rss_mib", False),
     ("8 peak RSS MiB", "footprint.peak_rss_mib", False),
     ("8 database growth per 10,000 messages, bytes", "footprint.db_bytes_per_10000_messages", False),
+    ("9 sliding sync, first window of 20: p50 ms", "sliding.first_window_of_20.p50_ms", False),
+    ("9 sliding sync, each +100 rooms of the window: p50 ms", "sliding.growing_by_100.p50_ms", False),
+    ("9 sliding sync, each +100 rooms of the window: max ms", "sliding.growing_by_100.max_ms", False),
+    ("9 sliding sync, whole list: p50 ms", "sliding.whole_list.p50_ms", False),
+    ("9 sliding sync, incremental, nothing changed: p50 ms", "sliding.incremental_nothing_changed.p50_ms", False),
+    ("9 sliding sync, incremental, one room changed: p50 ms", "sliding.incremental_one_room_changed.p50_ms", False),
+    ("9 sliding sync, long-poll wake-up after the send's answer: p50 ms", "sliding.long_poll_wake_up.p50_ms", False),
 ]
 print(f"# Benchmarks: Myelin and Synapse side by side\n")
 print(f"One run of `tests/bench/compare.sh {scale}` at commit `{commit}` on this machine "

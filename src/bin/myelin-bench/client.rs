@@ -135,6 +135,23 @@ impl User {
         self.request(reqwest::Method::GET, &path, None).await
     }
 
+    /// One simplified sliding sync request (MSC4186, the unstable path clients use).
+    pub async fn sliding_sync(
+        &self,
+        pos: Option<&str>,
+        timeout: Duration,
+        body: &Value,
+    ) -> Result<Value, Failure> {
+        let mut path = format!(
+            "/_matrix/client/unstable/org.matrix.simplified_msc3575/sync?timeout={}",
+            timeout.as_millis()
+        );
+        if let Some(pos) = pos {
+            path.push_str(&format!("&pos={}", enc(pos)));
+        }
+        self.request(reqwest::Method::POST, &path, Some(body)).await
+    }
+
     /// One `/messages` page backwards.
     pub async fn messages(
         &self,

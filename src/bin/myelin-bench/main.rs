@@ -3,11 +3,13 @@
 //!
 //! Scenarios (counts by `--scale`): sequential sends, concurrent sends with completeness
 //! checked by receivers, end-to-end delivery to a long-polling receiver, initial and
-//! incremental sync, history paging, fan-out to many long-pollers, and the server's footprint.
+//! incremental sync, history paging, fan-out to many long-pollers, the server's footprint, and
+//! simplified sliding sync for a user in many rooms.
 //! Writes a JSON report and a table; exits non-zero when any message was lost, duplicated or
 //! reordered.
 
 mod client;
+mod sliding;
 mod stats;
 
 use std::{
@@ -60,7 +62,7 @@ struct Cli {
     #[arg(long, default_value = "server")]
     label: String,
     /// Run only these scenarios (comma-separated: send, concurrent, delivery, sync, history,
-    /// fanout), for profiling one of them; the default runs all.
+    /// fanout, sliding), for profiling one of them; the default runs all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -77,6 +79,7 @@ struct Counts {
     history: usize,
     fanout_members: usize,
     fanout_pollers: usize,
+    sliding_rooms: usize,
 }
 
 impl Counts {
@@ -94,6 +97,7 @@ impl Counts {
                 history: 300,
                 fanout_members: 20,
                 fanout_pollers: 5,
+                sliding_rooms: 30,
             },
             Scale::Full => Counts {
                 sequential: 1000,
@@ -107,6 +111,7 @@ impl Counts {
                 history: 5000,
                 fanout_members: 2000,
                 fanout_pollers: 200,
+                sliding_rooms: 1000,
             },
         }
     }
@@ -596,6 +601,22 @@ fn print_table(label: &str, report: &Value) {
     row("6 /messages page of 100", &report["history"]);
     row("7 fan-out, all pollers", &report["fanout"]);
     println!("  8 footprint: {}", report["footprint"]);
+    for (name, key) in [
+        ("9 sliding sync, first window of 20", "first_window_of_20"),
+        ("9 sliding sync, each +100 step", "growing_by_100"),
+        ("9 sliding sync, whole list", "whole_list"),
+        (
+            "9 sliding sync, nothing changed",
+            "incremental_nothing_changed",
+        ),
+        (
+            "9 sliding sync, one room changed",
+            "incremental_one_room_changed",
+        ),
+        ("9 sliding sync, long-poll wake-up", "long_poll_wake_up"),
+    ] {
+        row(name, &report["sliding"][key]);
+    }
 }
 
 #[tokio::main]
@@ -653,6 +674,10 @@ async fn main() -> ExitCode {
         if runs("fanout") {
             eprintln!("7: fan-out");
             report["fanout"] = fanout(&bench, &counts).await?;
+        }
+        if runs("sliding") {
+            eprintln!("9: sliding sync");
+            report["sliding"] = sliding::sliding_sync(&bench, counts.sliding_rooms).await?;
         }
         report["footprint"] = json!({
             "idle_rss_mib": idle_rss.map(|k| round(k as f64 / 1024.0)),
