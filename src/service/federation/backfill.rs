@@ -10,13 +10,12 @@
 use std::collections::HashMap;
 
 use ruma::{
-    api::federation::backfill::get_backfill,
-    canonical_json::{CanonicalJsonObject, CanonicalJsonValue},
-    room_version_rules::RoomVersionRules,
-    OwnedEventId, OwnedServerName, RoomId, RoomVersionId, ServerName, UInt, UserId,
+    api::federation::backfill::get_backfill, canonical_json::CanonicalJsonObject,
+    room_version_rules::RoomVersionRules, OwnedEventId, OwnedServerName, RoomId, RoomVersionId,
+    ServerName, UInt, UserId,
 };
 
-use super::Federation;
+use super::{pdus::claimed_depth, Federation};
 use crate::{
     error::{Error, Result},
     service::rooms::{
@@ -149,13 +148,7 @@ impl Federation {
             .iter()
             .take(BACKFILL_LIMIT as usize)
             .filter_map(|raw| serde_json::from_str::<CanonicalJsonObject>(raw.get()).ok())
-            .map(|object| {
-                let depth = match object.get("depth") {
-                    Some(CanonicalJsonValue::Integer(depth)) => i64::from(*depth),
-                    _ => 0,
-                };
-                (depth, object)
-            })
+            .map(|object| (claimed_depth(&object), object))
             .collect();
         objects.sort_by_key(|(depth, _)| *depth);
         let mut added = 0;

@@ -17,7 +17,11 @@ use ruma::{
 };
 use serde_json::{json, value::RawValue as RawJsonValue, Value};
 
-use super::{pdus::CheckedPdu, room_access::acl_allows, Federation};
+use super::{
+    pdus::{claimed_depth, CheckedPdu},
+    room_access::acl_allows,
+    Federation,
+};
 use crate::{
     error::Result,
     service::rooms::{
@@ -72,10 +76,7 @@ impl Federation {
                 Some(CanonicalJsonValue::String(room_id)) => RoomId::parse(room_id).ok(),
                 _ => None,
             };
-            let depth = match object.get("depth") {
-                Some(CanonicalJsonValue::Integer(depth)) => i64::from(*depth),
-                _ => 0,
-            };
+            let depth = claimed_depth(&object);
             match room_id {
                 Some(room_id) => incoming.push(Incoming {
                     room_id,
@@ -292,13 +293,7 @@ impl Federation {
             .filter(|object| {
                 matches!(object.get("room_id"), Some(CanonicalJsonValue::String(r)) if r == room_id.as_str())
             })
-            .map(|object| {
-                let depth = match object.get("depth") {
-                    Some(CanonicalJsonValue::Integer(depth)) => i64::from(*depth),
-                    _ => 0,
-                };
-                (depth, object)
-            })
+            .map(|object| (claimed_depth(&object), object))
             .collect();
         missing.sort_by_key(|(depth, _)| *depth);
         for (_, object) in missing.into_iter().take(GAP_LIMIT as usize) {

@@ -31,6 +31,15 @@ pub struct CheckedPdu {
     pub redacted: bool,
 }
 
+/// A PDU's `depth` as it claims it (0 when missing or malformed): what orders a batch of
+/// PDUs of one room before they are checked.
+pub fn claimed_depth(object: &CanonicalJsonObject) -> i64 {
+    match object.get("depth") {
+        Some(CanonicalJsonValue::Integer(depth)) => i64::from(*depth),
+        _ => 0,
+    }
+}
+
 impl CheckedPdu {
     /// Its `prev_events` (those that are valid event IDs).
     pub fn prev_events(&self) -> Vec<OwnedEventId> {
