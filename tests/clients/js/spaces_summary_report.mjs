@@ -3,7 +3,8 @@
 // browsed through the hierarchy, page by page; a member of the space sees the restricted room
 // and joins it, an outsider sees neither it nor the private one; a room is previewed through
 // the summary before joining, the private one is not found; a message is reported, and one
-// the reporter cannot see is not.
+// the reporter cannot see is not; an OpenID token is requested and checked through the
+// federation userinfo endpoint, as a widget's service does.
 //
 // Usage: node spaces_summary_report.mjs http://127.0.0.1:PORT (MYELIN_JS_VERBOSE=1 logs requests)
 
@@ -11,7 +12,7 @@ import { randomBytes } from "node:crypto";
 
 import { harness } from "./harness.mjs";
 
-const { api, register, check, fail, pass, waitFor, startClient } = harness("spaces_summary_report");
+const { baseUrl, api, register, check, fail, pass, waitFor, startClient } = harness("spaces_summary_report");
 const WAIT_MS = 15_000;
 
 // Every room of the space's hierarchy, two per page.
@@ -140,8 +141,21 @@ async function main() {
         refused = err;
     }
     check(refused?.errcode === "M_NOT_FOUND", `Carol cannot report a message she cannot see (${refused?.errcode})`);
-    await bob.reportRoom(generalId, "spam room");
-    check(true, "Bob reports the room");
+    const roomReported = await bob.reportRoom(generalId, "spam room");
+    check(roomReported && Object.keys(roomReported).length === 0, "Bob reports the room");
+
+    // A widget or Element Call asks for an OpenID token, which the service it is given to
+    // checks with the server's federation userinfo endpoint.
+    const openId = await bob.getOpenIdToken();
+    check(
+        typeof openId.access_token === "string" && openId.token_type === "Bearer" && openId.expires_in > 0,
+        `Bob gets an OpenID token (${JSON.stringify({ ...openId, access_token: "…" })})`,
+    );
+    const userinfo = await fetch(
+        `${baseUrl}/_matrix/federation/v1/openid/userinfo?access_token=${encodeURIComponent(openId.access_token)}`,
+    );
+    const info = await userinfo.json();
+    check(userinfo.status === 200 && info.sub === bobSession.user_id, `the token names Bob (${JSON.stringify(info)})`);
 
     pass();
 }
