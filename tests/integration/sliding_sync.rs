@@ -489,6 +489,51 @@ async fn filters_select_rooms() {
     assert_eq!(dm_result["is_dm"], true);
 }
 
+/// Filters judge a room by its state now: a room that turns encrypted or is renamed after
+/// earlier requests (whose facts the server may keep) moves into and out of the lists.
+#[tokio::test]
+async fn filters_follow_state_changes_between_requests() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "name": "Lobby" })).await;
+    let other = alice.create_room(json!({ "name": "Elsewhere" })).await;
+    let lists = json!({ "lists": {
+        "encrypted": { "ranges": [[0, 10]], "timeline_limit": 0, "filters": { "is_encrypted": true } },
+        "lobby": { "ranges": [[0, 10]], "timeline_limit": 0, "filters": { "room_name_like": "lobby" } },
+    } });
+    let first = sss(&alice, None, 0, lists.clone()).await.ok();
+    assert_eq!(first["lists"]["encrypted"]["count"], 0, "{first}");
+    assert_eq!(window(&first, "lobby"), vec![room.clone()]);
+    let mut at = pos(&first);
+    // Asked again unchanged: the same answer.
+    let again = sss(&alice, Some(&at), 0, lists.clone()).await.ok();
+    assert_eq!(again["lists"]["encrypted"]["count"], 0, "{again}");
+    assert_eq!(again["lists"]["lobby"]["count"], 1, "{again}");
+    at = pos(&again);
+
+    alice
+        .put_state(
+            &room,
+            "m.room.encryption",
+            "",
+            json!({ "algorithm": "m.megolm.v1.aes-sha2" }),
+        )
+        .await
+        .ok();
+    alice
+        .put_state(&room, "m.room.name", "", json!({ "name": "Hall" }))
+        .await
+        .ok();
+    alice
+        .put_state(&other, "m.room.name", "", json!({ "name": "Lobby two" }))
+        .await
+        .ok();
+    let after = sss(&alice, Some(&at), 0, lists).await.ok();
+    assert_eq!(after["lists"]["encrypted"]["count"], 1, "{after}");
+    assert_eq!(window(&after, "encrypted"), vec![room.clone()]);
+    assert_eq!(window(&after, "lobby"), vec![other.clone()]);
+}
+
 #[tokio::test]
 async fn timeline_limit_prev_batch_and_expansion() {
     let server = TestServer::start().await;

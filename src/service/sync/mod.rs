@@ -80,6 +80,8 @@ pub struct Sync {
     index: RoomIndex,
     /// Sliding sync connections' room statuses this process has read or written.
     connections: sliding::connection::Cache,
+    /// Rooms' facts the sliding sync filters read, kept while the rooms do not change.
+    room_meta: sliding::lists::MetaCache,
     notifier: Arc<Notifier>,
     presence: Arc<Presence>,
 }
@@ -137,6 +139,7 @@ impl Sync {
         Sync {
             index: RoomIndex::default(),
             connections: Default::default(),
+            room_meta: Default::default(),
             db,
             notifier,
             presence,

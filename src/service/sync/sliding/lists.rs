@@ -1,9 +1,14 @@
 //! The user's room set for sliding sync: which rooms may be listed, their filters, their
 //! order (latest activity first) and the lists' windows.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    num::NonZeroUsize,
+    sync::Mutex,
+};
 
 use diesel_async::AsyncPgConnection;
+use lru::LruCache;
 use serde_json::Value;
 
 use super::model::{ListFilters, ListRequest};
@@ -121,14 +126,31 @@ pub fn direct_rooms(content: Option<&Value>) -> HashSet<String> {
         .unwrap_or_default()
 }
 
+/// Joined rooms' filter facts this process has read, each with the room's activity position
+/// when read: any event of a joined room (a state change among them) moves that position, so
+/// an entry whose position still matches is current, and a request reloads only the rooms
+/// that changed (and the rooms the user is not joined to, whose activity is their membership).
+pub struct MetaCache(Mutex<LruCache<String, (i64, Option<RoomMeta>)>>);
+
+impl Default for MetaCache {
+    fn default() -> Self {
+        MetaCache(Mutex::new(LruCache::new(
+            NonZeroUsize::new(META_CACHED).expect("non-zero"),
+        )))
+    }
+}
+
+/// Rooms whose filter facts one process keeps.
+const META_CACHED: usize = 100_000;
+
 /// Loads what the requested filters need.
 pub async fn load_facts(
     conn: &AsyncPgConnection,
     user: &str,
     rooms: &[UserRoom],
     lists: impl Iterator<Item = &ListRequest> + Clone,
-    direct: HashSet<String>,
-    account_data_position: i64,
+    (direct, account_data_position): (HashSet<String>, i64),
+    cache: &MetaCache,
 ) -> Result<FilterFacts> {
     let mut facts = FilterFacts {
         direct,
@@ -137,7 +159,20 @@ pub async fn load_facts(
     let needs_state = lists.clone().any(|l| l.filters.needs_state());
     let needs_tags = lists.clone().any(|l| l.filters.needs_tags());
     if needs_state {
-        let room_ids: Vec<String> = rooms.iter().map(|r| r.room_id.clone()).collect();
+        let stale: Vec<String> = {
+            let mut cached = cache.0.lock().unwrap_or_else(|e| e.into_inner());
+            rooms
+                .iter()
+                // Only a joined room's activity follows its every event.
+                .filter(|r| {
+                    r.membership != "join"
+                        || cached
+                            .get(&r.room_id)
+                            .is_none_or(|(at, _)| *at != r.activity)
+                })
+                .map(|r| r.room_id.clone())
+                .collect()
+        };
         let mut spaces: Vec<String> = lists
             .clone()
             .filter_map(|l| l.filters.spaces.clone())
@@ -150,8 +185,9 @@ pub async fn load_facts(
             .collect();
         spaces.sort();
         spaces.dedup();
+        let mut loaded: HashMap<String, RoomMeta> = HashMap::new();
         for (room_id, kind, state_key, content) in
-            sliding_store::get_filter_state(conn, &room_ids, &spaces).await?
+            sliding_store::get_filter_state(conn, &stale, &spaces).await?
         {
             if kind == "m.space.child" {
                 // A child event with `via` names a child; an emptied one removed it.
@@ -164,7 +200,7 @@ pub async fn load_facts(
                 }
                 continue;
             }
-            let meta = facts.meta.entry(room_id).or_default();
+            let meta = loaded.entry(room_id).or_default();
             match kind.as_str() {
                 "m.room.encryption" => meta.encrypted = true,
                 "m.room.create" => {
@@ -182,6 +218,21 @@ pub async fn load_facts(
                         .map(str::to_owned)
                 }
                 _ => {}
+            }
+        }
+        let mut cached = cache.0.lock().unwrap_or_else(|e| e.into_inner());
+        let activity: HashMap<&str, i64> = rooms
+            .iter()
+            .map(|r| (r.room_id.as_str(), r.activity))
+            .collect();
+        for room_id in stale {
+            let meta = loaded.remove(&room_id);
+            let at = activity.get(room_id.as_str()).copied().unwrap_or_default();
+            cached.put(room_id, (at, meta));
+        }
+        for room in rooms {
+            if let Some((_, Some(meta))) = cached.get(&room.room_id) {
+                facts.meta.insert(room.room_id.clone(), meta.clone());
             }
         }
     }

@@ -167,8 +167,8 @@ impl Sync {
             user,
             &user_rooms,
             request.lists.values(),
-            lists::direct_rooms(direct.as_ref()),
-            next.account_data,
+            (lists::direct_rooms(direct.as_ref()), next.account_data),
+            &self.room_meta,
         )
         .await?;
         let by_id: HashMap<&str, &UserRoom> =
