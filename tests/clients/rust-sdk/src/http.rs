@@ -19,10 +19,19 @@ pub struct Session {
 
 impl Http {
     pub fn new(base: &str) -> Self {
-        Http { base: base.trim_end_matches('/').to_owned(), client: reqwest::Client::new() }
+        Http {
+            base: base.trim_end_matches('/').to_owned(),
+            client: reqwest::Client::new(),
+        }
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, token: Option<&str>, body: Option<Value>) -> Result<Value> {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<Value> {
         let url = format!("{}{}", self.base, path);
         let mut request = self.client.request(method.clone(), &url);
         if let Some(token) = token {
@@ -31,9 +40,15 @@ impl Http {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.with_context(|| format!("{method} {path}"))?;
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("{method} {path}"))?;
         let status = response.status();
-        let value: Value = response.json().await.with_context(|| format!("{method} {path}: body"))?;
+        let value: Value = response
+            .json()
+            .await
+            .with_context(|| format!("{method} {path}: body"))?;
         if !status.is_success() {
             bail!("{method} {path}: {status} {value}");
         }
@@ -48,58 +63,126 @@ impl Http {
             "auth": {"type": "m.login.dummy"},
             "initial_device_display_name": format!("{localpart} setup"),
         });
-        let value = self.call(reqwest::Method::POST, "/_matrix/client/v3/register", None, Some(body)).await?;
+        let value = self
+            .call(
+                reqwest::Method::POST,
+                "/_matrix/client/v3/register",
+                None,
+                Some(body),
+            )
+            .await?;
         session(&value)
     }
 
     pub async fn create_room(&self, who: &Session, body: Value) -> Result<String> {
-        let value = self.call(reqwest::Method::POST, "/_matrix/client/v3/createRoom", Some(&who.token), Some(body)).await?;
+        let value = self
+            .call(
+                reqwest::Method::POST,
+                "/_matrix/client/v3/createRoom",
+                Some(&who.token),
+                Some(body),
+            )
+            .await?;
         str_field(&value, "room_id")
     }
 
     pub async fn join(&self, who: &Session, room_id: &str) -> Result<()> {
         let path = format!("/_matrix/client/v3/rooms/{}/join", enc(room_id));
-        self.call(reqwest::Method::POST, &path, Some(&who.token), Some(json!({}))).await?;
+        self.call(
+            reqwest::Method::POST,
+            &path,
+            Some(&who.token),
+            Some(json!({})),
+        )
+        .await?;
         Ok(())
     }
 
     /// Sends a text message and returns its event ID.
     pub async fn send_text(&self, who: &Session, room_id: &str, body: &str) -> Result<String> {
-        let txn = format!("t{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos());
-        let path = format!("/_matrix/client/v3/rooms/{}/send/m.room.message/{txn}", enc(room_id));
+        let txn = format!(
+            "t{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_nanos()
+        );
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/send/m.room.message/{txn}",
+            enc(room_id)
+        );
         let content = json!({"msgtype": "m.text", "body": body});
-        let value = self.call(reqwest::Method::PUT, &path, Some(&who.token), Some(content)).await?;
+        let value = self
+            .call(reqwest::Method::PUT, &path, Some(&who.token), Some(content))
+            .await?;
         str_field(&value, "event_id")
     }
 
     /// Sends a message that mentions `user_id` (intentional mentions: a highlight for them).
-    pub async fn send_mention(&self, who: &Session, room_id: &str, body: &str, user_id: &str) -> Result<String> {
-        let txn = format!("m{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos());
-        let path = format!("/_matrix/client/v3/rooms/{}/send/m.room.message/{txn}", enc(room_id));
-        let content = json!({"msgtype": "m.text", "body": body, "m.mentions": {"user_ids": [user_id]}});
-        let value = self.call(reqwest::Method::PUT, &path, Some(&who.token), Some(content)).await?;
+    pub async fn send_mention(
+        &self,
+        who: &Session,
+        room_id: &str,
+        body: &str,
+        user_id: &str,
+    ) -> Result<String> {
+        let txn = format!(
+            "m{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_nanos()
+        );
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/send/m.room.message/{txn}",
+            enc(room_id)
+        );
+        let content =
+            json!({"msgtype": "m.text", "body": body, "m.mentions": {"user_ids": [user_id]}});
+        let value = self
+            .call(reqwest::Method::PUT, &path, Some(&who.token), Some(content))
+            .await?;
         str_field(&value, "event_id")
     }
 
     pub async fn read_receipt(&self, who: &Session, room_id: &str, event_id: &str) -> Result<()> {
-        let path = format!("/_matrix/client/v3/rooms/{}/receipt/m.read/{}", enc(room_id), enc(event_id));
-        self.call(reqwest::Method::POST, &path, Some(&who.token), Some(json!({}))).await?;
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/receipt/m.read/{}",
+            enc(room_id),
+            enc(event_id)
+        );
+        self.call(
+            reqwest::Method::POST,
+            &path,
+            Some(&who.token),
+            Some(json!({})),
+        )
+        .await?;
         Ok(())
     }
 
     /// The event as the server stores it (for an encrypted room: still encrypted).
     pub async fn event(&self, who: &Session, room_id: &str, event_id: &str) -> Result<Value> {
-        let path = format!("/_matrix/client/v3/rooms/{}/event/{}", enc(room_id), enc(event_id));
-        self.call(reqwest::Method::GET, &path, Some(&who.token), None).await
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/event/{}",
+            enc(room_id),
+            enc(event_id)
+        );
+        self.call(reqwest::Method::GET, &path, Some(&who.token), None)
+            .await
     }
 }
 
 fn session(value: &Value) -> Result<Session> {
-    Ok(Session { user_id: str_field(value, "user_id")?, token: str_field(value, "access_token")? })
+    Ok(Session {
+        user_id: str_field(value, "user_id")?,
+        token: str_field(value, "access_token")?,
+    })
 }
 
 fn str_field(value: &Value, field: &str) -> Result<String> {
-    value[field].as_str().map(str::to_owned).ok_or_else(|| anyhow!("no {field} in {value}"))
+    value[field]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("no {field} in {value}"))
 }
 
 /// Percent-encodes a path segment (room and event IDs carry `!`, `$`, `:`).

@@ -37,13 +37,19 @@ const ROOMS: usize = 50;
 
 #[tokio::main]
 async fn main() {
-    let url = std::env::args().nth(1).expect("usage: myelin-sdk-client SERVER_URL");
+    let url = std::env::args()
+        .nth(1)
+        .expect("usage: myelin-sdk-client SERVER_URL");
     // MYELIN_SDK_TRACE=matrix_sdk::event_cache=trace,matrix_sdk::sliding_sync=debug (for example)
     // shows what the SDK did, on stderr.
     if let Ok(targets) = std::env::var("MYELIN_SDK_TRACE") {
         use tracing_subscriber::prelude::*;
-        let filter: tracing_subscriber::filter::Targets = targets.parse().expect("MYELIN_SDK_TRACE: target=level,...");
-        tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).with(filter).init();
+        let filter: tracing_subscriber::filter::Targets =
+            targets.parse().expect("MYELIN_SDK_TRACE: target=level,...");
+        tracing_subscriber::registry()
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(filter)
+            .init();
     }
     match tokio::time::timeout(WHOLE, scenario(&url)).await {
         Ok(Ok(())) => println!("matrix-rust-sdk scenario passed"),
@@ -124,7 +130,10 @@ impl RoomListView {
                 let counts = room.unread_notification_counts();
                 Row {
                     id: room.room_id().to_owned(),
-                    name: room.cached_display_name().map(|name| name.to_string()).unwrap_or_default(),
+                    name: room
+                        .cached_display_name()
+                        .map(|name| name.to_string())
+                        .unwrap_or_default(),
                     notifications: counts.notification_count,
                     highlights: counts.highlight_count,
                     state: room.state(),
@@ -134,7 +143,9 @@ impl RoomListView {
     }
 
     fn row(&self, room_id: &str) -> Option<Row> {
-        self.rows().into_iter().find(|row| row.id.as_str() == room_id)
+        self.rows()
+            .into_iter()
+            .find(|row| row.id.as_str() == room_id)
     }
 }
 
@@ -145,7 +156,9 @@ async fn sdk_client(url: &str, localpart: &str, device: &str) -> Result<Client> 
         .sliding_sync_version_builder(VersionBuilder::DiscoverNative)
         .build()
         .await
-        .context("build the matrix-sdk client (does /versions advertise simplified sliding sync?)")?;
+        .context(
+            "build the matrix-sdk client (does /versions advertise simplified sliding sync?)",
+        )?;
     client
         .matrix_auth()
         .login_username(localpart, PASSWORD)
@@ -157,7 +170,10 @@ async fn sdk_client(url: &str, localpart: &str, device: &str) -> Result<Client> 
 }
 
 async fn start_sync(client: &Client) -> Result<SyncService> {
-    let sync_service = SyncService::builder(client.clone()).build().await.context("build SyncService")?;
+    let sync_service = SyncService::builder(client.clone())
+        .build()
+        .await
+        .context("build SyncService")?;
     sync_service.start().await;
     Ok(sync_service)
 }
@@ -174,7 +190,13 @@ struct SeededRoom {
 
 async fn scenario(url: &str) -> Result<()> {
     let http = Http::new(url);
-    let suffix = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_micros() & 0xff_ffff);
+    let suffix = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_micros()
+            & 0xff_ffff
+    );
     let alice_local = format!("sdkalice{suffix}");
     let carol_local = format!("sdkcarol{suffix}");
     // alice's first device plays "another device" of the SDK's user (it joins and reads).
@@ -189,7 +211,11 @@ async fn scenario(url: &str) -> Result<()> {
     let mut seeded = Vec::new();
     for index in 0..ROOMS {
         // Room 00 has no name: the SDK names it after its hero, bob.
-        let name = if index == 0 { bob_local.clone() } else { format!("Room {index:02}") };
+        let name = if index == 0 {
+            bob_local.clone()
+        } else {
+            format!("Room {index:02}")
+        };
         let mut body = json!({"preset": "private_chat", "invite": [alice_other.user_id]});
         if index > 0 {
             body["name"] = json!(name);
@@ -202,12 +228,19 @@ async fn scenario(url: &str) -> Result<()> {
             http.send_text(&bob, &id, &text).await?;
             bodies.push(text);
         }
-        seeded.push(SeededRoom { id, name, unread: bodies.len() as u64, highlights: 0, bodies });
+        seeded.push(SeededRoom {
+            id,
+            name,
+            unread: bodies.len() as u64,
+            highlights: 0,
+            bodies,
+        });
     }
     // A mention of alice: a highlight as well as a notification.
     let mentioned = &mut seeded[30];
     let text = format!("{} mentions {}", mentioned.name, alice_other.user_id);
-    http.send_mention(&bob, &mentioned.id, &text, &alice_other.user_id).await?;
+    http.send_mention(&bob, &mentioned.id, &text, &alice_other.user_id)
+        .await?;
     mentioned.bodies.push(text);
     mentioned.unread += 1;
     mentioned.highlights = 1;
@@ -224,20 +257,36 @@ async fn scenario(url: &str) -> Result<()> {
 
     // The list: every room, newest activity first, with the names bob gave them.
     let expected: Vec<&SeededRoom> = seeded.iter().rev().collect();
-    eventually("the room list shows the 50 rooms in activity order with their names", || {
-        let rows = view.rows();
-        let got: Vec<(&str, &str)> = rows.iter().map(|row| (row.id.as_str(), row.name.as_str())).collect();
-        let want: Vec<(&str, &str)> = expected.iter().map(|room| (room.id.as_str(), room.name.as_str())).collect();
-        if got == want {
-            Ok(())
-        } else {
-            Err(format!("names in list order: {:?}", rows.iter().map(|row| &row.name).collect::<Vec<_>>()))
-        }
-    })
+    eventually(
+        "the room list shows the 50 rooms in activity order with their names",
+        || {
+            let rows = view.rows();
+            let got: Vec<(&str, &str)> = rows
+                .iter()
+                .map(|row| (row.id.as_str(), row.name.as_str()))
+                .collect();
+            let want: Vec<(&str, &str)> = expected
+                .iter()
+                .map(|room| (room.id.as_str(), room.name.as_str()))
+                .collect();
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!(
+                    "names in list order: {:?}",
+                    rows.iter().map(|row| &row.name).collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
     .await?;
-    eventually("the list's count from the server is 50", || match view.loading.get() {
-        RoomListLoadingState::Loaded { maximum_number_of_rooms: Some(50) } => Ok(()),
-        other => Err(format!("{other:?}")),
+    eventually("the list's count from the server is 50", || {
+        match view.loading.get() {
+            RoomListLoadingState::Loaded {
+                maximum_number_of_rooms: Some(50),
+            } => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
     })
     .await?;
     eventually("every room's unread counts are exactly the server's (1 to 4 notifications, 1 highlight where mentioned)", || {
@@ -258,29 +307,42 @@ async fn scenario(url: &str) -> Result<()> {
     // A new message moves its room to the top and raises its count.
     let moved = &seeded[10];
     let newest = http.send_text(&bob, &moved.id, "Room 10 wakes up").await?;
-    eventually("a new message moves Room 10 to the top of the list and raises its count", || {
-        let rows = view.rows();
-        let top = rows.first().ok_or("empty list")?;
-        if top.id.as_str() != moved.id {
-            return Err(format!("top is {}", top.name));
-        }
-        if top.notifications != moved.unread + 1 {
-            return Err(format!("notification_count {}, expected {}", top.notifications, moved.unread + 1));
-        }
-        Ok(())
-    })
+    eventually(
+        "a new message moves Room 10 to the top of the list and raises its count",
+        || {
+            let rows = view.rows();
+            let top = rows.first().ok_or("empty list")?;
+            if top.id.as_str() != moved.id {
+                return Err(format!("top is {}", top.name));
+            }
+            if top.notifications != moved.unread + 1 {
+                return Err(format!(
+                    "notification_count {}, expected {}",
+                    top.notifications,
+                    moved.unread + 1
+                ));
+            }
+            Ok(())
+        },
+    )
     .await?;
 
     // Alice reads it on her other device: the count drops to 0 with no new event in the room.
     http.read_receipt(&alice_other, &moved.id, &newest).await?;
-    eventually("a read receipt from alice's other device brings Room 10's count to 0", || {
-        let row = view.row(&moved.id).ok_or("Room 10 missing")?;
-        if (row.notifications, row.highlights) == (0, 0) {
-            Ok(())
-        } else {
-            Err(format!("notification_count {} highlight_count {}", row.notifications, row.highlights))
-        }
-    })
+    eventually(
+        "a read receipt from alice's other device brings Room 10's count to 0",
+        || {
+            let row = view.row(&moved.id).ok_or("Room 10 missing")?;
+            if (row.notifications, row.highlights) == (0, 0) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "notification_count {} highlight_count {}",
+                    row.notifications, row.highlights
+                ))
+            }
+        },
+    )
     .await?;
 
     // An invite appears, and accepting it through the SDK makes it a joined room.
@@ -296,29 +358,50 @@ async fn scenario(url: &str) -> Result<()> {
         }
     })
     .await?;
-    let invite_room = room_list_service.room(<&RoomId>::try_from(invited.as_str())?).context("invited room")?;
-    invite_room.join().await.context("alice accepts the invite with matrix-sdk")?;
-    eventually("the accepted invite is a joined room named Invitation", || {
-        let row = view.row(&invited).ok_or("not in the list")?;
-        if row.state == RoomState::Joined && row.name == "Invitation" {
-            Ok(())
-        } else {
-            Err(format!("state {:?} name {:?}", row.state, row.name))
-        }
-    })
+    let invite_room = room_list_service
+        .room(<&RoomId>::try_from(invited.as_str())?)
+        .context("invited room")?;
+    invite_room
+        .join()
+        .await
+        .context("alice accepts the invite with matrix-sdk")?;
+    eventually(
+        "the accepted invite is a joined room named Invitation",
+        || {
+            let row = view.row(&invited).ok_or("not in the list")?;
+            if row.state == RoomState::Joined && row.name == "Invitation" {
+                Ok(())
+            } else {
+                Err(format!("state {:?} name {:?}", row.state, row.name))
+            }
+        },
+    )
     .await?;
 
     // A room alice leaves disappears from the list.
     let left = &seeded[5];
-    room_list_service.room(<&RoomId>::try_from(left.id.as_str())?)?.leave().await.context("alice leaves Room 05")?;
-    eventually("Room 05, left, disappears from the room list", || match view.row(&left.id) {
-        None => Ok(()),
-        Some(row) => Err(format!("still listed, state {:?}", row.state)),
-    })
+    room_list_service
+        .room(<&RoomId>::try_from(left.id.as_str())?)?
+        .leave()
+        .await
+        .context("alice leaves Room 05")?;
+    eventually(
+        "Room 05, left, disappears from the room list",
+        || match view.row(&left.id) {
+            None => Ok(()),
+            Some(row) => Err(format!("still listed, state {:?}", row.state)),
+        },
+    )
     .await?;
 
-    back_paginate_to_creation(&room_list_service.room(<&RoomId>::try_from(seeded[20].id.as_str())?)?.timeline().await?, &seeded[20])
-        .await?;
+    back_paginate_to_creation(
+        &room_list_service
+            .room(<&RoomId>::try_from(seeded[20].id.as_str())?)?
+            .timeline()
+            .await?,
+        &seeded[20],
+    )
+    .await?;
 
     encrypted_exchange(url, &http, &alice, &carol_local).await?;
 
@@ -338,19 +421,38 @@ async fn back_paginate_to_creation(timeline: &Timeline, room: &SeededRoom) -> Re
             break;
         }
         if Instant::now() > deadline {
-            bail!("back-pagination of {} did not reach the room's start within {STEP:?}", room.name);
+            bail!(
+                "back-pagination of {} did not reach the room's start within {STEP:?}",
+                room.name
+            );
         }
     }
-    let items = timeline.items().await;
-    let events: Vec<_> = items.iter().filter_map(|item| item.as_event()).collect();
-    let types: Vec<String> = events.iter().map(|event| event.content().event_type_str().unwrap_or_default()).collect();
-    if types.first().map(String::as_str) != Some("m.room.create") {
-        bail!("{}: after back-pagination the timeline starts with {:?}, not m.room.create: {types:?}", room.name, types.first());
-    }
-    let bodies: Vec<&str> =
-        events.iter().filter_map(|event| event.content().as_message()).map(|message| message.body()).collect();
-    if bodies != room.bodies.iter().map(String::as_str).collect::<Vec<_>>() {
-        bail!("{}: messages in the timeline {bodies:?}, expected {:?}", room.name, room.bodies);
+    // The timeline applies the event cache's updates on its own task: wait for them.
+    let want: Vec<&str> = room.bodies.iter().map(String::as_str).collect();
+    let deadline = Instant::now() + STEP;
+    loop {
+        let items = timeline.items().await;
+        let events: Vec<_> = items.iter().filter_map(|item| item.as_event()).collect();
+        let types: Vec<String> = events
+            .iter()
+            .map(|event| event.content().event_type_str().unwrap_or_default())
+            .collect();
+        let bodies: Vec<&str> = events
+            .iter()
+            .filter_map(|event| event.content().as_message())
+            .map(|message| message.body())
+            .collect();
+        if types.first().map(String::as_str) == Some("m.room.create") && bodies == want {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{}: after back-pagination reached the start, the timeline is {types:?} with messages {bodies:?}, \
+                 expected m.room.create first and messages {want:?}",
+                room.name
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     ok("a room's timeline back-paginates to its creation with every message in order");
     Ok(())
@@ -358,7 +460,12 @@ async fn back_paginate_to_creation(timeline: &Timeline, room: &SeededRoom) -> Re
 
 /// Alice (matrix-sdk) and carol (a second matrix-sdk client) share an encrypted room: alice's
 /// message reaches the server encrypted and carol's SDK decrypts it.
-async fn encrypted_exchange(url: &str, http: &Http, alice: &Client, carol_local: &str) -> Result<()> {
+async fn encrypted_exchange(
+    url: &str,
+    http: &Http,
+    alice: &Client,
+    carol_local: &str,
+) -> Result<()> {
     let carol = sdk_client(url, carol_local, "carol matrix-sdk").await?;
     let carol_sync = start_sync(&carol).await?;
     let carol_id = carol.user_id().context("carol's user ID")?.to_string();
@@ -366,7 +473,10 @@ async fn encrypted_exchange(url: &str, http: &Http, alice: &Client, carol_local:
         user_id: alice.user_id().context("alice's user ID")?.to_string(),
         token: alice.access_token().context("alice's access token")?,
     };
-    let carol_session = Session { user_id: carol_id.clone(), token: carol.access_token().context("carol's token")? };
+    let carol_session = Session {
+        user_id: carol_id.clone(),
+        token: carol.access_token().context("carol's token")?,
+    };
     let body = json!({
         "name": "Secrets",
         "preset": "private_chat",
@@ -375,33 +485,82 @@ async fn encrypted_exchange(url: &str, http: &Http, alice: &Client, carol_local:
     });
     let room_id = OwnedRoomId::try_from(http.create_room(&alice_session, body).await?)?;
 
-    eventually("carol's SDK sees the invite to the encrypted room", || match carol.get_room(&room_id) {
-        Some(room) if room.state() == RoomState::Invited => Ok(()),
-        other => Err(format!("{:?}", other.map(|room| room.state()))),
-    })
+    eventually(
+        "carol's SDK sees the invite to the encrypted room",
+        || match carol.get_room(&room_id) {
+            Some(room) if room.state() == RoomState::Invited => Ok(()),
+            other => Err(format!("{:?}", other.map(|room| room.state()))),
+        },
+    )
     .await?;
-    carol.get_room(&room_id).context("carol's room")?.join().await.context("carol joins")?;
-    let alice_room = alice.get_room(&room_id).context("alice's SDK has no Secrets room")?;
-    eventually("alice's SDK knows Secrets is encrypted and carol joined", || {
-        if !alice_room.encryption_state().is_encrypted() {
-            return Err("not encrypted".into());
-        }
-        if alice_room.joined_members_count() != 2 {
-            return Err(format!("{} joined members", alice_room.joined_members_count()));
-        }
-        Ok(())
-    })
+    carol
+        .get_room(&room_id)
+        .context("carol's room")?
+        .join()
+        .await
+        .context("carol joins")?;
+    eventually(
+        "alice's SDK knows Secrets is encrypted and carol joined",
+        || {
+            let alice_room = alice
+                .get_room(&room_id)
+                .ok_or("alice's SDK has no Secrets room")?;
+            if !alice_room.encryption_state().is_encrypted() {
+                return Err("not encrypted".into());
+            }
+            if alice_room.joined_members_count() != 2 {
+                return Err(format!(
+                    "{} joined members",
+                    alice_room.joined_members_count()
+                ));
+            }
+            Ok(())
+        },
+    )
     .await?;
 
+    // Carol's device keys go up on her first encryption sync; alice's SDK learns of them through
+    // the e2ee extension's device_lists.changed. Sending before that would (rightly) leave carol
+    // without the room key.
+    let carol_user = carol.user_id().context("carol's user ID")?.to_owned();
+    let carol_device = carol.device_id().context("carol's device ID")?.to_owned();
+    let deadline = Instant::now() + STEP;
+    loop {
+        let known = alice
+            .encryption()
+            .get_device(&carol_user, &carol_device)
+            .await?
+            .is_some();
+        if known {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("alice's SDK did not learn carol's device {carol_device} within {STEP:?} (e2ee device_lists)");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ok("alice's SDK learns carol's new device (e2ee extension device_lists)");
+
+    let alice_room = alice
+        .get_room(&room_id)
+        .context("alice's SDK has no Secrets room")?;
     let secret = "the eagle lands at dawn";
-    let sent = tokio::time::timeout(STEP, alice_room.send(RoomMessageEventContent::text_plain(secret)))
-        .await
-        .map_err(|_| anyhow!("alice's encrypted send hung"))?
-        .context("alice sends in the encrypted room")?;
+    let sent = tokio::time::timeout(
+        STEP,
+        alice_room.send(RoomMessageEventContent::text_plain(secret)),
+    )
+    .await
+    .map_err(|_| anyhow!("alice's encrypted send hung"))?
+    .context("alice sends in the encrypted room")?;
     let event_id = sent.response.event_id.to_string();
-    let stored = http.event(&carol_session, room_id.as_str(), &event_id).await?;
+    let stored = http
+        .event(&carol_session, room_id.as_str(), &event_id)
+        .await?;
     if stored["type"] != "m.room.encrypted" {
-        bail!("alice's message reached the server as {}, not m.room.encrypted", stored["type"]);
+        bail!(
+            "alice's message reached the server as {}, not m.room.encrypted",
+            stored["type"]
+        );
     }
     ok("alice's matrix-sdk sends the message encrypted (m.room.encrypted on the server)");
 
@@ -411,18 +570,32 @@ async fn encrypted_exchange(url: &str, http: &Http, alice: &Client, carol_local:
 
     // And back: carol's reply, decrypted by alice's SDK (whose SyncService also runs the room list).
     let reply = "roger, dawn it is";
-    let sent = tokio::time::timeout(STEP, carol_room.send(RoomMessageEventContent::text_plain(reply)))
-        .await
-        .map_err(|_| anyhow!("carol's encrypted send hung"))?
-        .context("carol replies in the encrypted room")?;
-    wait_for_decrypted(&alice_room.timeline().await?, sent.response.event_id.as_str(), reply, "alice").await?;
+    let sent = tokio::time::timeout(
+        STEP,
+        carol_room.send(RoomMessageEventContent::text_plain(reply)),
+    )
+    .await
+    .map_err(|_| anyhow!("carol's encrypted send hung"))?
+    .context("carol replies in the encrypted room")?;
+    wait_for_decrypted(
+        &alice_room.timeline().await?,
+        sent.response.event_id.as_str(),
+        reply,
+        "alice",
+    )
+    .await?;
     ok("alice's matrix-sdk decrypts carol's reply");
     carol_sync.stop().await;
     Ok(())
 }
 
 /// Waits until `who`'s timeline shows `event_id` decrypted to `expected`.
-async fn wait_for_decrypted(timeline: &Timeline, event_id: &str, expected: &str, who: &str) -> Result<()> {
+async fn wait_for_decrypted(
+    timeline: &Timeline,
+    event_id: &str,
+    expected: &str,
+    who: &str,
+) -> Result<()> {
     let deadline = Instant::now() + STEP;
     loop {
         let items = timeline.items().await;
@@ -430,7 +603,10 @@ async fn wait_for_decrypted(timeline: &Timeline, event_id: &str, expected: &str,
             .iter()
             .filter_map(|item| item.as_event())
             .find(|event| event.event_id().map(|id| id.as_str()) == Some(event_id));
-        if let Some(body) = event.and_then(|event| event.content().as_message()).map(|message| message.body().to_owned()) {
+        if let Some(body) = event
+            .and_then(|event| event.content().as_message())
+            .map(|message| message.body().to_owned())
+        {
             if body != expected {
                 bail!("{who} decrypted {body:?}, the sender sent {expected:?}");
             }
