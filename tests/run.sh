@@ -4,7 +4,8 @@
 #   2. Rust unit and integration tests (real PostgreSQL, real HTTP);
 #   3. real clients against one freshly started server using its embedded PostgreSQL:
 #      the matrix-nio scripts (tests/clients/nio_*.py), then the matrix-js-sdk scripts
-#      (tests/clients/js/*.mjs, Node.js as package.json's engines field says);
+#      (tests/clients/js/*.mjs, Node.js as package.json's engines field says), then matrix-sdk
+#      with matrix-sdk-ui (tests/clients/rust-sdk, its own Cargo project and target dir);
 #   4. federation interop (tests/federation/run_interop.sh): two more Myelins and a Synapse
 #      from PyPI, each with a TLS federation listener and a test CA made for the run: the
 #      interop driver both ways and matrix-js-sdk Olm sessions across servers;
@@ -87,6 +88,11 @@ for script in tests/clients/js/*.mjs; do
     [ "$(basename "$script")" = harness.mjs ] && continue
     node "$script" "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
 done
+
+echo "== matrix-rust-sdk (SyncService, RoomListService, Timeline over sliding sync)"
+# Its own Cargo project and target dir (kept between runs): the SDK never slows the server's build.
+(cd tests/clients/rust-sdk && CARGO_TARGET_DIR=/var/tmp/myelin-sdk-target cargo build --locked --quiet)
+/var/tmp/myelin-sdk-target/debug/myelin-sdk-client "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
 
 echo "== federation: two Myelins and a Synapse on loopback"
 bash tests/federation/run_interop.sh "$CARGO_TARGET_DIR/debug/myelin" || { cat "$workdir/server.log"; exit 1; }
