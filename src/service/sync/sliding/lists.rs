@@ -159,7 +159,7 @@ pub async fn load_facts(
     let needs_state = lists.clone().any(|l| l.filters.needs_state());
     let needs_tags = lists.clone().any(|l| l.filters.needs_tags());
     if needs_state {
-        let stale: Vec<String> = {
+        let stale: Vec<&UserRoom> = {
             let mut cached = cache.0.lock().unwrap_or_else(|e| e.into_inner());
             rooms
                 .iter()
@@ -170,9 +170,9 @@ pub async fn load_facts(
                             .get(&r.room_id)
                             .is_none_or(|(at, _)| *at != r.activity)
                 })
-                .map(|r| r.room_id.clone())
                 .collect()
         };
+        let stale_ids: Vec<String> = stale.iter().map(|r| r.room_id.clone()).collect();
         let mut spaces: Vec<String> = lists
             .clone()
             .filter_map(|l| l.filters.spaces.clone())
@@ -187,7 +187,7 @@ pub async fn load_facts(
         spaces.dedup();
         let mut loaded: HashMap<String, RoomMeta> = HashMap::new();
         for (room_id, kind, state_key, content) in
-            sliding_store::get_filter_state(conn, &stale, &spaces).await?
+            sliding_store::get_filter_state(conn, &stale_ids, &spaces).await?
         {
             if kind == "m.space.child" {
                 // A child event with `via` names a child; an emptied one removed it.
@@ -221,14 +221,9 @@ pub async fn load_facts(
             }
         }
         let mut cached = cache.0.lock().unwrap_or_else(|e| e.into_inner());
-        let activity: HashMap<&str, i64> = rooms
-            .iter()
-            .map(|r| (r.room_id.as_str(), r.activity))
-            .collect();
-        for room_id in stale {
-            let meta = loaded.remove(&room_id);
-            let at = activity.get(room_id.as_str()).copied().unwrap_or_default();
-            cached.put(room_id, (at, meta));
+        for room in stale {
+            let meta = loaded.remove(&room.room_id);
+            cached.put(room.room_id.clone(), (room.activity, meta));
         }
         for room in rooms {
             if let Some((_, Some(meta))) = cached.get(&room.room_id) {
