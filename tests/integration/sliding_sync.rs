@@ -35,6 +35,20 @@ pub fn pos(response: &Value) -> String {
     response["pos"].as_str().expect("pos").to_owned()
 }
 
+/// The message bodies of a room result's timeline (none when it has no timeline).
+pub fn messages(room: &Value) -> Vec<String> {
+    room["timeline"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .filter(|e| e["type"] == "m.room.message")
+                .map(|e| e["content"]["body"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn bodies(room: &Value) -> Vec<String> {
     room["timeline"]
         .as_array()

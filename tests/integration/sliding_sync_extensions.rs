@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::{
     e2ee::{device_keys, one_time_keys, upload, Signer},
-    sliding_sync::{list, pos, sss},
+    sliding_sync::{list, messages, pos, sss},
     support::{client::enc, TestServer},
 };
 
@@ -16,19 +16,6 @@ fn encryption_body(since: Option<&str>) -> Value {
         to_device["since"] = json!(since);
     }
     json!({ "conn_id": "encryption", "extensions": { "to_device": to_device, "e2ee": { "enabled": true } } })
-}
-
-fn messages(room: &Value) -> Vec<String> {
-    room["timeline"]
-        .as_array()
-        .map(|events| {
-            events
-                .iter()
-                .filter(|e| e["type"] == "m.room.message")
-                .map(|e| e["content"]["body"].as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test]

@@ -7,22 +7,9 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use crate::{
-    sliding_sync::{list, pos, sss},
+    sliding_sync::{list, messages, pos, sss},
     support::{client::enc, TestServer},
 };
-
-fn messages(room: &Value) -> Vec<String> {
-    room["timeline"]
-        .as_array()
-        .map(|events| {
-            events
-                .iter()
-                .filter(|e| e["type"] == "m.room.message")
-                .map(|e| e["content"]["body"].as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 #[tokio::test]
 async fn bump_stamp_moves_on_messages_only() {
