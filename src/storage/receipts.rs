@@ -98,6 +98,23 @@ pub async fn set_receipt(
     Ok(stored > 0)
 }
 
+/// Rooms where `user_id`'s own receipts changed in `(after, up_to]`.
+pub async fn get_user_receipt_rooms_changed(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+    after: i64,
+    up_to: i64,
+) -> QueryResult<Vec<String>> {
+    receipts::table
+        .filter(receipts::stream_ordering.gt(after))
+        .filter(receipts::stream_ordering.le(up_to))
+        .filter(receipts::user_id.eq(user_id))
+        .select(receipts::room_id)
+        .distinct()
+        .load(&mut conn)
+        .await
+}
+
 /// Receipts in the given rooms that changed in `(after, up_to]`.
 pub async fn get_receipts_changed(
     mut conn: &AsyncPgConnection,

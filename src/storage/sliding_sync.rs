@@ -164,6 +164,48 @@ pub async fn acknowledge(
         .map(drop)
 }
 
+/// [`acknowledge`] in one statement and without a lock, for the common case: the connection
+/// is still at `base`, holds `version` as pending and was used since `used_since`. False
+/// when it is not (the caller then takes the locking path, which tells the cases apart).
+pub async fn try_acknowledge(
+    mut conn: &AsyncPgConnection,
+    conn_key: i64,
+    (base, version): (i64, i64),
+    (now, used_since): (i64, i64),
+) -> QueryResult<bool> {
+    // The data-modifying parts see one snapshot and run only when the update matched.
+    crate::storage::cached_sql(
+        "WITH moved AS ( \
+             UPDATE sliding_sync_connections \
+             SET base_version = $3, pending_versions = '{}', last_used_ts = $4 \
+             WHERE conn_key = $1 AND base_version = $2 AND $3 = ANY(pending_versions) \
+               AND last_used_ts >= $5 \
+             RETURNING conn_key), \
+         dropped AS ( \
+             DELETE FROM sliding_sync_rooms \
+             WHERE conn_key IN (SELECT conn_key FROM moved) AND version > $2 AND version <> $3), \
+         superseded AS ( \
+             DELETE FROM sliding_sync_rooms old USING sliding_sync_rooms new \
+             WHERE old.conn_key IN (SELECT conn_key FROM moved) AND new.conn_key = $1 \
+               AND new.version = $3 AND old.room_id = new.room_id AND old.version <= $2) \
+         SELECT count(*) AS moved FROM moved",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(conn_key)
+    .bind::<diesel::sql_types::BigInt, _>(base)
+    .bind::<diesel::sql_types::BigInt, _>(version)
+    .bind::<diesel::sql_types::BigInt, _>(now)
+    .bind::<diesel::sql_types::BigInt, _>(used_since)
+    .get_result::<Count>(&mut conn)
+    .await
+    .map(|c| c.moved > 0)
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    moved: i64,
+}
+
 /// The client went back to the base (a retry): the pending versions are dropped.
 pub async fn drop_pending(
     mut conn: &AsyncPgConnection,
@@ -204,39 +246,51 @@ pub async fn get_base_rooms(
         .await
 }
 
-/// Records a new pending version computed from `base` with its rows; false when the
-/// connection's base moved meanwhile (another request acknowledged something else).
+/// Records a new pending version computed from `base` with its rows, in one statement;
+/// returns the version, or `None` when the connection's base moved meanwhile (another request
+/// acknowledged something else). `rows`' own `version` is ignored.
 pub async fn write_pending(
     mut conn: &AsyncPgConnection,
     conn_key: i64,
     base: i64,
-    version: i64,
     rows: &[RoomRow],
-) -> QueryResult<bool> {
-    let updated = diesel::update(
-        connections::table
-            .find(conn_key)
-            .filter(connections::base_version.eq(base)),
-    )
-    .set(
-        connections::pending_versions.eq(diesel::dsl::sql::<
-            diesel::sql_types::Array<diesel::sql_types::BigInt>,
-        >("array_append(pending_versions, ")
-        .bind::<diesel::sql_types::BigInt, _>(version)
-        .sql(")")),
-    )
-    .execute(&mut conn)
-    .await?;
-    if updated == 0 {
-        return Ok(false);
+) -> QueryResult<Option<i64>> {
+    use diesel::sql_types::{Array, BigInt, Integer, Jsonb, Nullable, Text};
+    #[derive(QueryableByName)]
+    struct Version {
+        #[diesel(sql_type = BigInt)]
+        version: i64,
     }
-    for chunk in rows.chunks(1000) {
-        diesel::insert_into(rooms::table)
-            .values(chunk)
-            .execute(&mut conn)
-            .await?;
-    }
-    Ok(true)
+    // The insert runs only when the update matched, and returns the version it used.
+    let version = crate::storage::cached_sql(
+        "WITH pending AS ( \
+             UPDATE sliding_sync_connections \
+             SET pending_versions = array_append(pending_versions, \
+                                                 nextval('sliding_sync_versions')) \
+             WHERE conn_key = $1 AND base_version = $2 \
+             RETURNING pending_versions[cardinality(pending_versions)] AS version), \
+         inserted AS ( \
+             INSERT INTO sliding_sync_rooms \
+                 (conn_key, room_id, version, membership, events_from, timeline_limit, \
+                  required_state) \
+             SELECT $1, r.room_id, pending.version, r.membership, r.events_from, \
+                    r.timeline_limit, r.required_state \
+             FROM pending, unnest($3::text[], $4::text[], $5::int8[], $6::int4[], \
+                                  $7::jsonb[]) \
+                 AS r(room_id, membership, events_from, timeline_limit, required_state)) \
+         SELECT version FROM pending",
+    )
+    .bind::<BigInt, _>(conn_key)
+    .bind::<BigInt, _>(base)
+    .bind::<Array<Text>, _>(rows.iter().map(|r| &r.room_id).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(rows.iter().map(|r| &r.membership).collect::<Vec<_>>())
+    .bind::<Array<Nullable<BigInt>>, _>(rows.iter().map(|r| r.events_from).collect::<Vec<_>>())
+    .bind::<Array<Integer>, _>(rows.iter().map(|r| r.timeline_limit).collect::<Vec<_>>())
+    .bind::<Array<Jsonb>, _>(rows.iter().map(|r| &r.required_state).collect::<Vec<_>>())
+    .get_result::<Version>(&mut conn)
+    .await
+    .optional()?;
+    Ok(version.map(|v| v.version))
 }
 
 /// Deletes connections unused since `before` (ms).

@@ -503,8 +503,10 @@ async fn a_new_event_leaves_at_once_not_at_the_next_tick() {
         say(&alice, &room, &format!("m{n}")).await;
         wait_for_pdus(&fake, n + 1, Duration::from_secs(10)).await;
     }
+    // Tick-driven, the ten take about five seconds; woken, well under a second on a quiet
+    // machine (the margin is for a loaded CI machine).
     assert!(
-        start.elapsed() < Duration::from_secs(3),
+        start.elapsed() < Duration::from_secs(4),
         "{:?}",
         start.elapsed()
     );
@@ -599,7 +601,7 @@ async fn a_burst_to_another_myelin_is_not_paced() {
     let start = std::time::Instant::now();
     wait_until(
         "bob's server has all 80",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         || async {
             let page = bob
                 .get(&format!(
@@ -622,5 +624,10 @@ async fn a_burst_to_another_myelin_is_not_paced() {
         },
     )
     .await;
-    assert!(start.elapsed() < Duration::from_secs(10));
+    // Paced with a window of one, the 80 would take at least 80 probe intervals (16 s).
+    assert!(
+        start.elapsed() < Duration::from_secs(14),
+        "{:?}",
+        start.elapsed()
+    );
 }

@@ -74,14 +74,12 @@ impl RoomIndex {
         Ok(index.up_to)
     }
 
-    /// Where each of `rooms` last changed (zeros for a room with no served event yet).
-    pub async fn last_changes<'a>(
-        &self,
-        rooms: impl Iterator<Item = &'a str>,
-    ) -> HashMap<&'a str, LastChange> {
+    /// Where each of `rooms` last changed, in their order (zeros for a room with no served
+    /// event yet).
+    pub async fn last_changes<'a>(&self, rooms: impl Iterator<Item = &'a str>) -> Vec<LastChange> {
         let index = self.index.lock().await;
         rooms
-            .map(|room| (room, index.rooms.get(room).copied().unwrap_or_default()))
+            .map(|room| index.rooms.get(room).copied().unwrap_or_default())
             .collect()
     }
 

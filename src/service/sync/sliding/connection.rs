@@ -180,6 +180,23 @@ pub async fn open(
                     rooms,
                 });
             }
+            // The next commonest: the client shows the version it was last sent.
+            if row.pending_versions.contains(&pos.version) {
+                if let Some(rooms) = cache.get(row.conn_key, pos.version) {
+                    let unexpired = now - CONNECTION_EXPIRY_MS;
+                    let versions = (row.base_version, pos.version);
+                    if store::try_acknowledge(&pooled, row.conn_key, versions, (now, unexpired))
+                        .await?
+                    {
+                        cache.put(row.conn_key, pos.version, rooms.clone(), pos.version);
+                        return Ok(Connection {
+                            conn_key: Some(row.conn_key),
+                            base_version: pos.version,
+                            rooms,
+                        });
+                    }
+                }
+            }
         }
     }
     pooled
@@ -299,24 +316,12 @@ pub async fn save(
             required_state: serde_json::to_value(&status.config.required_state).unwrap_or_default(),
         })
         .collect();
-    let mut pooled = db.conn().await?;
-    let version = pooled
-        .transaction::<_, Error, _>(async |conn| {
-            let version = store::next_version(conn).await?;
-            let rows: Vec<store::RoomRow> = rows
-                .into_iter()
-                .map(|row| store::RoomRow { version, ..row })
-                .collect();
-            if store::write_pending(conn, conn_key, connection.base_version, version, &rows).await?
-            {
-                Ok(version)
-            } else {
-                // Another request on this connection moved its base meanwhile: this
-                // response's view is stale.
-                Err(unknown_pos("The connection moved on"))
-            }
-        })
-        .await?;
+    let pooled = db.conn().await?;
+    let version = store::write_pending(&pooled, conn_key, connection.base_version, &rows)
+        .await?
+        // Another request on this connection moved its base meanwhile: this response's view
+        // is stale.
+        .ok_or_else(|| unknown_pos("The connection moved on"))?;
     let mut rooms = RoomStatuses::clone(&connection.rooms);
     rooms.extend(changes);
     cache.put(conn_key, version, Arc::new(rooms), connection.base_version);

@@ -4,7 +4,7 @@
 use std::{
     collections::{HashMap, HashSet},
     num::NonZeroUsize,
-    sync::Mutex,
+    sync::{Arc, Mutex},
 };
 
 use diesel_async::AsyncPgConnection;
@@ -38,20 +38,21 @@ pub struct UserRoom {
     pub listed: bool,
 }
 
-/// The user's rooms, with what lists need to order them.
+/// The user's rooms, with what lists need to order them: `memberships` are `(room, membership,
+/// event ID, position)` and `changes` where each of those rooms last changed.
 pub fn user_rooms(
-    memberships: &[(String, String, String, i64)],
+    memberships: Vec<(String, String, String, i64)>,
     senders: &HashMap<String, String>,
-    changes: &HashMap<&str, LastChange>,
+    changes: &[LastChange],
     user: &str,
     ignored: &HashSet<String>,
     since: Option<&SyncToken>,
 ) -> Vec<UserRoom> {
     memberships
-        .iter()
-        .filter_map(|(room_id, membership, event_id, position)| {
-            let position = *position;
-            let sender = senders.get(event_id).map(String::as_str);
+        .into_iter()
+        .zip(changes)
+        .filter_map(|((room_id, membership, event_id, position), last)| {
+            let sender = senders.get(&event_id).map(String::as_str);
             let listed = match membership.as_str() {
                 "join" | "knock" | "ban" => true,
                 "invite" => !sender.is_some_and(|s| ignored.contains(s)),
@@ -61,7 +62,6 @@ pub fn user_rooms(
                 _ => false,
             };
             let (activity, bump_stamp) = if membership == "join" {
-                let last = changes.get(room_id.as_str()).copied().unwrap_or_default();
                 let bump = if last.bump > 0 { last.bump } else { position };
                 (last.event.max(position), bump)
             } else {
@@ -71,9 +71,9 @@ pub fn user_rooms(
                 return None;
             }
             Some(UserRoom {
-                room_id: room_id.clone(),
-                membership: membership.clone(),
-                event_id: event_id.clone(),
+                room_id,
+                membership,
+                event_id,
                 membership_position: position,
                 activity,
                 bump_stamp: bump_stamp.max(0),
@@ -89,7 +89,7 @@ pub struct FilterFacts {
     /// Rooms in the user's `m.direct`.
     pub direct: HashSet<String>,
     /// Room ID -> `(encrypted, type, name)`.
-    pub meta: HashMap<String, RoomMeta>,
+    pub meta: HashMap<String, Arc<RoomMeta>>,
     /// Space ID -> child room IDs.
     pub space_children: HashMap<String, HashSet<String>>,
     /// Room ID -> tags.
@@ -130,7 +130,7 @@ pub fn direct_rooms(content: Option<&Value>) -> HashSet<String> {
 /// when read: any event of a joined room (a state change among them) moves that position, so
 /// an entry whose position still matches is current, and a request reloads only the rooms
 /// that changed (and the rooms the user is not joined to, whose activity is their membership).
-pub struct MetaCache(Mutex<LruCache<String, (i64, Option<RoomMeta>)>>);
+pub struct MetaCache(Mutex<LruCache<String, (i64, Option<Arc<RoomMeta>>)>>);
 
 impl Default for MetaCache {
     fn default() -> Self {
@@ -186,9 +186,12 @@ pub async fn load_facts(
         spaces.sort();
         spaces.dedup();
         let mut loaded: HashMap<String, RoomMeta> = HashMap::new();
-        for (room_id, kind, state_key, content) in
+        let state = if stale_ids.is_empty() && spaces.is_empty() {
+            Vec::new()
+        } else {
             sliding_store::get_filter_state(conn, &stale_ids, &spaces).await?
-        {
+        };
+        for (room_id, kind, state_key, content) in state {
             if kind == "m.space.child" {
                 // A child event with `via` names a child; an emptied one removed it.
                 if content.get("via").and_then(Value::as_array).is_some() {
@@ -222,7 +225,7 @@ pub async fn load_facts(
         }
         let mut cached = cache.0.lock().unwrap_or_else(|e| e.into_inner());
         for room in stale {
-            let meta = loaded.remove(&room.room_id);
+            let meta = loaded.remove(&room.room_id).map(Arc::new);
             cached.put(room.room_id.clone(), (room.activity, meta));
         }
         for room in rooms {
@@ -378,6 +381,9 @@ pub async fn membership_senders(
         .filter(|m| m.1 != "join")
         .map(|m| m.2.clone())
         .collect();
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
     Ok(sliding_store::get_event_senders(conn, &ids)
         .await?
         .into_iter()

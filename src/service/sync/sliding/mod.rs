@@ -154,8 +154,14 @@ impl Sync {
             .index
             .last_changes(memberships.iter().map(|m| m.0.as_str()))
             .await;
+        // For the device lists: whether the user's memberships or anyone's in their rooms
+        // moved.
+        let memberships_moved = since.is_some_and(|since| {
+            memberships.iter().any(|m| m.3 > since.events)
+                || last_changes.iter().any(|c| c.membership > since.events)
+        });
         let user_rooms = lists::user_rooms(
-            &memberships,
+            memberships,
             &senders,
             &last_changes,
             user,
@@ -182,7 +188,14 @@ impl Sync {
         let mut windows: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (name, list) in &request.lists {
             let built = lists::build_list(&user_rooms, list, &facts);
-            let list_config = Arc::new(list.config.clone());
+            // The connection's own copy when it has one, so unchanged rooms compare by pointer.
+            let list_config = connection
+                .rooms
+                .values()
+                .map(|status| &status.config)
+                .find(|config| ***config == list.config)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(list.config.clone()));
             let mut ops = Vec::new();
             let window = windows.entry(name.as_str()).or_default();
             for (start, end, rooms_in) in &built.windows {
@@ -215,22 +228,15 @@ impl Sync {
         }
 
         // Rooms whose unread counts moved because the user's own receipts did.
-        let joined: Vec<String> = user_rooms
-            .iter()
-            .filter(|r| r.membership == "join")
-            .map(|r| r.room_id.clone())
-            .collect();
-        let changed_receipts = match since {
+        let own_receipts: HashSet<String> = match since {
             Some(since) if since.receipts < next.receipts => {
-                receipts::get_receipts_changed(conn, &joined, since.receipts, next.receipts).await?
+                receipts::get_user_receipt_rooms_changed(conn, user, since.receipts, next.receipts)
+                    .await?
+                    .into_iter()
+                    .collect()
             }
-            _ => Vec::new(),
+            _ => HashSet::new(),
         };
-        let own_receipts: HashSet<&str> = changed_receipts
-            .iter()
-            .filter(|r| r.user_id == user)
-            .map(|r| r.room_id.as_str())
-            .collect();
         // Rooms whose room account data changed: one out of every window gets it (all of
         // it) when it comes back.
         let changed_room_data: HashSet<String> = match since {
@@ -272,7 +278,8 @@ impl Sync {
                 }
             };
             // The common case, a room asked for as it was sent, skips the comparisons.
-            let previous = status.filter(|s| !initial && s.config != *config);
+            let previous = status
+                .filter(|s| !initial && !Arc::ptr_eq(&s.config, config) && s.config != *config);
             let expanded_timeline =
                 previous.is_some_and(|s| config.timeline_limit > s.config.timeline_limit);
             let state_grew =
@@ -281,7 +288,7 @@ impl Sync {
                 (Some(from), Some(previous)) => {
                     room.activity > from
                         || previous.events_from.is_some()
-                        || own_receipts.contains(room_id)
+                        || own_receipts.contains(*room_id)
                 }
                 _ => true,
             };
@@ -321,7 +328,7 @@ impl Sync {
                     continue;
                 };
                 if room.activity > since.events
-                    || own_receipts.contains(room_id.as_str())
+                    || own_receipts.contains(room_id)
                     || changed_room_data.contains(room_id)
                     || room.membership != status.membership
                 {
@@ -384,10 +391,7 @@ impl Sync {
                         .iter()
                         .map(|(id, fresh, b)| (id.as_str(), (*fresh, b.timeline_ids.as_slice())))
                         .collect(),
-                    memberships_moved: since.is_some_and(|since| {
-                        memberships.iter().any(|m| m.3 > since.events)
-                            || last_changes.values().any(|c| c.membership > since.events)
-                    }),
+                    memberships_moved,
                 },
                 (since, next),
                 &ignored,
