@@ -327,13 +327,15 @@ impl Users {
         new_password: String,
         logout_devices: bool,
         keep_device: Option<&str>,
-        uia: (&Uia, &Completed),
+        uia: Option<(&Uia, &Completed)>,
     ) -> Result<()> {
         let hash = passwords::hash_password(new_password).await?;
         let mut conn = self.db.conn().await?;
         let revoked = conn
             .transaction::<_, Error, _>(async |conn| {
-                uia.0.finish(conn, uia.1).await?;
+                if let Some((uia, completed)) = uia {
+                    uia.finish(conn, completed).await?;
+                }
                 users::set_password_hash(conn, user_id.as_str(), Some(&hash)).await?;
                 if logout_devices {
                     let keep = keep_device.map(|d| vec![d.to_owned()]).unwrap_or_default();
@@ -476,17 +478,20 @@ impl Users {
         }
     }
 
-    /// Deletes devices and revokes their tokens at once.
+    /// Deletes devices and revokes their tokens at once (`uia`: the session that allowed it,
+    /// `None` when an admin does it).
     pub async fn delete_devices(
         &self,
         user_id: &UserId,
         device_ids: &[String],
-        uia: (&Uia, &Completed),
+        uia: Option<(&Uia, &Completed)>,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
         let revoked = conn
             .transaction::<_, Error, _>(async |conn| {
-                uia.0.finish(conn, uia.1).await?;
+                if let Some((uia, completed)) = uia {
+                    uia.finish(conn, completed).await?;
+                }
                 let revoked = devices::delete_devices(conn, user_id.as_str(), device_ids).await?;
                 local_devices_changed(conn, &self.federation, user_id, device_ids).await?;
                 Ok(revoked)
