@@ -3,6 +3,10 @@
 
 ALTER TABLE users ADD COLUMN erased BOOLEAN NOT NULL DEFAULT FALSE;
 
+-- The device behind an admin's "login as user" token: it works like any other but is not
+-- listed, so the user does not see it among their sessions.
+ALTER TABLE devices ADD COLUMN hidden BOOLEAN NOT NULL DEFAULT FALSE;
+
 CREATE TABLE user_ratelimit_overrides (
     user_id             TEXT PRIMARY KEY REFERENCES users (user_id) ON DELETE CASCADE,
     messages_per_second BIGINT NOT NULL,

@@ -224,6 +224,32 @@ impl Users {
         })
     }
 
+    /// An access token for `user_id` on a new hidden device (an admin acting as the user):
+    /// not listed among the user's devices, gone with them on logout-all or deactivation;
+    /// `valid_until_ms` ends it early.
+    pub async fn open_hidden_session(
+        &self,
+        user_id: &UserId,
+        valid_until_ms: Option<i64>,
+    ) -> Result<String> {
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let device_id = generate_device_id();
+            devices::insert_hidden_device(conn, user_id.as_str(), device_id.as_str(), now_ms())
+                .await?;
+            let tokens = self
+                .sessions
+                .issue_tokens(conn, user_id.as_str(), device_id.as_str(), false)
+                .await?;
+            if let Some(until) = valid_until_ms {
+                let hash = super::sessions::hash_token(&tokens.access_token);
+                devices::set_access_token_expiry(conn, &hash, until).await?;
+            }
+            Ok(tokens.access_token)
+        })
+        .await
+    }
+
     /// Logs a user in on a (new or existing) device.
     pub async fn login(&self, user_id: &UserId, device: DeviceRequest) -> Result<LoginSession> {
         let mut conn = self.db.conn().await?;

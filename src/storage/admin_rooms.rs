@@ -264,6 +264,30 @@ pub async fn get_room(
         .optional()
 }
 
+/// The `mxc://` URIs the room's events point at (`url` and `info.thumbnail_url` of their
+/// content), newest first.
+pub async fn get_media_uris(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<Vec<String>> {
+    #[derive(QueryableByName)]
+    struct Uri {
+        #[diesel(sql_type = Text)]
+        uri: String,
+    }
+    let rows: Vec<Uri> = super::cached_sql(
+        "SELECT v.uri FROM events e, \
+           LATERAL (VALUES (e.pdu #>> '{content,url}'), \
+                           (e.pdu #>> '{content,info,thumbnail_url}')) AS v (uri) \
+         WHERE e.room_id = $1 AND NOT e.outlier AND v.uri LIKE 'mxc://%' \
+         ORDER BY e.stream_ordering DESC",
+    )
+    .bind::<Text, _>(room_id)
+    .load(&mut conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.uri).collect())
+}
+
 /// How many devices the room's joined local members have.
 pub async fn count_joined_local_devices(
     mut conn: &AsyncPgConnection,

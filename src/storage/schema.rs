@@ -154,6 +154,7 @@ diesel::table! {
         last_seen_ts -> Nullable<Int8>,
         last_seen_ip -> Nullable<Text>,
         created_ts -> Int8,
+        hidden -> Bool,
     }
 }
 

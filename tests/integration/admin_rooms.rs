@@ -354,6 +354,38 @@ async fn quarantined_media_is_refused_everywhere_until_released_and_deleted_medi
     };
     assert_eq!(fetch().await.status.as_u16(), 200);
 
+    // The room's media, as the room Media tab lists it.
+    let room = alice.create_room(json!({})).await;
+    let uri = uploaded["content_uri"].as_str().unwrap();
+    alice
+        .put(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/send/m.room.message/m1",
+                enc(&room)
+            ),
+            json!({ "msgtype": "m.file", "body": "notes.txt", "url": uri }),
+        )
+        .await
+        .ok();
+    alice
+        .put(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/send/m.room.message/m2",
+                enc(&room)
+            ),
+            json!({ "msgtype": "m.image", "body": "x", "url": "mxc://elsewhere.example/abc" }),
+        )
+        .await
+        .ok();
+    let in_room = admin
+        .get(&format!("/_synapse/admin/v1/room/{}/media", enc(&room)))
+        .await
+        .ok();
+    assert_eq!(
+        in_room,
+        json!({ "local": [uri], "remote": ["mxc://elsewhere.example/abc"] })
+    );
+
     admin
         .post(
             &format!("/_synapse/admin/v1/media/quarantine/{path}"),

@@ -56,6 +56,11 @@ async fn only_admins_may_call_the_admin_api_but_anyone_may_read_the_version() {
         ),
         ("GET", format!("/_synapse/admin/v1/users/{bob_id}/media")),
         ("GET", format!("/_synapse/admin/v1/whois/{bob_id}")),
+        ("POST", format!("/_synapse/admin/v1/users/{bob_id}/login")),
+        (
+            "GET",
+            format!("/_synapse/admin/v1/room/{}/media", enc(&room)),
+        ),
         ("GET", "/_synapse/admin/v1/rooms".to_owned()),
         ("GET", format!("/_synapse/admin/v1/rooms/{}", enc(&room))),
         (
@@ -518,4 +523,70 @@ async fn rate_limit_overrides_are_stored_reported_and_removed() {
         .assert_error(400, "M_INVALID_PARAM");
     assert_eq!(admin.delete(&path, json!({})).await.ok(), json!({}));
     assert_eq!(admin.get(&path).await.ok(), json!({}));
+}
+
+#[tokio::test]
+async fn admins_log_in_as_a_user_on_a_device_the_user_does_not_see() {
+    let server = TestServer::start().await;
+    let admin = server.create_admin("root", "rootpassword").await;
+    let alice = server.register("alice").await;
+    let login = format!("/_synapse/admin/v1/users/{}/login", enc(&alice.user_id));
+
+    let token = admin.post(&login, json!({})).await.ok()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut puppet = server.client();
+    puppet.token = Some(token);
+    let whoami = puppet.get("/_matrix/client/v3/account/whoami").await.ok();
+    assert_eq!(whoami["user_id"], alice.user_id.as_str());
+    // Neither the user nor the admin's device list shows the session.
+    let own = alice.get("/_matrix/client/v3/devices").await.ok();
+    assert_eq!(own["devices"].as_array().unwrap().len(), 1);
+    let listed = admin
+        .get(&format!(
+            "/_synapse/admin/v2/users/{}/devices",
+            enc(&alice.user_id)
+        ))
+        .await
+        .ok();
+    assert_eq!(listed["total"], 1);
+    // It ends with the user's other sessions.
+    alice
+        .post("/_matrix/client/v3/logout/all", json!({}))
+        .await
+        .ok();
+    puppet
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_UNKNOWN_TOKEN");
+
+    // A token already expired does not work.
+    let expired = admin
+        .post(&login, json!({ "valid_until_ms": 1 }))
+        .await
+        .ok();
+    puppet.token = expired["access_token"].as_str().map(str::to_owned);
+    puppet
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_UNKNOWN_TOKEN");
+
+    admin
+        .post(
+            &format!("/_synapse/admin/v1/users/{}/login", enc(&admin.user_id)),
+            json!({}),
+        )
+        .await
+        .assert_error(400, "M_INVALID_PARAM");
+    admin
+        .post(
+            &format!(
+                "/_synapse/admin/v1/users/{}/login",
+                enc(&server.user_id("ghost"))
+            ),
+            json!({}),
+        )
+        .await
+        .assert_error(404, "M_NOT_FOUND");
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use actix_web::{http::Method, web, web::Data, HttpResponse};
 use serde_json::{json, Value};
 
-use super::{ensure_admin, path_arg, RouteTable};
+use super::{ensure_admin, parse_room, path_arg, RouteTable};
 use crate::{
     api::ruma::Authenticated,
     error::{Error, Result},
@@ -15,6 +15,11 @@ use crate::{
 
 /// Registers the media routes.
 pub fn routes(t: &mut RouteTable) {
+    t.raw(
+        Method::GET,
+        "/_synapse/admin/v1/room/{room_id}/media",
+        room_media_route,
+    );
     let v1 = "/_synapse/admin/v1/media";
     t.raw(
         Method::DELETE,
@@ -61,6 +66,17 @@ pub fn media_entry(row: &MediaRow) -> Value {
         "quarantined_by": row.quarantined_by,
         "safe_from_quarantine": false,
     })
+}
+
+/// `GET /_synapse/admin/v1/room/{roomId}/media`: the media the room's events point at.
+pub async fn room_media_route(
+    services: Data<Services>,
+    caller: Authenticated,
+    room_id: web::Path<String>,
+) -> Result<HttpResponse> {
+    ensure_admin(&caller.0)?;
+    let media = services.admin.room_media(&parse_room(&room_id)?).await?;
+    Ok(HttpResponse::Ok().json(media))
 }
 
 /// `DELETE /_synapse/admin/v1/media/{serverName}/{mediaId}`: local media only.

@@ -59,6 +59,7 @@ pub fn routes(t: &mut RouteTable) {
         memberships_route,
     );
     t.raw(Method::GET, &format!("{user_v1}/media"), user_media_route);
+    t.raw(Method::POST, &format!("{user_v1}/login"), login_as_route);
     let devices = format!("{user}/devices");
     t.raw(Method::GET, &devices, list_devices_route);
     t.raw(
@@ -249,6 +250,24 @@ pub async fn whois_route(
     ensure_admin(&caller.0)?;
     let user_id = parse_user(&user_id)?;
     Ok(HttpResponse::Ok().json(services.admin.whois(&services.users, &user_id).await?))
+}
+
+/// `POST /_synapse/admin/v1/users/{userId}/login`, body `{"valid_until_ms"}` (optional):
+/// an access token for the user that their device list does not show.
+pub async fn login_as_route(
+    services: Data<Services>,
+    caller: Authenticated,
+    user_id: web::Path<String>,
+    body: JsonBody<Map<String, Value>>,
+) -> Result<HttpResponse> {
+    ensure_admin(&caller.0)?;
+    let user_id = parse_user(&user_id)?;
+    let valid_until_ms = field(&body.0, "valid_until_ms", "an integer")?;
+    let access_token = services
+        .admin
+        .login_as(&services.users, &caller.0.user_id, &user_id, valid_until_ms)
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({ "access_token": access_token })))
 }
 
 /// `GET /_synapse/admin/v1/users/{userId}/admin`

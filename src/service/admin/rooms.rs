@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use diesel_async::AsyncConnection;
-use ruma::{RoomId, UserId};
+use ruma::{OwnedMxcUri, RoomId, UserId};
 use serde_json::{json, Value};
 
 use super::{page_bounds, Admin};
@@ -121,6 +121,28 @@ impl Admin {
         }
         let members = rooms_store::get_room_members(&conn, room_id.as_str(), "join").await?;
         Ok(json!({ "total": members.len(), "members": members }))
+    }
+
+    /// The media the room's events point at, `{local, remote}` (as `mxc://` URIs).
+    pub async fn room_media(&self, room_id: &RoomId) -> Result<Value> {
+        let conn = self.db.conn().await?;
+        if rooms_store::get_room(&conn, room_id.as_str())
+            .await?
+            .is_none()
+        {
+            return Err(Error::not_found("Room not found"));
+        }
+        let (mut local, mut remote) = (Vec::new(), Vec::new());
+        for uri in store::get_media_uris(&conn, room_id.as_str()).await? {
+            let uri = OwnedMxcUri::from(uri);
+            match uri.server_name() {
+                Ok(server) if server == self.config.server_name => local.push(uri),
+                Ok(_) => remote.push(uri),
+                // Not a valid mxc URI: nothing any server could serve.
+                Err(_) => {}
+            }
+        }
+        Ok(json!({ "local": local, "remote": remote }))
     }
 
     /// Whether a room is blocked, `{block, user_id?}`.
