@@ -489,6 +489,13 @@ impl Users {
             .ok_or_else(|| Error::not_found("Unknown device"))
     }
 
+    /// Creates a device with no session (an admin's `POST .../devices`); an existing one is
+    /// left as it is.
+    pub async fn create_device(&self, user_id: &UserId, device_id: &str) -> Result<()> {
+        let conn = self.db.conn().await?;
+        Ok(devices::upsert_device(&conn, user_id.as_str(), device_id, None, now_ms()).await?)
+    }
+
     /// Renames a device; `M_NOT_FOUND` when it does not exist.
     pub async fn rename_device(
         &self,

@@ -281,6 +281,10 @@ async fn deleting_a_room_with_block_makes_local_members_leave_and_keeps_everyone
     let other_block = format!("/_synapse/admin/v1/rooms/{}/block", enc(&other));
     admin.put(&other_block, json!({ "block": true })).await.ok();
     bob.join(&other).await.assert_error(403, "M_FORBIDDEN");
+    alice
+        .room_action(&other, "invite", json!({ "user_id": carol.user_id }))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
     admin
         .put(&other_block, json!({ "block": false }))
         .await

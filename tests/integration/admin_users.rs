@@ -484,6 +484,32 @@ async fn admins_list_rename_and_delete_a_users_devices() {
     assert_eq!(left["devices"][0]["device_id"], alice.device_id.as_str());
     alice.get("/_matrix/client/v3/account/whoami").await.ok();
 
+    // Devices made by an admin come without a session.
+    admin
+        .post(
+            &format!("{base}/devices"),
+            json!({ "device_id": "MADEBYADMIN" }),
+        )
+        .await
+        .ok();
+    assert_eq!(admin.get(&format!("{base}/devices")).await.ok()["total"], 2);
+    admin.get(&format!("{base}/devices/MADEBYADMIN")).await.ok();
+
+    // The create-user form's check.
+    let available = "/_synapse/admin/v1/username_available?username=";
+    admin
+        .get(&format!("{available}alice"))
+        .await
+        .assert_error(400, "M_USER_IN_USE");
+    admin
+        .get(&format!("{available}Bad%20Name"))
+        .await
+        .assert_error(400, "M_INVALID_USERNAME");
+    assert_eq!(
+        admin.get(&format!("{available}newcomer")).await.ok(),
+        json!({ "available": true })
+    );
+
     let whois = admin
         .get(&format!("/_synapse/admin/v1/whois/{}", enc(&alice.user_id)))
         .await

@@ -62,6 +62,12 @@ pub fn routes(t: &mut RouteTable) {
     t.raw(Method::POST, &format!("{user_v1}/login"), login_as_route);
     let devices = format!("{user}/devices");
     t.raw(Method::GET, &devices, list_devices_route);
+    t.raw(Method::POST, &devices, create_device_route);
+    t.raw(
+        Method::GET,
+        "/_synapse/admin/v1/username_available",
+        username_available_route,
+    );
     t.raw(
         Method::POST,
         &format!("{user}/delete_devices"),
@@ -459,6 +465,42 @@ pub async fn delete_device_route(
         .delete_devices(&user_id, &[path_arg(&path.1)?], None)
         .await?;
     Ok(HttpResponse::Ok().json(json!({})))
+}
+
+/// `POST /_synapse/admin/v2/users/{userId}/devices`, body `{"device_id"}`: creates the device
+/// (no session comes with it); an existing one is left as it is.
+pub async fn create_device_route(
+    services: Data<Services>,
+    caller: Authenticated,
+    user_id: web::Path<String>,
+    body: JsonBody<Map<String, Value>>,
+) -> Result<HttpResponse> {
+    ensure_admin(&caller.0)?;
+    let user_id = parse_user(&user_id)?;
+    services.admin.ensure_exists(&user_id).await?;
+    let device_id: String = field(&body.0, "device_id", "a string")?
+        .filter(|id: &String| !id.is_empty())
+        .ok_or_else(|| Error::missing_param("Missing param device_id"))?;
+    services.users.create_device(&user_id, &device_id).await?;
+    Ok(HttpResponse::Ok().json(json!({})))
+}
+
+/// `GET /_synapse/admin/v1/username_available?username=`: `{"available": true}`, or 400
+/// `M_USER_IN_USE` / `M_INVALID_USERNAME` (the create-user form checks as the admin types).
+pub async fn username_available_route(
+    services: Data<Services>,
+    caller: Authenticated,
+    query: Query,
+) -> Result<HttpResponse> {
+    ensure_admin(&caller.0)?;
+    let username = query
+        .get("username")
+        .ok_or_else(|| Error::missing_param("Missing param username"))?;
+    services
+        .users
+        .check_available(&username.to_lowercase())
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({ "available": true })))
 }
 
 /// `POST /_synapse/admin/v2/users/{userId}/delete_devices`, body `{"devices": [...]}`.
