@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use crate::{
     media::upload,
+    sliding_sync::{list, pos, sss},
     support::{client::enc, wait_until, TestServer},
 };
 
@@ -290,6 +291,14 @@ async fn deleting_a_room_with_block_makes_local_members_leave_and_keeps_everyone
         .await
         .ok();
     bob.join(&other).await.ok();
+    // Bob's syncs from before the purge go on afterwards.
+    let body = list(9, 3, json!([["m.room.member", "$ME"]]));
+    let sliding = sss(&bob, None, 0, body.clone()).await.ok();
+    assert_eq!(sliding["lists"]["all"]["count"], 1);
+    let since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     // v1 answers when done, with the same result; `purge` (the default) then deletes the
     // room, and the server goes on sending and syncing in the rooms that remain.
@@ -323,6 +332,12 @@ async fn deleting_a_room_with_block_makes_local_members_leave_and_keeps_everyone
     let sync = alice.sync(None, 0, None).await;
     assert!(sync["rooms"]["join"].get(&other).is_none());
     assert!(sync["rooms"]["join"].get(&third).is_some());
+    let incremental = bob.sync(Some(&since), 0, None).await;
+    assert!(incremental["next_batch"].is_string(), "{incremental}");
+    let after = sss(&bob, Some(&pos(&sliding)), 0, body.clone()).await.ok();
+    assert_eq!(after["lists"]["all"]["count"], 0, "{after}");
+    let fresh = sss(&bob, None, 0, body).await.ok();
+    assert_eq!(fresh["lists"]["all"]["count"], 0, "{fresh}");
     admin
         .get("/_synapse/admin/v2/rooms/delete_status/unknown")
         .await
