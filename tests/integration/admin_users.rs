@@ -304,6 +304,31 @@ async fn admins_create_modify_deactivate_with_erase_and_reactivate_users() {
         .ok();
     assert_eq!(memberships["memberships"][&room], "join");
 
+    // Saving the whole record unchanged sends nothing into Dave's rooms; a new name does.
+    let member_events = format!(
+        "SELECT count(*) AS n FROM events WHERE room_id = '{room}' \
+         AND event_type = 'm.room.member' AND state_key = '{}'",
+        server.user_id("dave")
+    );
+    let before = server.count(&member_events).await;
+    let mut record = admin.get(&dave).await.ok();
+    record["avatar_src"] = json!(null);
+    admin.put(&dave, record).await.ok();
+    assert_eq!(server.count(&member_events).await, before);
+    admin
+        .put(&dave, json!({ "displayname": "Dave again" }))
+        .await
+        .ok();
+    assert_eq!(server.count(&member_events).await, before + 1);
+    let member = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.member/{dave_id}",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(member["displayname"], "Dave again");
+
     // Deactivated with erase: no login, no session, out of the room, profile gone.
     let deactivated = admin
         .post(

@@ -133,7 +133,6 @@ impl Admin {
             crate::storage::users::get_user(&conn, user_id.as_str()).await?
         };
         let created = existing.is_none();
-        let mut profile_changed = false;
         match existing {
             None => {
                 users.user_id_for(user_id.localpart())?;
@@ -180,17 +179,34 @@ impl Admin {
                 }
             }
         }
-        for (field, value) in [
-            ("displayname", &update.displayname),
-            ("avatar_url", &update.avatar_url),
+        // The UIs send the whole record on every save: only a field that really changes is
+        // written, so an unchanged save sends no member events into the user's rooms.
+        let current = {
+            let conn = self.db.conn().await?;
+            store::get_user(&conn, user_id.as_str()).await?
+        };
+        let mut profile_changed = false;
+        for (field, wanted, now) in [
+            (
+                "displayname",
+                &update.displayname,
+                current.as_ref().and_then(|u| u.displayname.clone()),
+            ),
+            (
+                "avatar_url",
+                &update.avatar_url,
+                current.as_ref().and_then(|u| u.avatar_url.clone()),
+            ),
         ] {
-            if let Some(value) = value {
-                let value = (!value.is_empty()).then(|| Value::from(value.as_str()));
-                users
-                    .set_profile_field(user_id, field, value.as_ref())
-                    .await?;
-                profile_changed = true;
+            let Some(wanted) = wanted else { continue };
+            let value = (!wanted.is_empty()).then(|| wanted.clone());
+            if value == now {
+                continue;
             }
+            users
+                .set_profile_field(user_id, field, value.map(Value::from).as_ref())
+                .await?;
+            profile_changed = true;
         }
         if profile_changed && !created {
             rooms.propagate_profile(user_id).await?;
