@@ -1,6 +1,7 @@
 //! Domain logic. Handlers call services; services call storage.
 
 pub mod account_data;
+pub mod admin;
 pub mod dehydrated_devices;
 pub mod delayed_events;
 pub mod e2ee;
@@ -47,6 +48,8 @@ pub struct Services {
     pub rate_limit: Arc<rate_limit::RateLimiter>,
     /// Account data and filters.
     pub account_data: account_data::AccountData,
+    /// The Synapse-compatible admin API.
+    pub admin: admin::Admin,
     /// Registration tokens (admin-managed).
     pub registration_tokens: registration_tokens::RegistrationTokens,
     /// Reports of events, rooms and users.
@@ -143,6 +146,7 @@ impl Services {
             uia: uia::Uia::new(db.clone(), config.clone(), rate_limit.clone()),
             rate_limit,
             account_data: account_data::AccountData::new(db.clone()),
+            admin: admin::Admin::new(db.clone(), config.clone()),
             registration_tokens: registration_tokens::RegistrationTokens::new(db.clone()),
             reports: reports::Reports::new(db.clone(), config.server_name.clone()),
             push_rules: push_rules::PushRules::new(db.clone()),

@@ -224,6 +224,32 @@ impl Users {
         })
     }
 
+    /// An access token for `user_id` on a new hidden device (an admin acting as the user):
+    /// not listed among the user's devices, gone with them on logout-all or deactivation;
+    /// `valid_until_ms` ends it early.
+    pub async fn open_hidden_session(
+        &self,
+        user_id: &UserId,
+        valid_until_ms: Option<i64>,
+    ) -> Result<String> {
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let device_id = generate_device_id();
+            devices::insert_hidden_device(conn, user_id.as_str(), device_id.as_str(), now_ms())
+                .await?;
+            let tokens = self
+                .sessions
+                .issue_tokens(conn, user_id.as_str(), device_id.as_str(), false)
+                .await?;
+            if let Some(until) = valid_until_ms {
+                let hash = super::sessions::hash_token(&tokens.access_token);
+                devices::set_access_token_expiry(conn, &hash, until).await?;
+            }
+            Ok(tokens.access_token)
+        })
+        .await
+    }
+
     /// Logs a user in on a (new or existing) device.
     pub async fn login(&self, user_id: &UserId, device: DeviceRequest) -> Result<LoginSession> {
         let mut conn = self.db.conn().await?;
@@ -327,13 +353,15 @@ impl Users {
         new_password: String,
         logout_devices: bool,
         keep_device: Option<&str>,
-        uia: (&Uia, &Completed),
+        uia: Option<(&Uia, &Completed)>,
     ) -> Result<()> {
         let hash = passwords::hash_password(new_password).await?;
         let mut conn = self.db.conn().await?;
         let revoked = conn
             .transaction::<_, Error, _>(async |conn| {
-                uia.0.finish(conn, uia.1).await?;
+                if let Some((uia, completed)) = uia {
+                    uia.finish(conn, completed).await?;
+                }
                 users::set_password_hash(conn, user_id.as_str(), Some(&hash)).await?;
                 if logout_devices {
                     let keep = keep_device.map(|d| vec![d.to_owned()]).unwrap_or_default();
@@ -461,6 +489,13 @@ impl Users {
             .ok_or_else(|| Error::not_found("Unknown device"))
     }
 
+    /// Creates a device with no session (an admin's `POST .../devices`); an existing one is
+    /// left as it is.
+    pub async fn create_device(&self, user_id: &UserId, device_id: &str) -> Result<()> {
+        let conn = self.db.conn().await?;
+        Ok(devices::upsert_device(&conn, user_id.as_str(), device_id, None, now_ms()).await?)
+    }
+
     /// Renames a device; `M_NOT_FOUND` when it does not exist.
     pub async fn rename_device(
         &self,
@@ -476,17 +511,20 @@ impl Users {
         }
     }
 
-    /// Deletes devices and revokes their tokens at once.
+    /// Deletes devices and revokes their tokens at once (`uia`: the session that allowed it,
+    /// `None` when an admin does it).
     pub async fn delete_devices(
         &self,
         user_id: &UserId,
         device_ids: &[String],
-        uia: (&Uia, &Completed),
+        uia: Option<(&Uia, &Completed)>,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
         let revoked = conn
             .transaction::<_, Error, _>(async |conn| {
-                uia.0.finish(conn, uia.1).await?;
+                if let Some((uia, completed)) = uia {
+                    uia.finish(conn, completed).await?;
+                }
                 let revoked = devices::delete_devices(conn, user_id.as_str(), device_ids).await?;
                 local_devices_changed(conn, &self.federation, user_id, device_ids).await?;
                 Ok(revoked)

@@ -63,13 +63,47 @@ pub async fn upsert_device(
     .map(drop)
 }
 
-/// All devices of a user, oldest first.
+/// Creates a device that device lists leave out (an admin's session as the user).
+pub async fn insert_hidden_device(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+    device_id: &str,
+    now: i64,
+) -> QueryResult<()> {
+    diesel::insert_into(devices::table)
+        .values((
+            devices::user_id.eq(user_id),
+            devices::device_id.eq(device_id),
+            devices::created_ts.eq(now),
+            devices::last_seen_ts.eq(now),
+            devices::hidden.eq(true),
+        ))
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
+/// Sets when an access token stops working.
+pub async fn set_access_token_expiry(
+    mut conn: &AsyncPgConnection,
+    token_hash: &[u8],
+    expires_ts: i64,
+) -> QueryResult<()> {
+    diesel::update(access_tokens::table.find(token_hash))
+        .set(access_tokens::expires_ts.eq(expires_ts))
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
+/// All devices of a user but hidden ones, oldest first.
 pub async fn get_devices(
     mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<Vec<DeviceRow>> {
     devices::table
         .filter(devices::user_id.eq(user_id))
+        .filter(devices::hidden.eq(false))
         .order(devices::created_ts)
         .select(DeviceRow::as_select())
         .load(&mut conn)

@@ -25,6 +25,8 @@ pub struct MediaRow {
     pub created_ts: i64,
     /// When a pending ID expires.
     pub expires_ts: Option<i64>,
+    /// The admin who quarantined it (then it is served to nobody).
+    pub quarantined_by: Option<String>,
 }
 
 /// A stored thumbnail.
@@ -104,6 +106,116 @@ pub async fn count_pending(
         .count()
         .get_result(&mut conn)
         .await
+}
+
+/// Column a media list is ordered by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaOrder {
+    /// Upload time.
+    CreatedTs,
+    /// Media ID.
+    MediaId,
+    /// File name.
+    UploadName,
+    /// Size.
+    MediaLength,
+    /// Content type.
+    MediaType,
+    /// The quarantining admin.
+    QuarantinedBy,
+}
+
+/// A page of the media a user uploaded (pending IDs left out) and how many there are.
+pub async fn list_user_media(
+    mut conn: &AsyncPgConnection,
+    uploader: &str,
+    (order, descending): (MediaOrder, bool),
+    from: i64,
+    limit: i64,
+) -> QueryResult<(Vec<MediaRow>, i64)> {
+    let mine = || {
+        media::table
+            .filter(media::uploader.eq(uploader))
+            .filter(media::sha256.is_not_null())
+    };
+    let mut page = mine().select(MediaRow::as_select()).into_boxed();
+    page = match (order, descending) {
+        (MediaOrder::CreatedTs, false) => page.order(media::created_ts.asc()),
+        (MediaOrder::CreatedTs, true) => page.order(media::created_ts.desc()),
+        (MediaOrder::MediaId, false) => page.order(media::media_id.asc()),
+        (MediaOrder::MediaId, true) => page.order(media::media_id.desc()),
+        (MediaOrder::UploadName, false) => page.order(media::filename.asc()),
+        (MediaOrder::UploadName, true) => page.order(media::filename.desc()),
+        (MediaOrder::MediaLength, false) => page.order(media::size.asc()),
+        (MediaOrder::MediaLength, true) => page.order(media::size.desc()),
+        (MediaOrder::MediaType, false) => page.order(media::content_type.asc()),
+        (MediaOrder::MediaType, true) => page.order(media::content_type.desc()),
+        (MediaOrder::QuarantinedBy, false) => page.order(media::quarantined_by.asc()),
+        (MediaOrder::QuarantinedBy, true) => page.order(media::quarantined_by.desc()),
+    };
+    let rows = page
+        .then_order_by(media::media_id.asc())
+        .offset(from)
+        .limit(limit)
+        .load(&mut conn)
+        .await?;
+    let total = mine().count().get_result(&mut conn).await?;
+    Ok((rows, total))
+}
+
+/// Quarantines a media item (or lifts it with `None`); false when there is no such item.
+pub async fn set_quarantined(
+    mut conn: &AsyncPgConnection,
+    media_id: &str,
+    quarantined_by: Option<&str>,
+) -> QueryResult<bool> {
+    Ok(diesel::update(media::table.find(media_id))
+        .set(media::quarantined_by.eq(quarantined_by))
+        .execute(&mut conn)
+        .await?
+        > 0)
+}
+
+/// Deletes a media item and its thumbnails; returns the content hashes they used, or `None`
+/// when there was no such item.
+pub async fn delete_media(
+    mut conn: &AsyncPgConnection,
+    media_id: &str,
+) -> QueryResult<Option<Vec<String>>> {
+    let mut hashes: Vec<String> =
+        diesel::delete(media_thumbnails::table.filter(media_thumbnails::media_id.eq(media_id)))
+            .returning(media_thumbnails::sha256)
+            .get_results(&mut conn)
+            .await?;
+    let Some(sha256) = diesel::delete(media::table.find(media_id))
+        .returning(media::sha256)
+        .get_result::<Option<String>>(&mut conn)
+        .await
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    hashes.extend(sha256);
+    Ok(Some(hashes))
+}
+
+/// Whether any media item or thumbnail, local or cached remote, still uses these bytes
+/// (content is stored once per hash).
+pub async fn is_content_used(mut conn: &AsyncPgConnection, sha256: &str) -> QueryResult<bool> {
+    diesel::select(
+        diesel::dsl::exists(media::table.filter(media::sha256.eq(sha256)))
+            .or(diesel::dsl::exists(
+                media_thumbnails::table.filter(media_thumbnails::sha256.eq(sha256)),
+            ))
+            .or(diesel::dsl::exists(
+                remote_media::table.filter(remote_media::sha256.eq(sha256)),
+            ))
+            .or(diesel::dsl::exists(
+                remote_media_thumbnails::table.filter(remote_media_thumbnails::sha256.eq(sha256)),
+            )),
+    )
+    .get_result(&mut conn)
+    .await
 }
 
 /// A stored thumbnail.

@@ -6,6 +6,8 @@
 //! Lookups return `Option`; the service decides what a missing row means.
 
 pub mod account_data;
+pub mod admin_rooms;
+pub mod admin_users;
 pub mod backup;
 pub mod dag;
 pub mod dehydrated_devices;
@@ -288,6 +290,15 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// A `LIKE`/`ILIKE` pattern matching strings that contain `term` literally.
+pub fn like_contains(term: &str) -> String {
+    let escaped = term
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    format!("%{escaped}%")
 }
 
 /// True when a diesel error is a unique-constraint violation (a lost race on an insert).

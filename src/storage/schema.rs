@@ -100,6 +100,7 @@ diesel::table! {
         sha256 -> Nullable<Text>,
         created_ts -> Int8,
         expires_ts -> Nullable<Int8>,
+        quarantined_by -> Nullable<Text>,
     }
 }
 
@@ -153,6 +154,7 @@ diesel::table! {
         last_seen_ts -> Nullable<Int8>,
         last_seen_ip -> Nullable<Text>,
         created_ts -> Int8,
+        hidden -> Bool,
     }
 }
 
@@ -235,6 +237,34 @@ diesel::table! {
         deactivated -> Bool,
         created_ts -> Int8,
         shadow_banned -> Bool,
+        erased -> Bool,
+    }
+}
+
+diesel::table! {
+    user_ratelimit_overrides (user_id) {
+        user_id -> Text,
+        messages_per_second -> Int8,
+        burst_count -> Int8,
+    }
+}
+
+diesel::table! {
+    blocked_rooms (room_id) {
+        room_id -> Text,
+        blocked_by -> Text,
+        created_ts -> Int8,
+    }
+}
+
+diesel::table! {
+    admin_room_deletions (delete_id) {
+        delete_id -> Text,
+        room_id -> Text,
+        status -> Text,
+        error -> Nullable<Text>,
+        result -> Nullable<Jsonb>,
+        created_ts -> Int8,
     }
 }
 
@@ -604,6 +634,9 @@ diesel::table! {
 
 diesel::allow_tables_to_appear_in_same_query!(
     access_tokens,
+    admin_room_deletions,
+    blocked_rooms,
+    user_ratelimit_overrides,
     account_data,
     backup_keys,
     backup_versions,

@@ -213,10 +213,6 @@ pub async fn search_user_directory(
     term: &str,
     limit: i64,
 ) -> QueryResult<Vec<DirectoryUser>> {
-    let escaped = term
-        .replace('\\', "\\\\")
-        .replace('%', "\\%")
-        .replace('_', "\\_");
     crate::storage::cached_sql(
         "SELECT u.user_id, dn.value #>> '{}' AS displayname, av.value #>> '{}' AS avatar_url \
          FROM users u \
@@ -232,7 +228,7 @@ pub async fn search_user_directory(
                            WHERE a.user_id = u.user_id AND a.membership = 'join' AND r.is_public)) \
          ORDER BY u.user_id LIMIT $3",
     )
-    .bind::<diesel::sql_types::Text, _>(format!("%{escaped}%"))
+    .bind::<diesel::sql_types::Text, _>(crate::storage::like_contains(term))
     .bind::<diesel::sql_types::Text, _>(searcher)
     .bind::<diesel::sql_types::BigInt, _>(limit)
     .load(&mut conn)

@@ -5,6 +5,8 @@
 
 mod account_security;
 mod accounts;
+mod admin_rooms;
+mod admin_users;
 mod api_spec;
 mod client_lookups;
 mod dehydrated_devices;

@@ -1,8 +1,15 @@
-//! Admin API (Synapse-compatible paths, so existing admin tooling works).
+//! Admin API (Synapse-compatible paths, so existing admin tooling such as synapse-admin and
+//! Ketesa works). Every route but `server_version` is for server admins only.
 
+mod media;
 mod reports;
+mod rooms;
+mod users;
+
+use std::collections::HashMap;
 
 use actix_web::{http::Method, web, web::Data, HttpResponse};
+use ruma::{OwnedRoomId, OwnedUserId};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -57,6 +64,74 @@ pub fn routes(t: &mut RouteTable) {
         "/_synapse/admin/v1/event_reports/{report_id}",
         reports::delete_event_report_route,
     );
+    t.raw(
+        Method::GET,
+        "/_synapse/admin/v1/server_version",
+        server_version_route,
+    );
+    users::routes(t);
+    rooms::routes(t);
+    media::routes(t);
+}
+
+/// `GET /_synapse/admin/v1/server_version` (unauthenticated, as in Synapse: the admin UIs
+/// probe it before logging in).
+pub async fn server_version_route() -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "server_version": concat!("myelin ", env!("CARGO_PKG_VERSION")),
+    }))
+}
+
+/// The query string of an admin list request.
+type Query = web::Query<HashMap<String, String>>;
+
+/// An integer query parameter that must not be negative (Synapse's rule for `from`/`limit`).
+fn int_param(query: &HashMap<String, String>, name: &str, default: i64) -> Result<i64> {
+    match query.get(name) {
+        None => Ok(default),
+        Some(value) => value.parse().ok().filter(|n: &i64| *n >= 0).ok_or_else(|| {
+            Error::invalid_param(format!(
+                "Query parameter {name} must be a string representing a positive integer"
+            ))
+        }),
+    }
+}
+
+/// A `true`/`false` query parameter; `None` when absent.
+fn bool_param(query: &HashMap<String, String>, name: &str) -> Result<Option<bool>> {
+    match query.get(name).map(String::as_str) {
+        None => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(_) => Err(Error::invalid_param(format!(
+            "Query parameter {name} must be 'true' or 'false'"
+        ))),
+    }
+}
+
+/// `dir`: whether the list runs backwards (`b`), `default` when absent.
+fn backwards_param(query: &HashMap<String, String>, default: bool) -> Result<bool> {
+    match query.get("dir").map(String::as_str) {
+        None => Ok(default),
+        Some("f") => Ok(false),
+        Some("b") => Ok(true),
+        Some(_) => Err(Error::invalid_param(
+            "Query parameter dir must be 'f' or 'b'",
+        )),
+    }
+}
+
+/// A path argument with what actix leaves encoded (`%2F`, `%25`, `%2B`) decoded.
+fn path_arg(raw: &str) -> Result<String> {
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| Error::invalid_param("Path parameter is not UTF-8"))
+}
+
+/// A room ID from the path, sent encoded or raw (the admin UIs do both).
+fn parse_room(raw: &str) -> Result<OwnedRoomId> {
+    ruma::RoomId::parse(path_arg(raw)?).map_err(|_| Error::invalid_param("Invalid room ID"))
 }
 
 fn ensure_admin(caller: &Caller) -> Result<()> {
@@ -115,8 +190,9 @@ pub async fn delete_registration_token_route(
     Ok(HttpResponse::Ok().json(json!({})))
 }
 
-fn parse_user(user_id: &str) -> Result<ruma::OwnedUserId> {
-    ruma::UserId::parse(user_id).map_err(|_| Error::invalid_param("Invalid user ID"))
+/// A user ID from the path.
+fn parse_user(user_id: &str) -> Result<OwnedUserId> {
+    ruma::UserId::parse(path_arg(user_id)?).map_err(|_| Error::invalid_param("Invalid user ID"))
 }
 
 /// `POST /_synapse/admin/v1/users/{userId}/shadow_ban`: the user keeps getting success

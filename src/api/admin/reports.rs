@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use actix_web::{web, web::Data, HttpResponse};
 use serde_json::json;
 
-use super::ensure_admin;
+use super::{backwards_param, ensure_admin, int_param};
 use crate::{
     api::ruma::Authenticated,
     error::{Error, Result},
@@ -15,15 +15,6 @@ use crate::{
 
 /// Reports per page unless `limit` says otherwise (Synapse's default).
 const DEFAULT_LIMIT: i64 = 100;
-
-fn int_param(query: &HashMap<String, String>, name: &str, default: i64) -> Result<i64> {
-    match query.get(name) {
-        None => Ok(default),
-        Some(value) => value.parse().map_err(|_| {
-            Error::invalid_param(format!("The parameter '{name}' must be an integer"))
-        }),
-    }
-}
 
 fn report_id(raw: &str) -> Result<i64> {
     raw.parse::<i64>()
@@ -47,15 +38,7 @@ pub async fn list_event_reports_route(
     ensure_admin(&caller.0)?;
     let from = int_param(&query, "from", 0)?;
     let limit = int_param(&query, "limit", DEFAULT_LIMIT)?;
-    let oldest_first = match query.get("dir").map(String::as_str) {
-        None | Some("b") => false,
-        Some("f") => true,
-        Some(_) => {
-            return Err(Error::invalid_param(
-                "The parameter 'dir' must be 'f' or 'b'",
-            ))
-        }
-    };
+    let oldest_first = !backwards_param(&query, true)?;
     let page = services
         .reports
         .list_event_reports(

@@ -43,7 +43,7 @@ pub async fn change_password_route(
             body.body.new_password.clone(),
             body.body.logout_devices,
             Some(caller.device_id.as_str()),
-            (&services.uia, &completed),
+            Some((&services.uia, &completed)),
         )
         .await?;
     Ok(change_password::Response::new().into())

@@ -98,7 +98,7 @@ pub async fn delete_device_route(
         .delete_devices(
             &caller.user_id,
             &[device_id.to_owned()],
-            (&services.uia, &completed),
+            Some((&services.uia, &completed)),
         )
         .await?;
     Ok(delete_device::Response::new().into())
@@ -120,7 +120,7 @@ pub async fn delete_devices_route(
     let ids: Vec<String> = body.body.devices.iter().map(|d| d.to_string()).collect();
     services
         .users
-        .delete_devices(&caller.user_id, &ids, (&services.uia, &completed))
+        .delete_devices(&caller.user_id, &ids, Some((&services.uia, &completed)))
         .await?;
     Ok(delete_devices::Response::new().into())
 }

@@ -84,6 +84,7 @@ impl Federation {
                 }
             }
         };
+        rooms.ensure_not_blocked(&room_id).await?;
         if !self.enabled() || rooms.is_resident(&room_id).await? {
             return Ok((room_id, None));
         }

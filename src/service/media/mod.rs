@@ -5,6 +5,7 @@
 //! file while it is hashed, then renamed into place, so a crash never leaves a half-written
 //! file under a live ID. PostgreSQL holds who uploaded what, under which type and name.
 
+mod admin;
 pub mod imaging;
 mod remote;
 
@@ -300,6 +301,7 @@ impl Media {
                 sha256: Some(stored.sha256.clone()),
                 created_ts: now_ms(),
                 expires_ts: None,
+                quarantined_by: None,
             },
         )
         .await?;
@@ -329,6 +331,7 @@ impl Media {
                 sha256: None,
                 created_ts: now,
                 expires_ts: Some(expires),
+                quarantined_by: None,
             },
         )
         .await?;
@@ -403,7 +406,10 @@ impl Media {
         let row = store::get_media(&conn, media_id)
             .await?
             .ok_or_else(not_found)?;
-        if legacy && row.created_ts as u64 >= self.config.legacy_media_until_ms {
+        // Quarantined media is gone for everyone, thumbnails included (as in Synapse).
+        if row.quarantined_by.is_some()
+            || (legacy && row.created_ts as u64 >= self.config.legacy_media_until_ms)
+        {
             return Err(not_found());
         }
         if row.sha256.is_none() {

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use super::{create::membership_content, send::Sender, Rooms};
 use crate::{
     error::{Error, Result},
-    storage::{rooms as store, users},
+    storage::{admin_rooms, rooms as store, users},
 };
 
 /// A membership change one user makes for another (or themselves).
@@ -59,6 +59,18 @@ impl Rooms {
     pub async fn own_member_profile(&self, user_id: &UserId) -> Result<Map<String, Value>> {
         let conn = self.db.conn().await?;
         self.member_profile(&conn, user_id).await
+    }
+
+    /// Fails with `M_FORBIDDEN` when an admin has blocked the room: nobody here may join,
+    /// knock on or be invited to it.
+    pub async fn ensure_not_blocked(&self, room_id: &RoomId) -> Result<()> {
+        let conn = self.db.conn().await?;
+        match admin_rooms::get_block(&conn, room_id.as_str()).await? {
+            Some(_) => Err(Error::forbidden(
+                "This room has been blocked on this server",
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Resolves a room ID or a local alias to a room ID.
@@ -372,6 +384,7 @@ impl Rooms {
         let membership = match change {
             Change::Invite => {
                 self.ensure_local_user(&conn, target).await?;
+                self.ensure_not_blocked(room_id).await?;
                 if let Some((current, _)) =
                     store::get_membership(&conn, room_id.as_str(), target.as_str()).await?
                 {
