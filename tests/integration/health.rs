@@ -8,7 +8,10 @@ use std::{
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use serde_json::{json, Value};
 
-use crate::support::{federation::free_port, wait_until, TestDb, TestServer};
+use crate::support::{
+    federation::{federated_server, free_port, https_client},
+    wait_until, TestDb, TestServer,
+};
 
 /// `GET base + path`: status, content type and body as text.
 async fn get(base: &str, path: &str) -> Option<(u16, String, String)> {
@@ -67,6 +70,29 @@ async fn health_answers_ok_in_plain_text_and_readyz_says_ready() {
     let post = server.client().post("/health", json!({})).await;
     assert_eq!(post.status.as_u16(), 405, "{}", post.body);
     assert_eq!(post.body["errcode"], "M_UNRECOGNIZED");
+}
+
+/// The probes answer on the federation listener too (a load balancer in front of it asks
+/// there), although it serves no other client path.
+#[tokio::test]
+async fn the_probes_answer_on_the_federation_listener() {
+    let server = federated_server().await;
+    let get = |path: &str| {
+        https_client()
+            .get(format!("{}{path}", server.federation_url()))
+            .send()
+    };
+    let health = get("/health").await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.text().await.unwrap(), "OK");
+    wait_until(
+        "/readyz on the federation listener is 200",
+        Duration::from_secs(10),
+        || async { get("/readyz").await.is_ok_and(|r| r.status() == 200) },
+    )
+    .await;
+    let versions = get("/_matrix/client/versions").await.unwrap();
+    assert_eq!(versions.status(), 404);
 }
 
 /// Closing the database to connections (and cutting the open ones) makes the process unready
