@@ -15,7 +15,7 @@
 # runs), debootstrap and rustc for the stand-ins, curl, and `docker compose`, `docker-compose`
 # or neither (then the compose file's two services are run with `docker run`).
 # Environment: MYELIN_DOCKER_WORK (default /var/tmp/myelin-docker: stand-in rootfs, logs),
-# MYELIN_DOCKER_PORT (default 18008, published on 127.0.0.1).
+# MYELIN_DOCKER_PORT (default 18008, published on 127.0.0.1), MYELIN_DOCKER_COMPOSE=none.
 set -euo pipefail
 
 started=$(date +%s)
@@ -56,8 +56,10 @@ else
 fi
 [ -n "$build_cli" ] || die "no Docker CLI with BuildKit: install the buildx plugin (docker-buildx)"
 
-# Compose v2, v1, or none.
-if docker compose version >/dev/null 2>&1; then
+# Compose v2, v1, or none (MYELIN_DOCKER_COMPOSE=none forces the docker run path).
+if [ "${MYELIN_DOCKER_COMPOSE:-}" = none ]; then
+    compose=()
+elif docker compose version >/dev/null 2>&1; then
     compose=(docker compose)
 elif command -v docker-compose >/dev/null; then
     compose=(docker-compose)
@@ -146,13 +148,15 @@ else
         docker run -d --name "$project-postgres" --network "$project" --network-alias postgres \
             -e POSTGRES_USER=myelin -e POSTGRES_PASSWORD="$POSTGRES_PASSWORD" \
             -e POSTGRES_DB=myelin -v "$project-postgres:/var/lib/postgresql/data" \
-            --health-cmd 'pg_isready -U myelin -d myelin' --health-interval 5s \
+            --health-cmd 'pg_isready -h 127.0.0.1 -U myelin -d myelin' --health-interval 2s \
+            --restart unless-stopped \
             "$postgres_image" >/dev/null
         for _ in $(seq 60); do
             [ "$(docker inspect -f '{{.State.Health.Status}}' "$project-postgres")" = healthy ] && break
             sleep 1
         done
         docker run -d --name "$project-myelin" --network "$project" -p "$MYELIN_HTTP_PUBLISH:8008" \
+            --restart unless-stopped \
             -e DATABASE_URL="postgres://myelin:$POSTGRES_PASSWORD@postgres:5432/myelin" \
             -e MYELIN_SERVER_NAME -e MYELIN_PUBLIC_BASEURL -e MYELIN_REGISTRATION \
             -e MYELIN_RATE_LIMITS -v "$project-myelin:/data" myelin:latest >/dev/null
