@@ -33,6 +33,14 @@ enum Command {
     Serve,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Ask the running server's `/health` whether it is alive (exit status 0 when it answers
+    /// `OK`, 1 otherwise): Docker's `HEALTHCHECK`.
+    Healthcheck {
+        /// The URL to ask (default `http://<MYELIN_LISTEN>/health`, loopback when MYELIN_LISTEN
+        /// is `0.0.0.0` or `[::]`).
+        #[arg(long)]
+        url: Option<String>,
+    },
     /// Manage user accounts.
     User {
         #[command(subcommand)]
@@ -117,6 +125,9 @@ fn main() -> ExitCode {
 
 async fn serve_or_run() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Healthcheck { url: Some(url) }) = &cli.command {
+        return healthcheck(url).await;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -130,9 +141,24 @@ async fn serve_or_run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let command = cli.command.unwrap_or(Command::Serve);
+    if let Command::Healthcheck { .. } = command {
+        return healthcheck(&myelin::healthcheck::local_health_url(config.listen)).await;
+    }
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    // A server listens first: its probes answer while the database starts and migrates.
+    let starting = match command {
+        Command::Serve => match server::Starting::listen(config.listen) {
+            Ok(starting) => Some(starting),
+            Err(err) => {
+                eprintln!("myelin: {err}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
     let database = match Database::open(&config).await {
         Ok(database) => database,
         Err(err) => {
@@ -140,12 +166,23 @@ async fn serve_or_run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = run(cli.command.unwrap_or(Command::Serve), config, &database.url).await;
+    let result = run(command, config, &database.url, starting).await;
     database.close();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("myelin: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `myelin healthcheck`: exit status 0 when `url` answers `OK`.
+async fn healthcheck(url: &str) -> ExitCode {
+    match myelin::healthcheck::probe(url).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("myelin: unhealthy: {err}");
             ExitCode::FAILURE
         }
     }
@@ -177,7 +214,12 @@ fn federation_listener(config: &Config) -> Result<Option<server::FederationListe
     Ok(Some(server::FederationListener { listener, tls }))
 }
 
-async fn run(command: Command, config: Config, database_url: &str) -> Result<(), String> {
+async fn run(
+    command: Command,
+    config: Config,
+    database_url: &str,
+    starting: Option<server::Starting>,
+) -> Result<(), String> {
     let applied = storage::run_migrations(database_url).await?;
     if applied > 0 {
         tracing::info!(applied, "database migrated");
@@ -193,9 +235,10 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
             println!("myelin: {applied} migration(s) applied; the database is up to date");
             Ok(())
         }
+        // Answered before the database is opened.
+        Command::Healthcheck { .. } => Ok(()),
         Command::Serve => {
-            let listener = TcpListener::bind(config.listen)
-                .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+            let starting = starting.ok_or("the listener was not bound before start")?;
             let federation = federation_listener(&config)?;
             warn_without_autovacuum(&db).await;
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
@@ -204,6 +247,7 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
             services.federation.sender.start();
             myelin::service::delayed_events::DelayedEvents::start(services.clone());
             services.presence.start_sweeper();
+            let listener = starting.finish().await;
             server::serve(services, listener, federation)
                 .await
                 .map_err(|e| e.to_string())

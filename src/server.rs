@@ -1,8 +1,12 @@
 //! Building and running the HTTP server.
 
-use std::{net::TcpListener, path::Path, sync::Arc};
+use std::{
+    net::{SocketAddr, TcpListener},
+    path::Path,
+    sync::Arc,
+};
 
-use actix_web::{middleware::from_fn, web, App, HttpServer};
+use actix_web::{dev::ServerHandle, middleware::from_fn, web, App, HttpServer};
 
 use crate::{
     api::{self, middleware::FederationPort},
@@ -42,6 +46,46 @@ pub fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, Strin
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| format!("MYELIN_TLS_CERT/MYELIN_TLS_KEY: {e}"))
+}
+
+/// The main listener while the server starts: bound at once, so that `/health` answers and
+/// `/readyz` says `starting` while the database is opened and migrated (which may take minutes),
+/// and everything else gets 503.
+pub struct Starting {
+    listener: TcpListener,
+    handle: ServerHandle,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Starting {
+    /// Binds `address` and serves the probes on it.
+    pub fn listen(address: SocketAddr) -> Result<Self, String> {
+        let listener = TcpListener::bind(address)
+            .map_err(|e| format!("cannot listen on {address} (MYELIN_LISTEN): {e}"))?;
+        // The starting server gets its own descriptor of the socket: stopping it closes that
+        // one, and the socket, still bound, queues connections for the real server.
+        let socket = listener.try_clone().map_err(|e| e.to_string())?;
+        let server = HttpServer::new(|| App::new().configure(api::health::configure_starting))
+            .workers(1)
+            .disable_signals()
+            .shutdown_timeout(1)
+            .listen(socket)
+            .map_err(|e| e.to_string())?
+            .run();
+        let handle = server.handle();
+        Ok(Starting {
+            listener,
+            handle,
+            server: tokio::spawn(server),
+        })
+    }
+
+    /// Stops serving the probes and hands the listener over for [`serve`].
+    pub async fn finish(self) -> TcpListener {
+        self.handle.stop(true).await;
+        let _ = self.server.await;
+        self.listener
+    }
 }
 
 /// Binds the listeners and serves until the process is asked to stop.

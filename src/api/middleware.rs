@@ -45,6 +45,7 @@ pub struct FederationPort(pub Option<u16>);
 
 /// Keeps the two listeners apart: the federation listener serves only federation and key
 /// paths, and once it exists the main listener no longer serves them (404 `M_UNRECOGNIZED`).
+/// The health probes answer on both.
 pub async fn split_listeners(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -55,7 +56,8 @@ pub async fn split_listeners(
     if let Some(port) = federation_port {
         let on_federation_listener = req.app_config().local_addr().port() == port;
         let federation_path = super::federation::is_federation_path(req.path());
-        if on_federation_listener != federation_path {
+        let probe = super::health::is_probe_path(req.path());
+        if on_federation_listener != federation_path && !probe {
             let response = Error::unrecognized(StatusCode::NOT_FOUND).error_response();
             return Ok(req.into_response(response));
         }
@@ -125,6 +127,12 @@ pub async fn trace(
     }
     let status = response.status().as_u16();
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    span.in_scope(|| tracing::info!(status, latency_ms = format!("{latency_ms:.2}"), "served"));
+    let latency_ms = format!("{latency_ms:.2}");
+    // Probes come every few seconds; at INFO they would drown the log.
+    if super::health::is_probe_path(&path) {
+        span.in_scope(|| tracing::debug!(status, latency_ms, "served"));
+    } else {
+        span.in_scope(|| tracing::info!(status, latency_ms, "served"));
+    }
     Ok(response)
 }

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod client;
 pub mod client_ip;
 pub mod federation;
+pub mod health;
 pub mod middleware;
 pub mod ruma;
 
@@ -139,6 +140,8 @@ fn routes(t: &mut RouteTable) {
     use ::ruma::api::client as r;
     use client::*;
 
+    t.raw(Method::GET, health::HEALTH_PATH, health::health_route);
+    t.raw(Method::GET, health::READY_PATH, health::readyz_route);
     t.raw(
         Method::GET,
         "/.well-known/matrix/client",

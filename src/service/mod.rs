@@ -6,6 +6,7 @@ pub mod dehydrated_devices;
 pub mod delayed_events;
 pub mod e2ee;
 pub mod federation;
+pub mod health;
 pub mod keys;
 pub mod media;
 pub mod notifier;
@@ -60,6 +61,8 @@ pub struct Services {
     pub rooms: rooms::Rooms,
     /// Long-poll wake-ups.
     pub notifier: Arc<notifier::Notifier>,
+    /// Readiness (`/readyz`).
+    pub health: health::Health,
     /// `/sync`.
     pub sync: sync::Sync,
     /// Users' push rules.
@@ -128,6 +131,7 @@ impl Services {
             delayed_events,
             dehydrated_devices,
             federation,
+            health: health::Health::new(db.clone(), notifier.clone()),
             sync: sync::Sync::new(db.clone(), notifier.clone(), presence.clone()),
             notifier,
             rooms: rooms::Rooms::new(

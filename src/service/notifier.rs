@@ -9,7 +9,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
     time::Duration,
 };
 
@@ -49,6 +52,9 @@ pub struct Notifier {
     pub federation_wake: Arc<Notify>,
     /// Woken when a delayed event is scheduled or restarted, for the delayed-event timer.
     pub delayed_wake: Arc<Notify>,
+    /// Whether the LISTEN connection is up (readiness: without it no wake-up arrives from
+    /// other processes).
+    listening: AtomicBool,
 }
 
 impl Notifier {
@@ -62,7 +68,13 @@ impl Notifier {
             push_wake: Arc::default(),
             federation_wake: Arc::default(),
             delayed_wake: Arc::default(),
+            listening: AtomicBool::new(false),
         })
+    }
+
+    /// Whether notifications are being received (the LISTEN connection is up).
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Relaxed)
     }
 
     /// The handle a user's syncs wait on.
@@ -156,7 +168,9 @@ impl Notifier {
         let notifier = self.clone();
         tokio::spawn(async move {
             loop {
-                if let Err(err) = notifier.listen_once(&database_url).await {
+                let result = notifier.listen_once(&database_url).await;
+                notifier.listening.store(false, Ordering::Relaxed);
+                if let Err(err) = result {
                     tracing::warn!("notification listener: {err}; reconnecting");
                 }
                 // Anything may have happened while we were not listening.
@@ -198,6 +212,7 @@ impl Notifier {
                  LISTEN {DELAYED_CHANNEL};"
             ))
             .await?;
+        self.listening.store(true, Ordering::Relaxed);
         while let Some((channel, payload)) = receiver.recv().await {
             let notifier = self.clone();
             if channel == ROOM_CHANNEL {

@@ -284,6 +284,15 @@ pub async fn autovacuum_is_on(mut conn: &AsyncPgConnection) -> diesel::QueryResu
     Ok(row.setting == "on")
 }
 
+/// A round trip to the database (`SELECT 1`), for the readiness check.
+pub async fn ping(mut conn: &AsyncPgConnection) -> diesel::QueryResult<()> {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query("SELECT 1")
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
 /// Milliseconds since the Unix epoch, the unit of every `*_ts` column.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -29,6 +29,7 @@ mod federation_robustness;
 mod federation_rooms;
 mod federation_sender;
 mod federation_spaces;
+mod health;
 mod media;
 mod membership_paths;
 mod migrations;

@@ -566,6 +566,19 @@ impl TestServer {
         .await
     }
 
+    /// The name of this server's database.
+    pub fn database_name(&self) -> &str {
+        &self._db.name
+    }
+
+    /// A connection to the cluster's admin database, for acting on this server's database from
+    /// outside (say, closing it to connections).
+    pub async fn admin_db(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(&cluster().await.admin_url)
+            .await
+            .expect("connect to the admin database")
+    }
+
     /// The database URL this server uses (for running CLI commands against it).
     pub fn database_url(&self) -> &str {
         &self._db.url
