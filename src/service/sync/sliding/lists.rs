@@ -130,7 +130,10 @@ pub fn direct_rooms(content: Option<&Value>) -> HashSet<String> {
 /// when read: any event of a joined room (a state change among them) moves that position, so
 /// an entry whose position still matches is current, and a request reloads only the rooms
 /// that changed (and the rooms the user is not joined to, whose activity is their membership).
-pub struct MetaCache(Mutex<LruCache<String, (i64, Option<Arc<RoomMeta>>)>>);
+pub struct MetaCache(Mutex<LruCache<String, CachedMeta>>);
+
+/// A room's activity position when its facts were read, and the facts (`None`: no state).
+type CachedMeta = (i64, Option<Arc<RoomMeta>>);
 
 impl Default for MetaCache {
     fn default() -> Self {
