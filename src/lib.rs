@@ -7,6 +7,7 @@ pub mod api;
 pub mod config;
 pub mod embedded_pg;
 pub mod error;
+pub mod metrics;
 pub mod net;
 pub mod server;
 pub mod service;

@@ -4,7 +4,7 @@ use std::{io::BufRead, net::TcpListener, path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 use myelin::{
-    config::Config,
+    config::{Config, LogFormat},
     embedded_pg::EmbeddedPostgres,
     server,
     service::Services,
@@ -117,12 +117,6 @@ fn main() -> ExitCode {
 
 async fn serve_or_run() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,actix_server=warn".into()),
-        )
-        .init();
     let config = match Config::load(cli.config) {
         Ok(config) => config,
         Err(err) => {
@@ -130,6 +124,7 @@ async fn serve_or_run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    init_logging(config.ops.log_format);
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
@@ -148,6 +143,27 @@ async fn serve_or_run() -> ExitCode {
             eprintln!("myelin: {err}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Logs go to stderr: text (coloured only on a terminal) or JSON lines.
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,actix_server=warn".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        // One object per line: the event's fields at the top level, the request span's
+        // (method, route, user) under "span".
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
     }
 }
 
@@ -197,6 +213,15 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
             let listener = TcpListener::bind(config.listen)
                 .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
             let federation = federation_listener(&config)?;
+            let metrics = config
+                .ops
+                .metrics_listen
+                .map(|address| {
+                    TcpListener::bind(address).map_err(|e| {
+                        format!("cannot listen on {address} (MYELIN_METRICS_LISTEN): {e}")
+                    })
+                })
+                .transpose()?;
             warn_without_autovacuum(&db).await;
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
             services.notifier.listen(database_url.to_owned());
@@ -204,7 +229,10 @@ async fn run(command: Command, config: Config, database_url: &str) -> Result<(),
             services.federation.sender.start();
             myelin::service::delayed_events::DelayedEvents::start(services.clone());
             services.presence.start_sweeper();
-            server::serve(services, listener, federation)
+            if let Some(every) = services.config.ops.consistency_sample_every {
+                myelin::service::consistency::start(services.clone(), every);
+            }
+            server::serve(services, listener, federation, metrics)
                 .await
                 .map_err(|e| e.to_string())
         }

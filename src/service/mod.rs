@@ -1,10 +1,12 @@
 //! Domain logic. Handlers call services; services call storage.
 
 pub mod account_data;
+pub mod consistency;
 pub mod dehydrated_devices;
 pub mod delayed_events;
 pub mod e2ee;
 pub mod federation;
+pub mod gauges;
 pub mod keys;
 pub mod media;
 pub mod notifier;

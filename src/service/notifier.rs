@@ -49,6 +49,8 @@ pub struct Notifier {
     pub federation_wake: Arc<Notify>,
     /// Woken when a delayed event is scheduled or restarted, for the delayed-event timer.
     pub delayed_wake: Arc<Notify>,
+    /// Turns true once when the process starts shutting down: parked syncs answer at once.
+    shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 impl Notifier {
@@ -62,7 +64,18 @@ impl Notifier {
             push_wake: Arc::default(),
             federation_wake: Arc::default(),
             delayed_wake: Arc::default(),
+            shutdown: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// Starts the shutdown: every parked sync answers now, and later ones do not wait.
+    pub fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Says (and changes to) `true` once the process is shutting down.
+    pub fn shutdown_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shutdown.subscribe()
     }
 
     /// The handle a user's syncs wait on.
