@@ -107,7 +107,16 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(serve_or_run()),
+        Ok(runtime) => {
+            let (code, database) = runtime.block_on(serve_or_run());
+            // Background tasks (senders, the notification listener) end with the runtime,
+            // before the embedded PostgreSQL stops under them.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            if let Some(database) = database {
+                database.close();
+            }
+            code
+        }
         Err(err) => {
             eprintln!("myelin: cannot start the async runtime: {err}");
             ExitCode::FAILURE
@@ -115,13 +124,15 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve_or_run() -> ExitCode {
+/// Runs the command; hands back the database so the embedded cluster is stopped after the
+/// runtime.
+async fn serve_or_run() -> (ExitCode, Option<Database>) {
     let cli = Cli::parse();
     let config = match Config::load(cli.config) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("myelin: {err}");
-            return ExitCode::from(2);
+            return (ExitCode::from(2), None);
         }
     };
     init_logging(config.ops.log_format);
@@ -132,18 +143,18 @@ async fn serve_or_run() -> ExitCode {
         Ok(database) => database,
         Err(err) => {
             eprintln!("myelin: database: {err}");
-            return ExitCode::FAILURE;
+            return (ExitCode::FAILURE, None);
         }
     };
     let result = run(cli.command.unwrap_or(Command::Serve), config, &database.url).await;
-    database.close();
-    match result {
+    let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("myelin: {err}");
             ExitCode::FAILURE
         }
-    }
+    };
+    (code, Some(database))
 }
 
 /// Logs go to stderr: text (coloured only on a terminal) or JSON lines.

@@ -138,10 +138,12 @@ async fn drain_on_signal(
         tracing::warn!("second signal: exiting without waiting");
         std::process::exit(1);
     });
-    if let Some(metrics) = metrics {
-        metrics.stop(true).await;
-    }
-    server.stop(true).await;
+    let metrics = async {
+        if let Some(metrics) = metrics {
+            metrics.stop(true).await;
+        }
+    };
+    tokio::join!(metrics, server.stop(true));
 }
 
 /// Serves `GET /metrics` (Prometheus text format) on its own listener, apart from the client

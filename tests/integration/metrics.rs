@@ -17,7 +17,7 @@ struct Sample {
 }
 
 /// A scraped page: its samples and the family names its `# TYPE` lines declare.
-struct Scrape {
+pub(crate) struct Scrape {
     samples: Vec<Sample>,
     families: Vec<(String, String)>,
 }
@@ -76,7 +76,7 @@ fn parse(text: &str) -> Scrape {
 
 impl Scrape {
     /// The sum of a sample over the series whose labels include `labels`.
-    fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub(crate) fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.samples
             .iter()
             .filter(|s| s.name == name)
@@ -112,7 +112,7 @@ impl Scrape {
     }
 }
 
-async fn scrape(server: &TestServer) -> Scrape {
+pub(crate) async fn scrape(server: &TestServer) -> Scrape {
     let url = format!(
         "{}/metrics",
         server.metrics_url.as_deref().expect("a metrics listener")

@@ -9,7 +9,11 @@ use std::{
 
 use serde_json::{json, Value};
 
-use crate::support::{client::timeline, Client, TestDb, TestServer};
+use crate::{
+    metrics::scrape,
+    sliding_sync::{pos, sss},
+    support::{client::timeline, wait_until, Client, ServerOptions, TestDb, TestServer},
+};
 
 /// The bodies of the `m.room.message` events in a sync's timeline of `room`.
 fn bodies(sync: &Value, room: &str) -> Vec<String> {
@@ -22,7 +26,10 @@ fn bodies(sync: &Value, room: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn sigterm_answers_parked_long_polls_at_once_and_loses_no_send() {
-    let mut server = TestServer::start().await;
+    let mut server = TestServer::start_with(
+        ServerOptions::default().env("MYELIN_METRICS_LISTEN", "127.0.0.1:0"),
+    )
+    .await;
     let alice = server.register("alice").await;
     let bob = server.register("bob").await;
     let room = alice.create_room(json!({})).await;
@@ -49,6 +56,21 @@ async fn sigterm_answers_parked_long_polls_at_once_and_loses_no_send() {
         })
     };
     server.wait_until_long_polls_started(&[&bob]).await;
+    // And a sliding sync of his, parked too.
+    let lists = json!({ "lists": { "all": { "ranges": [[0, 10]], "timeline_limit": 1 } } });
+    let first = sss(&bob, None, 0, lists.clone()).await.ok();
+    let sliding = {
+        let bob = bob.clone();
+        let pos = pos(&first);
+        tokio::spawn(async move {
+            let response = sss(&bob, Some(&pos), 60_000, lists).await;
+            (response, Instant::now())
+        })
+    };
+    wait_until("both syncs are parked", Duration::from_secs(20), || async {
+        scrape(&server).await.sum("myelin_sync_long_polls", &[]) == 2.0
+    })
+    .await;
 
     // A send answered just before the signal, and one racing it.
     alice.send_text(&room, "before", "before").await.ok();
@@ -85,6 +107,14 @@ async fn sigterm_answers_parked_long_polls_at_once_and_loses_no_send() {
     assert!(
         answered - signalled < Duration::from_millis(1500),
         "the parked sync took {:?} to answer",
+        answered - signalled
+    );
+    let (response, answered) = sliding.await.unwrap();
+    assert_eq!(response.status, 200, "{}", response.body);
+    assert!(response.body["pos"].is_string(), "{}", response.body);
+    assert!(
+        answered - signalled < Duration::from_millis(1500),
+        "the parked sliding sync took {:?} to answer",
         answered - signalled
     );
     let status = server
