@@ -2,8 +2,7 @@
 //! log formats (plain text off a terminal, JSON lines, no tokens or query strings).
 
 use std::{
-    io::{BufRead, BufReader, Read},
-    process::{Command, Stdio},
+    io::Read,
     time::{Duration, Instant},
 };
 
@@ -12,7 +11,10 @@ use serde_json::{json, Value};
 use crate::{
     metrics::scrape,
     sliding_sync::{pos, sss},
-    support::{client::timeline, wait_until, Client, ServerOptions, TestDb, TestServer},
+    support::{
+        client::timeline, spawn_server_capturing_log, wait_until, Client, ServerOptions, TestDb,
+        TestServer,
+    },
 };
 
 /// The bodies of the `m.room.message` events in a sync's timeline of `room`.
@@ -33,15 +35,10 @@ async fn sigterm_answers_parked_long_polls_at_once_and_loses_no_send() {
     let alice = server.register("alice").await;
     let bob = server.register("bob").await;
     let room = alice.create_room(json!({})).await;
-    let token = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let next_batch_of = |sync: Value| sync["next_batch"].as_str().unwrap().to_owned();
+    let token = next_batch_of(alice.sync(None, 0, None).await);
     // Bob, in no room with alice, parks a long-poll that nothing will wake but the shutdown.
-    let bob_since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let bob_since = next_batch_of(bob.sync(None, 0, None).await);
     let bob_since = server.long_poll_token(&bob, &bob_since).await;
     let parked = {
         let bob = bob.clone();
@@ -145,42 +142,17 @@ async fn sigterm_answers_parked_long_polls_at_once_and_loses_no_send() {
 /// Runs the server on `db` with `env`, makes a request carrying a token in the query string,
 /// stops it with SIGTERM and returns everything it wrote to stderr.
 async fn stderr_of_a_run(db: &TestDb, env: &[(&str, &str)]) -> String {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_myelin"));
-    command
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", &db.url)
-        .env("MYELIN_DATA_DIR", db.data_dir())
-        .env("MYELIN_LISTEN", "127.0.0.1:0")
-        .env("MYELIN_SERVER_NAME", crate::support::server_name())
-        .env("MYELIN_REGISTRATION", "open")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let mut child = command.spawn().expect("start myelin");
-    let stdout = child.stdout.take().unwrap();
+    let options = env.iter().fold(
+        ServerOptions::default().env("RUST_LOG", "info"),
+        |o, (k, v)| o.env(k, v),
+    );
+    let (mut child, base) = spawn_server_capturing_log(db, &options).await;
     let mut stderr = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut text = String::new();
         let _ = stderr.read_to_string(&mut text);
         text
     });
-    let base = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                line.strip_prefix("myelin: listening on ")
-                    .map(str::to_owned)
-            })
-    })
-    .await
-    .unwrap()
-    .expect("the server started");
     let client = Client::new(&base);
     client
         .get("/_matrix/client/v3/account/whoami?access_token=SECRETTOKEN42&user_id=%40x%3Ay")

@@ -320,6 +320,23 @@ async fn spawn_server(db: &TestDb, options: &ServerOptions) -> Spawned {
 
 /// Starts a server; `None` when it exits before listening (its reason is on stderr).
 async fn try_spawn_server(db: &TestDb, options: &ServerOptions) -> Option<Spawned> {
+    try_spawn_server_with_stderr(db, options, Stdio::inherit()).await
+}
+
+/// Starts a server on `db` whose stderr (its log) goes to a pipe the caller reads; the
+/// caller stops the child.
+pub async fn spawn_server_capturing_log(db: &TestDb, options: &ServerOptions) -> (Child, String) {
+    let (child, base_url, _) = try_spawn_server_with_stderr(db, options, Stdio::piped())
+        .await
+        .expect("server did not report its address");
+    (child, base_url)
+}
+
+async fn try_spawn_server_with_stderr(
+    db: &TestDb,
+    options: &ServerOptions,
+    stderr: Stdio,
+) -> Option<Spawned> {
     let mut command = Command::new(env!("CARGO_BIN_EXE_myelin"));
     command
         .arg("serve")
@@ -333,7 +350,7 @@ async fn try_spawn_server(db: &TestDb, options: &ServerOptions) -> Option<Spawne
             std::env::var("MYELIN_TEST_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(stderr);
     for (key, value) in &options.env {
         command.env(key, value);
     }
