@@ -334,4 +334,27 @@ async fn the_consistency_sampler_counts_a_corrupted_unread_count() {
         },
     )
     .await;
+
+    // The room's newest event no longer counts as served: the in-memory room-change index,
+    // which saw it, now disagrees with the events table.
+    let hidden = server
+        .count(&format!(
+            "WITH c AS (UPDATE events SET soft_failed = true WHERE stream_ordering = \
+             (SELECT max(stream_ordering) FROM events WHERE room_id = '{room}') \
+             RETURNING 1) SELECT count(*) AS n FROM c"
+        ))
+        .await;
+    assert_eq!(hidden, 1);
+    let index_bad = [("check", "room_index"), ("result", "mismatch")];
+    wait_until(
+        "the sampler found the index mismatch",
+        Duration::from_secs(20),
+        || async {
+            scrape(&server)
+                .await
+                .sum("myelin_consistency_checks_total", &index_bad)
+                >= 1.0
+        },
+    )
+    .await;
 }
