@@ -71,3 +71,54 @@ pub(super) fn ops_config(src: &Sources) -> Result<OpsConfig, ConfigError> {
         shutdown_grace,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn load(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::load_from(None, env)
+    }
+
+    #[test]
+    fn operations_settings_default_to_off_and_parse() {
+        let ops = load(&[]).unwrap().ops;
+        assert_eq!(ops.metrics_listen, None);
+        assert_eq!(ops.log_format, LogFormat::Text);
+        assert_eq!(ops.consistency_sample_every, None);
+        assert_eq!(ops.shutdown_grace, Duration::from_secs(10));
+
+        let ops = load(&[
+            ("MYELIN_METRICS_LISTEN", "127.0.0.1:9108"),
+            ("MYELIN_LOG_FORMAT", "json"),
+            ("MYELIN_CONSISTENCY_SAMPLE_MINUTES", "0.5"),
+            ("MYELIN_SHUTDOWN_GRACE", "3"),
+        ])
+        .unwrap()
+        .ops;
+        assert_eq!(ops.metrics_listen, Some("127.0.0.1:9108".parse().unwrap()));
+        assert_eq!(ops.log_format, LogFormat::Json);
+        assert_eq!(ops.consistency_sample_every, Some(Duration::from_secs(30)));
+        assert_eq!(ops.shutdown_grace, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn bad_operations_settings_name_the_setting() {
+        for (key, value) in [
+            ("MYELIN_METRICS_LISTEN", "nope"),
+            ("MYELIN_LOG_FORMAT", "xml"),
+            ("MYELIN_CONSISTENCY_SAMPLE_MINUTES", "-1"),
+            ("MYELIN_SHUTDOWN_GRACE", "0"),
+        ] {
+            let err = load(&[(key, value)]).unwrap_err();
+            assert_eq!(err.setting, key, "{err}");
+        }
+    }
+}
