@@ -11,6 +11,9 @@ use serde::Deserialize;
 
 use crate::net::{parse_cidr_list, AddressPolicy, Cidr};
 
+mod ops;
+pub use ops::{LogFormat, OpsConfig};
+
 /// Who may create accounts through `POST /register`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RegistrationMode {
@@ -112,6 +115,8 @@ pub struct Config {
     /// Whether `preview_url` fetches pages (off by default, as Synapse's
     /// `url_preview_enabled`); off, it answers the empty preview.
     pub url_previews: bool,
+    /// Metrics, logs, the consistency sampler and shutdown.
+    pub ops: OpsConfig,
 }
 
 /// TURN settings (`MYELIN_TURN_*`).
@@ -225,6 +230,10 @@ struct FileConfig {
     turn_password: Option<String>,
     turn_ttl_secs: Option<toml::Value>,
     url_previews: Option<toml::Value>,
+    metrics_listen: Option<String>,
+    log_format: Option<String>,
+    consistency_sample_minutes: Option<toml::Value>,
+    shutdown_grace: Option<toml::Value>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -399,6 +408,7 @@ impl Config {
         };
         let turn = turn_config(src)?;
         let url_previews = switch(src, "url_previews", false)?;
+        let ops = ops::ops_config(src)?;
         Ok(Config {
             server_name,
             listen,
@@ -423,6 +433,7 @@ impl Config {
             max_event_delay_ms,
             turn,
             url_previews,
+            ops,
         })
     }
 
@@ -682,6 +693,10 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         turn_password,
         turn_ttl_secs,
         url_previews,
+        metrics_listen,
+        log_format,
+        consistency_sample_minutes,
+        shutdown_grace,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -742,6 +757,10 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("turn_password", s(turn_password)),
         ("turn_ttl_secs", turn_ttl_secs),
         ("url_previews", url_previews),
+        ("metrics_listen", s(metrics_listen)),
+        ("log_format", s(log_format)),
+        ("consistency_sample_minutes", consistency_sample_minutes),
+        ("shutdown_grace", shutdown_grace),
     ];
     Ok(entries
         .into_iter()

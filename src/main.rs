@@ -4,7 +4,7 @@ use std::{io::BufRead, net::TcpListener, path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 use myelin::{
-    config::Config,
+    config::{Config, LogFormat},
     embedded_pg::EmbeddedPostgres,
     server,
     service::Services,
@@ -115,7 +115,16 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(serve_or_run()),
+        Ok(runtime) => {
+            let (code, database) = runtime.block_on(serve_or_run());
+            // Background tasks (senders, the notification listener) end with the runtime,
+            // before the embedded PostgreSQL stops under them.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            if let Some(database) = database {
+                database.close();
+            }
+            code
+        }
         Err(err) => {
             eprintln!("myelin: cannot start the async runtime: {err}");
             ExitCode::FAILURE
@@ -123,28 +132,28 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve_or_run() -> ExitCode {
+/// Runs the command; hands back the database so the embedded cluster is stopped after the
+/// runtime.
+async fn serve_or_run() -> (ExitCode, Option<Database>) {
     let cli = Cli::parse();
     if let Some(Command::Healthcheck { url: Some(url) }) = &cli.command {
-        return healthcheck(url).await;
+        return (healthcheck(url).await, None);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,actix_server=warn".into()),
-        )
-        .init();
     let config = match Config::load(cli.config) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("myelin: {err}");
-            return ExitCode::from(2);
+            return (ExitCode::from(2), None);
         }
     };
     let command = cli.command.unwrap_or(Command::Serve);
     if let Command::Healthcheck { .. } = command {
-        return healthcheck(&myelin::healthcheck::local_health_url(config.listen)).await;
+        return (
+            healthcheck(&myelin::healthcheck::local_health_url(config.listen)).await,
+            None,
+        );
     }
+    init_logging(config.ops.log_format);
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
@@ -154,7 +163,7 @@ async fn serve_or_run() -> ExitCode {
             Ok(starting) => Some(starting),
             Err(err) => {
                 eprintln!("myelin: {err}");
-                return ExitCode::FAILURE;
+                return (ExitCode::FAILURE, None);
             }
         },
         _ => None,
@@ -163,17 +172,38 @@ async fn serve_or_run() -> ExitCode {
         Ok(database) => database,
         Err(err) => {
             eprintln!("myelin: database: {err}");
-            return ExitCode::FAILURE;
+            return (ExitCode::FAILURE, None);
         }
     };
     let result = run(command, config, &database.url, starting).await;
-    database.close();
-    match result {
+    let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("myelin: {err}");
             ExitCode::FAILURE
         }
+    };
+    (code, Some(database))
+}
+
+/// Logs go to stderr: text (coloured only on a terminal) or JSON lines.
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,actix_server=warn".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        // One object per line: the event's fields at the top level, the request span's
+        // (method, route, user) under "span".
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
     }
 }
 
@@ -240,6 +270,15 @@ async fn run(
         Command::Serve => {
             let starting = starting.ok_or("the listener was not bound before start")?;
             let federation = federation_listener(&config)?;
+            let metrics = config
+                .ops
+                .metrics_listen
+                .map(|address| {
+                    TcpListener::bind(address).map_err(|e| {
+                        format!("cannot listen on {address} (MYELIN_METRICS_LISTEN): {e}")
+                    })
+                })
+                .transpose()?;
             warn_without_autovacuum(&db).await;
             let services = Services::new(config, db).await.map_err(|e| e.to_string())?;
             services.notifier.listen(database_url.to_owned());
@@ -247,8 +286,11 @@ async fn run(
             services.federation.sender.start();
             myelin::service::delayed_events::DelayedEvents::start(services.clone());
             services.presence.start_sweeper();
+            if let Some(every) = services.config.ops.consistency_sample_every {
+                myelin::service::consistency::start(services.clone(), every);
+            }
             let listener = starting.finish().await;
-            server::serve(services, listener, federation)
+            server::serve(services, listener, federation, metrics)
                 .await
                 .map_err(|e| e.to_string())
         }

@@ -88,14 +88,22 @@ impl Starting {
     }
 }
 
-/// Binds the listeners and serves until the process is asked to stop.
-/// Prints `myelin: listening on http://ADDR` once the socket is bound, and
+/// Binds the listeners and serves until SIGTERM or SIGINT (see [`drain_on_signal`]).
+/// Prints `myelin: metrics listening on http://ADDR` for the metrics listener, then
+/// `myelin: listening on http://ADDR` once the socket is bound, and
 /// `myelin: federation listening on https://ADDR` for the federation listener.
 pub async fn serve(
     services: Arc<Services>,
     listener: TcpListener,
     federation: Option<FederationListener>,
+    metrics: Option<TcpListener>,
 ) -> std::io::Result<()> {
+    let grace = services.config.ops.shutdown_grace;
+    let draining = services.clone();
+    let metrics_server = match metrics {
+        Some(listener) => Some(serve_metrics(services.clone(), listener)?),
+        None => None,
+    };
     let address = listener.local_addr()?;
     let federation_address = federation
         .as_ref()
@@ -118,13 +126,22 @@ pub async fn serve(
             .wrap(from_fn(api::middleware::trace))
     })
     .workers(http_workers())
-    // Long-polls would otherwise hold a shutdown for their whole timeout.
-    .shutdown_timeout(3)
+    // One handler for SIGTERM and SIGINT answers the parked long-polls before stopping.
+    .disable_signals()
+    .shutdown_timeout(grace.as_secs())
     .listen(listener)?;
     if let Some(federation) = federation {
         server = server.listen_rustls_0_23(federation.listener, federation.tls)?;
     }
     let server = server.run();
+    tokio::spawn(drain_on_signal(
+        draining,
+        server.handle(),
+        metrics_server.as_ref().map(actix_web::dev::Server::handle),
+    ));
+    if let Some(metrics_server) = metrics_server {
+        tokio::spawn(metrics_server);
+    }
     println!("myelin: listening on http://{address}");
     tracing::info!(%address, "listening");
     if let Some(address) = federation_address {
@@ -132,4 +149,77 @@ pub async fn serve(
         tracing::info!(%address, "federation listening");
     }
     server.await
+}
+
+/// Waits for SIGTERM or SIGINT, then shuts down gracefully: every parked `/sync` and sliding
+/// sync answers at once with a token that loses nothing, the listeners stop accepting, and
+/// requests in flight (a send committing) get `MYELIN_SHUTDOWN_GRACE` to finish. The caller
+/// then stops the embedded PostgreSQL. A second signal exits at once. `/readyz` answers
+/// `draining` from the first signal on.
+async fn drain_on_signal(
+    services: Arc<Services>,
+    server: actix_web::dev::ServerHandle,
+    metrics: Option<actix_web::dev::ServerHandle>,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut terminate), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install the SIGTERM/SIGINT handlers");
+        return;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    tracing::info!("shutting down: answering long-polls, finishing requests in flight");
+    // Readiness fails first, so a load balancer stops sending new requests here.
+    services.health.start_draining();
+    services.notifier.shut_down();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        tracing::warn!("second signal: exiting without waiting");
+        std::process::exit(1);
+    });
+    let metrics = async {
+        if let Some(metrics) = metrics {
+            metrics.stop(true).await;
+        }
+    };
+    tokio::join!(metrics, server.stop(true));
+}
+
+/// Serves `GET /metrics` (Prometheus text format) on its own listener, apart from the client
+/// and federation APIs, as Synapse recommends: bind it to an address only Prometheus reaches.
+fn serve_metrics(
+    services: Arc<Services>,
+    listener: TcpListener,
+) -> std::io::Result<actix_web::dev::Server> {
+    let address = listener.local_addr()?;
+    let data = web::Data::from(services);
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/metrics", web::get().to(metrics_route))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .listen(listener)?
+    .run();
+    println!("myelin: metrics listening on http://{address}");
+    tracing::info!(%address, "metrics listening");
+    Ok(server)
+}
+
+/// `GET /metrics` on the metrics listener.
+async fn metrics_route(services: web::Data<Services>) -> actix_web::HttpResponse {
+    crate::service::gauges::refresh(&services.db).await;
+    actix_web::HttpResponse::Ok()
+        .content_type(crate::metrics::CONTENT_TYPE)
+        .body(crate::metrics::metrics().encode())
 }

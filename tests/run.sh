@@ -3,7 +3,8 @@
 #   1. `cargo fmt --check` and `cargo clippy --all-targets --locked -- -D warnings`;
 #   2. Rust unit and integration tests (real PostgreSQL, real HTTP);
 #   3. real clients against one freshly started server using its embedded PostgreSQL:
-#      the matrix-nio scripts (tests/clients/nio_*.py), then the matrix-js-sdk scripts
+#      the matrix-nio scripts (tests/clients/nio_*.py) and a parse of its metrics page with the
+#      Prometheus Python client (tests/clients/metrics_check.py), then the matrix-js-sdk scripts
 #      (tests/clients/js/*.mjs, Node.js as package.json's engines field says), then matrix-sdk
 #      with matrix-sdk-ui (tests/clients/rust-sdk, its own Cargo project and target dir);
 #   4. federation interop (tests/federation/run_interop.sh): two more Myelins and a Synapse
@@ -57,7 +58,9 @@ fi
 workdir="$(mktemp -d /tmp/myelin-clients.XXXXXX)"
 chmod 755 "$workdir"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 MYELIN_DATA_DIR="$workdir/data" MYELIN_LISTEN="127.0.0.1:$port" MYELIN_REGISTRATION=open \
+    MYELIN_METRICS_LISTEN="127.0.0.1:$metrics_port" \
     MYELIN_SERVER_NAME=localhost:8448 MYELIN_RATE_LIMITS=off MYELIN_MAX_EVENT_DELAY_MS=86400000 \
     RUST_LOG=warn "$CARGO_TARGET_DIR/debug/myelin" serve >"$workdir/server.log" 2>&1 &
 server=$!
@@ -76,6 +79,9 @@ done
 for script in tests/clients/nio_*.py; do
     "$VENV/bin/python" "$script" "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
 done
+# The metrics page after those clients, through the Prometheus client's OpenMetrics parser.
+"$VENV/bin/python" tests/clients/metrics_check.py "http://127.0.0.1:$metrics_port/metrics" \
+    || { cat "$workdir/server.log"; exit 1; }
 
 echo "== matrix-js-sdk"
 # The Node.js major version is part of the stamp: installed packages may depend on it.

@@ -98,34 +98,61 @@ pub async fn refuse_nul(
     Ok(next.call(req).await?.map_into_boxed_body())
 }
 
-/// Runs the request in a span and logs method, route template, status, latency and user.
+/// A `'static` label for a request method (`OTHER` for extension methods, so a client cannot
+/// make new time series).
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::HEAD => "HEAD",
+        Method::PATCH => "PATCH",
+        _ => "OTHER",
+    }
+}
+
+/// Runs the request in a span, logs method, route template, status, latency and user, and
+/// counts it in the HTTP metrics. Only the route template is logged, never the path or the
+/// query string (they carry IDs, and `?access_token=` a secret).
 pub async fn trace(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
-    let method = req.method().to_string();
-    let span = tracing::info_span!("request", %method, path = tracing::field::Empty, user = tracing::field::Empty);
+    let method = method_label(req.method());
+    let span = tracing::info_span!(
+        "request",
+        method,
+        route = tracing::field::Empty,
+        user = tracing::field::Empty
+    );
     let response = next.call(req).instrument(span.clone()).await?;
+    let metrics = crate::metrics::metrics();
     // Ruma endpoints record their template; matching the route table again is the fallback.
     let template = response
         .request()
         .extensions()
         .get::<RouteTemplate>()
-        .map(|t| t.0.to_owned());
-    let path = template
-        .or_else(|| response.request().match_pattern())
-        .unwrap_or_else(|| "<unmatched>".to_owned());
-    let user = response
-        .request()
-        .extensions()
-        .get::<Caller>()
-        .map(|c| c.user_id.to_string());
-    span.record("path", path.as_str());
-    if let Some(user) = &user {
-        span.record("user", user.as_str());
+        .map(|t| t.0);
+    let route = template
+        .or_else(|| {
+            response
+                .request()
+                .match_pattern()
+                .map(|pattern| metrics.route(&pattern))
+        })
+        .unwrap_or("<unmatched>");
+    span.record("route", route);
+    if let Some(caller) = response.request().extensions().get::<Caller>() {
+        span.record("user", caller.user_id.as_str());
     }
     let status = response.status().as_u16();
+    metrics.observe_http(method, route, status, started);
+    if status == StatusCode::TOO_MANY_REQUESTS.as_u16() {
+        metrics.rate_limited.inc();
+    }
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
     let latency_ms = format!("{latency_ms:.2}");
     // Probes come every few seconds; at INFO they would drown the log.

@@ -2,10 +2,12 @@
 
 pub mod account_data;
 pub mod admin;
+pub mod consistency;
 pub mod dehydrated_devices;
 pub mod delayed_events;
 pub mod e2ee;
 pub mod federation;
+pub mod gauges;
 pub mod health;
 pub mod keys;
 pub mod media;

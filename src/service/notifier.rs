@@ -55,6 +55,8 @@ pub struct Notifier {
     /// Whether the LISTEN connection is up (readiness: without it no wake-up arrives from
     /// other processes).
     listening: AtomicBool,
+    /// Turns true once when the process starts shutting down: parked syncs answer at once.
+    shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 impl Notifier {
@@ -69,12 +71,23 @@ impl Notifier {
             federation_wake: Arc::default(),
             delayed_wake: Arc::default(),
             listening: AtomicBool::new(false),
+            shutdown: tokio::sync::watch::Sender::new(false),
         })
     }
 
     /// Whether notifications are being received (the LISTEN connection is up).
     pub fn is_listening(&self) -> bool {
         self.listening.load(Ordering::Relaxed)
+    }
+
+    /// Starts the shutdown: every parked sync answers now, and later ones do not wait.
+    pub fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Says (and changes to) `true` once the process is shutting down.
+    pub fn shutdown_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shutdown.subscribe()
     }
 
     /// The handle a user's syncs wait on.

@@ -154,7 +154,14 @@ impl Presence {
             PresenceState::Offline => return Ok(()),
             other => state_name(other)?,
         };
-        if !self.enabled || self.db.is_saturated() {
+        if !self.enabled {
+            return Ok(());
+        }
+        if self.db.is_saturated() {
+            crate::metrics::metrics()
+                .shed
+                .get_or_create(&crate::metrics::Kind { kind: "presence" })
+                .inc();
             return Ok(());
         }
         let now = now_ms();

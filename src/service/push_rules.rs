@@ -74,13 +74,17 @@ pub async fn load_rulesets(
             match cache.get(user.as_str()) {
                 Some((cached_at, rules)) if *cached_at == position => {
                     found.insert(user.to_string(), rules.clone());
+                    crate::metrics::metrics().cache("push_rules", true);
                 }
                 _ if position == 0 => {
                     let rules = Arc::new(Ruleset::server_default(user));
                     cache.put(user.to_string(), (0, rules.clone()));
                     found.insert(user.to_string(), rules);
                 }
-                _ => stale.push(user.as_str()),
+                _ => {
+                    crate::metrics::metrics().cache("push_rules", false);
+                    stale.push(user.as_str());
+                }
             }
         }
     }

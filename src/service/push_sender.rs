@@ -170,7 +170,16 @@ impl PushSender {
                     .notification(&conn, pusher, &room_id, &event_id, &actions)
                     .await?;
                 drop(conn);
-                match self.post(pusher, &notification).await {
+                let outcome = self.post(pusher, &notification).await;
+                crate::metrics::Metrics::count(
+                    &crate::metrics::metrics().push_notifications,
+                    match outcome {
+                        Outcome::Delivered => "sent",
+                        Outcome::Rejected => "rejected",
+                        Outcome::Failed(_) => "failed",
+                    },
+                );
+                match outcome {
                     Outcome::Delivered => {
                         self.backoff
                             .lock()

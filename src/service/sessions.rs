@@ -145,6 +145,7 @@ impl Sessions {
                 None => None,
             }
         };
+        crate::metrics::metrics().cache("access_tokens", cached.is_some());
         let owner = match cached {
             Some(owner) => owner,
             None => {

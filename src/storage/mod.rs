@@ -9,6 +9,7 @@ pub mod account_data;
 pub mod admin_rooms;
 pub mod admin_users;
 pub mod backup;
+pub mod consistency;
 pub mod dag;
 pub mod dehydrated_devices;
 pub mod delayed_events;
@@ -206,16 +207,40 @@ impl Db {
         THREAD_POOL.with(|local| *local.borrow_mut() = Some(pool));
     }
 
-    /// The pool for work on this thread.
-    fn pool(&self) -> Pool<AsyncPgConnection> {
+    /// The pool for work on this thread, and its metrics label.
+    fn pool_and_label(&self) -> (Pool<AsyncPgConnection>, &'static str) {
         THREAD_POOL
             .with(|local| local.borrow().clone())
-            .unwrap_or_else(|| self.shared.clone())
+            .map_or_else(|| (self.shared.clone(), "shared"), |pool| (pool, "worker"))
+    }
+
+    /// The pool for work on this thread.
+    fn pool(&self) -> Pool<AsyncPgConnection> {
+        self.pool_and_label().0
     }
 
     /// Takes a connection from this thread's pool.
     pub async fn conn(&self) -> Result<Conn> {
-        Ok(self.pool().get().await?)
+        let (pool, label) = self.pool_and_label();
+        let started = std::time::Instant::now();
+        let conn = pool.get().await;
+        crate::metrics::metrics()
+            .db_pool_wait
+            .get_or_create(&crate::metrics::PoolLabel { pool: label })
+            .observe(started.elapsed().as_secs_f64());
+        Ok(conn?)
+    }
+
+    /// The state of the shared pool and of the HTTP workers' pools taken together.
+    pub fn pool_statuses(&self) -> [(&'static str, PoolStatus); 2] {
+        let mut workers = PoolStatus::default();
+        for pool in self.worker_pools.iter() {
+            workers.add(PoolStatus::of(pool));
+        }
+        [
+            ("worker", workers),
+            ("shared", PoolStatus::of(&self.shared)),
+        ]
     }
 
     /// A connection of its own, outside every pool, for a session that lasts as long as the
@@ -236,6 +261,38 @@ impl Db {
     pub fn is_saturated(&self) -> bool {
         let status = self.pool().status();
         status.waiting >= status.max_size.max(1)
+    }
+}
+
+/// Connections of one or more pools.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PoolStatus {
+    /// Most connections the pools may hold.
+    pub max_size: usize,
+    /// Connections open now.
+    pub size: usize,
+    /// Open connections not checked out.
+    pub idle: usize,
+    /// Callers waiting for a connection.
+    pub waiting: usize,
+}
+
+impl PoolStatus {
+    fn of(pool: &Pool<AsyncPgConnection>) -> Self {
+        let status = pool.status();
+        PoolStatus {
+            max_size: status.max_size,
+            size: status.size,
+            idle: status.available,
+            waiting: status.waiting,
+        }
+    }
+
+    fn add(&mut self, other: PoolStatus) {
+        self.max_size += other.max_size;
+        self.size += other.size;
+        self.idle += other.idle;
+        self.waiting += other.waiting;
     }
 }
 

@@ -71,6 +71,13 @@ impl Positions {
             .map_or(0, |row| row.persisted)
     }
 
+    /// Each stream's name, highest position taken and persisted-up-to position.
+    pub fn each(&self) -> impl Iterator<Item = (&str, i64, i64)> {
+        self.rows
+            .iter()
+            .map(|row| (row.stream.as_str(), row.taken, row.persisted))
+    }
+
     /// Whether some stream has positions taken above its persisted-up-to position: a writer
     /// is in flight, and a reader that found nothing new may find it shortly without being
     /// woken (the writer that holds it back may be writing elsewhere, or roll back).

@@ -65,7 +65,7 @@ pub async fn sliding_sync_route(
         .sync
         .sliding_sync(&services.rooms, &request)
         .await?;
-    Ok(HttpResponse::Ok().json(response))
+    super::sync::json_counted(&response, "sliding")
 }
 
 #[derive(Deserialize, Default)]

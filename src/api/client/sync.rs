@@ -65,7 +65,22 @@ pub async fn sync_route(
         filter: SyncFilter::from_definition(&definition),
     };
     let response = services.sync.sync(&services.rooms, &sync).await?;
-    Ok(HttpResponse::Ok().json(response))
+    json_counted(&response, "v3")
+}
+
+/// A sync response as JSON, its size counted in the metrics under `api`.
+pub(super) fn json_counted(
+    response: &impl serde::Serialize,
+    api: &'static str,
+) -> Result<HttpResponse> {
+    let body = serde_json::to_vec(response).map_err(Error::internal)?;
+    crate::metrics::metrics()
+        .sync_response_bytes
+        .get_or_create(&crate::metrics::ApiLabel { api })
+        .observe(body.len() as f64);
+    Ok(HttpResponse::Ok()
+        .content_type(mime::APPLICATION_JSON)
+        .body(body))
 }
 
 /// `GET /_matrix/client/v3/rooms/{roomId}/messages`

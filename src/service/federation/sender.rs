@@ -282,7 +282,16 @@ impl Sender {
                 }
                 return Ok(());
             };
-            match self.send(&server, &txn_id, &body).await {
+            let outcome = self.send(&server, &txn_id, &body).await;
+            crate::metrics::Metrics::count(
+                &crate::metrics::metrics().federation_transactions,
+                match outcome {
+                    Outcome::Delivered => "sent",
+                    Outcome::Undeliverable(_) => "dropped",
+                    Outcome::Failed(_) => "failed",
+                },
+            );
+            match outcome {
                 Outcome::Delivered => {
                     let conn = self.db.conn().await?;
                     store::finish_txn(&conn, destination, &txn_id).await?;

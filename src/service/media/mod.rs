@@ -223,10 +223,17 @@ impl Media {
             }
         };
         let path = self.path_of(&stored.sha256);
+        let metrics = crate::metrics::metrics();
+        metrics
+            .media_bytes
+            .get_or_create(&crate::metrics::Kind { kind: "in" })
+            .inc_by(stored.size);
         if tokio::fs::try_exists(&path).await.unwrap_or(false) {
             // Stored once: the same bytes uploaded again share the file.
             let _ = tokio::fs::remove_file(&tmp).await;
+            crate::metrics::Metrics::count(&metrics.media_uploads, "deduplicated");
         } else {
+            crate::metrics::Metrics::count(&metrics.media_uploads, "stored");
             let dir = path.parent().expect("media paths have a parent");
             tokio::fs::create_dir_all(dir)
                 .await
@@ -433,6 +440,12 @@ impl Media {
             return self.remote_download(server_name, media_id, legacy).await;
         }
         let row = self.ready(server_name, media_id, legacy).await?;
+        let metrics = crate::metrics::metrics();
+        metrics.media_downloads.inc();
+        metrics
+            .media_bytes
+            .get_or_create(&crate::metrics::Kind { kind: "out" })
+            .inc_by(row.size.unwrap_or(0).max(0) as u64);
         Ok(Download {
             path: self.path_of(row.sha256.as_deref().unwrap_or_default()),
             content_type: row

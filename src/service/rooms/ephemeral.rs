@@ -28,6 +28,10 @@ impl Rooms {
         }
         if timeout.is_some() && self.db.is_saturated() {
             tracing::debug!(%room_id, "typing update shed under load");
+            crate::metrics::metrics()
+                .shed
+                .get_or_create(&crate::metrics::Kind { kind: "typing" })
+                .inc();
             return Ok(());
         }
         let payload = typing::encode(room_id.as_str(), user_id.as_str(), timeout);

@@ -44,6 +44,44 @@ impl Rooms {
         state_key: Option<&str>,
         content: Value,
     ) -> Result<OwnedEventId> {
+        let started = std::time::Instant::now();
+        let result = self
+            .send_event_once(sender, room_id, kind, state_key, content)
+            .await;
+        let kind = match (kind, state_key) {
+            ("m.room.redaction", _) => "redaction",
+            (_, Some(_)) => "state",
+            _ => "message",
+        };
+        let outcome = match &result {
+            Ok((_, outcome)) => *outcome,
+            Err(err) if actix_web::ResponseError::status_code(err).is_client_error() => "refused",
+            Err(_) => "failed",
+        };
+        let metrics = crate::metrics::metrics();
+        metrics
+            .send_requests
+            .get_or_create(&crate::metrics::SendLabels { kind, outcome })
+            .inc();
+        if outcome == "created" {
+            metrics
+                .send_ack
+                .get_or_create(&crate::metrics::Kind { kind })
+                .observe(started.elapsed().as_secs_f64());
+        }
+        result.map(|(id, _)| id)
+    }
+
+    /// [`Rooms::send_event`] without the metrics; says whether the event was `created` or the
+    /// transaction `replayed`.
+    async fn send_event_once(
+        &self,
+        sender: Sender<'_>,
+        room_id: &RoomId,
+        kind: &str,
+        state_key: Option<&str>,
+        content: Value,
+    ) -> Result<(OwnedEventId, &'static str)> {
         if !content.is_object() {
             return Err(Error::bad_json("Event content must be a JSON object"));
         }
@@ -116,16 +154,22 @@ impl Rooms {
                 Ok(Outcome::Sent(writer.append(event).await?.event_id))
             })
             .await;
+        let replayed = |id: String| {
+            EventId::parse(id)
+                .map(|id| (id, "replayed"))
+                .map_err(Error::internal)
+        };
         match (result, sender.txn) {
-            (Ok(Outcome::Sent(id)), _) => Ok(id),
-            (Ok(Outcome::Earlier(id)), _) => EventId::parse(id).map_err(Error::internal),
-            (Ok(Outcome::ShadowBanned), _) => self.fake_send(&conn, sender).await,
+            (Ok(Outcome::Sent(id)), _) => Ok((id, "created")),
+            (Ok(Outcome::Earlier(id)), _) => replayed(id),
+            // To the sender a shadow-banned send looks created; the metric says so too.
+            (Ok(Outcome::ShadowBanned), _) => Ok((self.fake_send(&conn, sender).await?, "created")),
             // The same transaction ID raced in through another room or process: its event wins.
             (Err(err), Some((device_id, txn_id))) => {
                 match store::get_txn_event(&conn, sender.user_id.as_str(), device_id, txn_id)
                     .await?
                 {
-                    Some(id) => EventId::parse(id).map_err(Error::internal),
+                    Some(id) => replayed(id),
                     None => Err(err),
                 }
             }

@@ -2,6 +2,7 @@
 //! the whole response; per-room sections are built concurrently.
 
 pub mod filter;
+mod long_poll;
 pub mod room_index;
 pub mod sliding;
 pub mod token;
@@ -40,9 +41,6 @@ use crate::{
         state as state_store, streams, to_device as to_device_store, Db,
     },
 };
-
-/// Longest long-poll.
-const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One `/sync` call.
 pub struct SyncRequest<'a> {
@@ -91,11 +89,6 @@ const HEROES: usize = 5;
 
 /// How many rooms' sections are built at once (their queries pipelined on one connection).
 const ROOMS_IN_FLIGHT: usize = 32;
-
-/// How soon a sync that found nothing looks again while the positions taken when it read are
-/// not all persisted; doubled each time up to [`HELD_BACK_RECHECK_MAX`].
-const HELD_BACK_RECHECK_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
-const HELD_BACK_RECHECK_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// One computed response (`/sync`'s or sliding sync's).
 struct Computed<T> {
@@ -146,71 +139,35 @@ impl Sync {
         }
     }
 
+    /// Checks a random sample of the room-change index against the events table (the
+    /// consistency sampler): how many rooms agreed, and a line for each that did not.
+    pub async fn check_room_index(&self, sample: usize) -> Result<(usize, Vec<String>)> {
+        let conn = self.db.conn().await?;
+        let positions = streams::positions(&conn).await?;
+        // Bring it up to date first, as a sync would.
+        self.index
+            .refresh(&conn, positions.persisted(streams::EVENTS))
+            .await?;
+        self.index.check_sample(&conn, sample).await
+    }
+
     /// Runs a sync, waiting up to the timeout for something to report.
     pub async fn sync(&self, rooms: &Rooms, request: &SyncRequest<'_>) -> Result<SyncResponse> {
         let at_once = request.since.is_none() || request.full_state;
-        self.long_poll(request.user_id.as_str(), request.timeout, at_once, || {
-            self.compute(rooms, request)
-        })
-        .await
-    }
-
-    /// Computes a response, and while it is empty (and `at_once` is false) computes it again
-    /// whenever something of the user's changes, until the timeout: the waiter `/sync` and
-    /// sliding sync share.
-    async fn long_poll<T, F, Fut>(
-        &self,
-        user_id: &str,
-        timeout: Duration,
-        at_once: bool,
-        mut compute: F,
-    ) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Computed<T>>>,
-    {
-        let deadline = tokio::time::Instant::now() + timeout.min(MAX_TIMEOUT);
-        let notify = self.notifier.subscribe(user_id);
-        // The positions taken when this sync last started reading after a wake-up, while
-        // some of them were not yet persisted: a write it was woken for may be committed but
-        // still behind another writer's uncommitted position, whose commit (or rollback, or
-        // crash) wakes nobody here. It looks again shortly until they are all persisted.
-        let mut held_below: Option<streams::Positions> = None;
-        let mut fresh = true;
-        let mut recheck = HELD_BACK_RECHECK_FIRST;
-        loop {
-            // Registered before reading, so a commit between the read and the wait still wakes us.
-            let woken = notify.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let computed = compute().await?;
-            if !computed.empty || at_once || tokio::time::Instant::now() >= deadline {
-                return Ok(computed.response);
-            }
-            if fresh {
-                held_below = computed.positions.held_back().then_some(computed.positions);
-                recheck = HELD_BACK_RECHECK_FIRST;
-            } else if held_below
-                .as_ref()
-                .is_some_and(|taken| computed.positions.covers(taken))
-            {
-                held_below = None;
-            }
-            let wake_at = match held_below {
-                Some(_) => (tokio::time::Instant::now() + recheck).min(deadline),
-                None => deadline,
-            };
-            recheck = (recheck * 2).min(HELD_BACK_RECHECK_MAX);
-            tokio::select! {
-                _ = woken => fresh = true,
-                _ = tokio::time::sleep_until(wake_at) => {
-                    if wake_at >= deadline {
-                        return Ok(compute().await?.response);
-                    }
-                    fresh = false;
-                }
-            }
-        }
+        let response = self
+            .long_poll(
+                request.user_id.as_str(),
+                "v3",
+                request.timeout,
+                at_once,
+                || self.compute(rooms, request),
+            )
+            .await?;
+        crate::metrics::metrics()
+            .sync_rooms
+            .get_or_create(&crate::metrics::ApiLabel { api: "v3" })
+            .observe(response.room_count() as f64);
+        Ok(response)
     }
 
     /// Builds one response.
@@ -900,6 +857,14 @@ pub struct SyncResponse {
     /// `next_batch` and the other top-level sections.
     #[serde(flatten)]
     rest: Map<String, Value>,
+}
+
+impl SyncResponse {
+    /// How many rooms the response carries.
+    pub fn room_count(&self) -> usize {
+        let rooms = &self.rooms;
+        rooms.join.len() + rooms.invite.len() + rooms.leave.len() + rooms.knock.len()
+    }
 }
 
 #[derive(Serialize, Default)]

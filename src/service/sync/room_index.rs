@@ -83,6 +83,56 @@ impl RoomIndex {
             .collect()
     }
 
+    /// Compares up to `sample` random rooms' entries with the same facts recomputed from the
+    /// events table; returns how many agreed and a line for each that did not.
+    pub async fn check_sample(
+        &self,
+        conn: &AsyncPgConnection,
+        sample: usize,
+    ) -> Result<(usize, Vec<String>)> {
+        use rand::seq::IteratorRandom;
+        let (up_to, picked) = {
+            let index = self.index.lock().await;
+            let picked: Vec<(String, LastChange)> = index
+                .rooms
+                .iter()
+                .choose_multiple(&mut rand::rng(), sample)
+                .into_iter()
+                .map(|(room, last)| (room.clone(), *last))
+                .collect();
+            (index.up_to, picked)
+        };
+        let rooms: Vec<String> = picked.iter().map(|(room, _)| room.clone()).collect();
+        let facts: HashMap<String, LastChange> =
+            crate::storage::consistency::get_room_changes(conn, &rooms, up_to)
+                .await?
+                .into_iter()
+                .map(|change| {
+                    let last = LastChange {
+                        event: change.last_event,
+                        membership: change.last_membership.unwrap_or(0),
+                        bump: change.last_bump.unwrap_or(0),
+                    };
+                    (change.room_id, last)
+                })
+                .collect();
+        let mut agreed = 0;
+        let mut mismatches = Vec::new();
+        for (room, live) in picked {
+            let recomputed = facts.get(&room).copied().unwrap_or_default();
+            if (live.event, live.membership, live.bump)
+                == (recomputed.event, recomputed.membership, recomputed.bump)
+            {
+                agreed += 1;
+            } else {
+                mismatches.push(format!(
+                    "{room}: index has {live:?}, the events say {recomputed:?} (up to {up_to})"
+                ));
+            }
+        }
+        Ok((agreed, mismatches))
+    }
+
     /// Which of `rooms` changed after `since`.
     pub async fn changed_since<'a>(
         &self,

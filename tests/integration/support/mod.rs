@@ -296,6 +296,8 @@ where
 pub struct TestServer {
     /// Base URL, e.g. `http://127.0.0.1:41234`.
     pub base_url: String,
+    /// Base URL of the metrics listener, when `MYELIN_METRICS_LISTEN` is set.
+    pub metrics_url: Option<String>,
     child: Child,
     _db: TestDb,
     options: ServerOptions,
@@ -307,14 +309,34 @@ struct Count {
     n: i64,
 }
 
-async fn spawn_server(db: &TestDb, options: &ServerOptions) -> (Child, String) {
+/// A started server process: the child, its base URL and its metrics URL.
+type Spawned = (Child, String, Option<String>);
+
+async fn spawn_server(db: &TestDb, options: &ServerOptions) -> Spawned {
     try_spawn_server(db, options)
         .await
         .expect("server did not report its address")
 }
 
 /// Starts a server; `None` when it exits before listening (its reason is on stderr).
-async fn try_spawn_server(db: &TestDb, options: &ServerOptions) -> Option<(Child, String)> {
+async fn try_spawn_server(db: &TestDb, options: &ServerOptions) -> Option<Spawned> {
+    try_spawn_server_with_stderr(db, options, Stdio::inherit()).await
+}
+
+/// Starts a server on `db` whose stderr (its log) goes to a pipe the caller reads; the
+/// caller stops the child.
+pub async fn spawn_server_capturing_log(db: &TestDb, options: &ServerOptions) -> (Child, String) {
+    let (child, base_url, _) = try_spawn_server_with_stderr(db, options, Stdio::piped())
+        .await
+        .expect("server did not report its address");
+    (child, base_url)
+}
+
+async fn try_spawn_server_with_stderr(
+    db: &TestDb,
+    options: &ServerOptions,
+    stderr: Stdio,
+) -> Option<Spawned> {
     let mut command = Command::new(env!("CARGO_BIN_EXE_myelin"));
     command
         .arg("serve")
@@ -328,21 +350,26 @@ async fn try_spawn_server(db: &TestDb, options: &ServerOptions) -> Option<(Child
             std::env::var("MYELIN_TEST_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(stderr);
     for (key, value) in &options.env {
         command.env(key, value);
     }
     let mut child = command.spawn().expect("start myelin");
     let stdout = child.stdout.take().unwrap();
-    let base_url = tokio::task::spawn_blocking(move || {
+    let (base_url, metrics_url) = tokio::task::spawn_blocking(move || {
         let mut lines = BufReader::new(stdout).lines();
+        // The metrics listener is announced before the main one.
+        let mut metrics = None;
         let base = lines.by_ref().map_while(Result::ok).find_map(|line| {
+            if let Some(url) = line.strip_prefix("myelin: metrics listening on ") {
+                metrics = Some(url.to_owned());
+            }
             line.strip_prefix("myelin: listening on ")
                 .map(str::to_owned)
         });
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        base
+        (base, metrics)
     })
     .await
     .unwrap();
@@ -351,7 +378,7 @@ async fn try_spawn_server(db: &TestDb, options: &ServerOptions) -> Option<(Child
         let _ = child.wait();
         return None;
     };
-    Some((child, base_url))
+    Some((child, base_url, metrics_url))
 }
 
 /// Settings a test can change before the server starts.
@@ -426,7 +453,7 @@ impl TestServer {
     pub async fn start_with(mut options: ServerOptions) -> Self {
         let mut db = TestDb::new().await;
         let mut attempts = 0;
-        let (child, base_url) = loop {
+        let (child, base_url, metrics_url) = loop {
             if let Some(started) = try_spawn_server(&db, &options).await {
                 break started;
             }
@@ -442,6 +469,7 @@ impl TestServer {
         };
         TestServer {
             base_url,
+            metrics_url,
             child,
             _db: db,
             options,
@@ -452,9 +480,7 @@ impl TestServer {
     pub async fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, base_url) = spawn_server(&self._db, &self.options).await;
-        self.child = child;
-        self.base_url = base_url;
+        self.relaunch().await;
     }
 
     /// Kills the server process (SIGKILL: no shutdown, nothing flushed), leaving its database.
@@ -465,9 +491,31 @@ impl TestServer {
 
     /// Starts the server again on the same database and settings (after [`TestServer::kill`]).
     pub async fn relaunch(&mut self) {
-        let (child, base_url) = spawn_server(&self._db, &self.options).await;
+        let (child, base_url, metrics_url) = spawn_server(&self._db, &self.options).await;
         self.child = child;
         self.base_url = base_url;
+        self.metrics_url = metrics_url;
+    }
+
+    /// Sends the server process SIGTERM (a graceful shutdown) without waiting for it.
+    pub fn terminate(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid");
+        // SAFETY: kill has no memory-safety preconditions; the pid is our own child's.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill -TERM");
+    }
+
+    /// Waits up to `within` for the process to exit; its status, or `None` if it still runs.
+    pub async fn wait_for_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the server") {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Starts another server process on the same database (scale-out), stopped when dropped.
@@ -478,7 +526,7 @@ impl TestServer {
     /// Starts another process on the same database with other settings (say, without the
     /// federation listener the first process holds).
     pub async fn second_process_with(&self, options: ServerOptions) -> ExtraProcess {
-        let (child, base_url) = spawn_server(&self._db, &options).await;
+        let (child, base_url, _) = spawn_server(&self._db, &options).await;
         ExtraProcess { base_url, child }
     }
 

@@ -175,6 +175,21 @@ pub async fn load_facts(
                 })
                 .collect()
         };
+        let metrics = crate::metrics::metrics();
+        metrics
+            .cache_requests
+            .get_or_create(&crate::metrics::CacheLabels {
+                cache: "sliding_room_meta",
+                result: "miss",
+            })
+            .inc_by(stale.len() as u64);
+        metrics
+            .cache_requests
+            .get_or_create(&crate::metrics::CacheLabels {
+                cache: "sliding_room_meta",
+                result: "hit",
+            })
+            .inc_by((rooms.len() - stale.len()) as u64);
         let stale_ids: Vec<String> = stale.iter().map(|r| r.room_id.clone()).collect();
         let mut spaces: Vec<String> = lists
             .clone()

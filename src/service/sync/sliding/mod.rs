@@ -75,6 +75,7 @@ impl Sync {
         let computed = self
             .long_poll(
                 request.user_id.as_str(),
+                "sliding",
                 request.timeout,
                 pos.is_none(),
                 || self.compute_sliding(rooms, request, pos.as_ref(), &connection),
@@ -83,6 +84,14 @@ impl Sync {
         let version =
             connection::save(&self.db, &self.connections, &connection, computed.changes).await?;
         let mut body = computed.body;
+        let rooms = body
+            .get("rooms")
+            .and_then(Value::as_object)
+            .map_or(0, Map::len);
+        crate::metrics::metrics()
+            .sync_rooms
+            .get_or_create(&crate::metrics::ApiLabel { api: "sliding" })
+            .observe(rooms as f64);
         body.insert(
             "pos".into(),
             Value::String(

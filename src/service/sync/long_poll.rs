@@ -1,0 +1,143 @@
+//! The long-poll waiter `/sync` and sliding sync share, and its metrics.
+
+use std::{future::Future, time::Duration};
+
+use super::{Computed, Sync};
+use crate::{error::Result, storage::streams};
+
+/// Longest long-poll.
+const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How soon a sync that found nothing looks again while the positions taken when it read are
+/// not all persisted; doubled each time up to [`HELD_BACK_RECHECK_MAX`].
+const HELD_BACK_RECHECK_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+const HELD_BACK_RECHECK_MAX: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Where one sync's time went, for the metrics.
+#[derive(Default)]
+struct PollTiming {
+    /// Computing responses.
+    built: Duration,
+    /// Parked, waiting for a wake-up or the timeout.
+    waited: Duration,
+    /// Whether it parked at all.
+    parked: bool,
+}
+
+impl PollTiming {
+    /// Runs one computation, adding its time to `built`.
+    async fn build<T>(&mut self, computing: impl Future<Output = T>) -> T {
+        let started = tokio::time::Instant::now();
+        let computed = computing.await;
+        self.built += started.elapsed();
+        computed
+    }
+
+    /// Counts the finished sync.
+    fn record(&self, api: &'static str, initial: bool) {
+        let kind = match (initial, self.parked) {
+            (true, _) => "initial",
+            (false, false) => "incremental",
+            (false, true) => "long_poll",
+        };
+        let metrics = crate::metrics::metrics();
+        let labels = crate::metrics::SyncLabels { api, kind };
+        metrics.sync_requests.get_or_create(&labels).inc();
+        metrics
+            .sync_build
+            .get_or_create(&labels)
+            .observe(self.built.as_secs_f64());
+        if self.parked {
+            metrics
+                .sync_wait
+                .get_or_create(&crate::metrics::ApiLabel { api })
+                .observe(self.waited.as_secs_f64());
+        }
+    }
+}
+
+impl Sync {
+    /// Computes a response, and while it is empty (and `at_once` is false) computes it again
+    /// whenever something of the user's changes, until the timeout or a shutdown (which
+    /// answers every parked sync at once with the token it has): the waiter `/sync` and
+    /// sliding sync share. Counts the sync in the metrics under `api`.
+    pub(super) async fn long_poll<T, F, Fut>(
+        &self,
+        user_id: &str,
+        api: &'static str,
+        timeout: Duration,
+        at_once: bool,
+        mut compute: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Computed<T>>>,
+    {
+        let mut timing = PollTiming::default();
+        let mut shutdown = self.notifier.shutdown_signal();
+        // A sync arriving during a shutdown is answered at once.
+        let timeout = if *shutdown.borrow() {
+            Duration::ZERO
+        } else {
+            timeout.min(MAX_TIMEOUT)
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        let notify = self.notifier.subscribe(user_id);
+        // The positions taken when this sync last started reading after a wake-up, while
+        // some of them were not yet persisted: a write it was woken for may be committed but
+        // still behind another writer's uncommitted position, whose commit (or rollback, or
+        // crash) wakes nobody here. It looks again shortly until they are all persisted.
+        let mut held_below: Option<streams::Positions> = None;
+        let mut fresh = true;
+        let mut recheck = HELD_BACK_RECHECK_FIRST;
+        let result = loop {
+            // Registered before reading, so a commit between the read and the wait still wakes us.
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let computed = match timing.build(compute()).await {
+                Ok(computed) => computed,
+                Err(err) => break Err(err),
+            };
+            if !computed.empty || at_once || tokio::time::Instant::now() >= deadline {
+                break Ok(computed.response);
+            }
+            if fresh {
+                held_below = computed.positions.held_back().then_some(computed.positions);
+                recheck = HELD_BACK_RECHECK_FIRST;
+            } else if held_below
+                .as_ref()
+                .is_some_and(|taken| computed.positions.covers(taken))
+            {
+                held_below = None;
+            }
+            let wake_at = match held_below {
+                Some(_) => (tokio::time::Instant::now() + recheck).min(deadline),
+                None => deadline,
+            };
+            recheck = (recheck * 2).min(HELD_BACK_RECHECK_MAX);
+            let parked = tokio::time::Instant::now();
+            let _long_poll = crate::metrics::LongPollGuard::new();
+            timing.parked = true;
+            tokio::select! {
+                _ = woken => fresh = true,
+                // Stopping: what was computed is a valid, empty answer with a token that loses
+                // nothing.
+                _ = shutdown.wait_for(|stopping| *stopping) => {
+                    timing.waited += parked.elapsed();
+                    break Ok(computed.response);
+                }
+                _ = tokio::time::sleep_until(wake_at) => {
+                    if wake_at >= deadline {
+                        timing.waited += parked.elapsed();
+                        break timing.build(compute()).await.map(|c| c.response);
+                    }
+                    fresh = false;
+                }
+            }
+            timing.waited += parked.elapsed();
+        };
+        timing.record(api, at_once);
+        result
+    }
+}
