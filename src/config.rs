@@ -4,12 +4,20 @@
 //! `MALLOC_*` variables (`allocator.rs`) and `PATH` to find PostgreSQL (`embedded_pg.rs`).
 //! Invalid settings stop the server at start with one line that names the bad setting.
 
-use std::{collections::HashMap, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use ruma::OwnedServerName;
 use serde::Deserialize;
 
-use crate::net::{parse_cidr_list, AddressPolicy, Cidr};
+use crate::{
+    net::{parse_cidr_list, AddressPolicy, Cidr},
+    service::appservice::registration::{self, Registration},
+};
 
 /// Who may create accounts through `POST /register`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +120,8 @@ pub struct Config {
     /// Whether `preview_url` fetches pages (off by default, as Synapse's
     /// `url_preview_enabled`); off, it answers the empty preview.
     pub url_previews: bool,
+    /// Application services, from the registration files in `MYELIN_APPSERVICES`.
+    pub appservices: Vec<Registration>,
 }
 
 /// TURN settings (`MYELIN_TURN_*`).
@@ -225,6 +235,7 @@ struct FileConfig {
     turn_password: Option<String>,
     turn_ttl_secs: Option<toml::Value>,
     url_previews: Option<toml::Value>,
+    appservices: Option<String>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -399,6 +410,19 @@ impl Config {
         };
         let turn = turn_config(src)?;
         let url_previews = switch(src, "url_previews", false)?;
+        let appservices = match src.get("appservices") {
+            None => Vec::new(),
+            Some(raw) => {
+                let paths: Vec<&Path> = raw
+                    .value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(Path::new)
+                    .collect();
+                registration::load(&paths, &server_name).map_err(|e| bad(&raw.source, e))?
+            }
+        };
         Ok(Config {
             server_name,
             listen,
@@ -423,6 +447,7 @@ impl Config {
             max_event_delay_ms,
             turn,
             url_previews,
+            appservices,
         })
     }
 
@@ -682,6 +707,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         turn_password,
         turn_ttl_secs,
         url_previews,
+        appservices,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -742,6 +768,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("turn_password", s(turn_password)),
         ("turn_ttl_secs", turn_ttl_secs),
         ("url_previews", url_previews),
+        ("appservices", s(appservices)),
     ];
     Ok(entries
         .into_iter()

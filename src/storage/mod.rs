@@ -6,6 +6,7 @@
 //! Lookups return `Option`; the service decides what a missing row means.
 
 pub mod account_data;
+pub mod appservice;
 pub mod backup;
 pub mod dag;
 pub mod dehydrated_devices;

@@ -6,6 +6,7 @@
 mod account_security;
 mod accounts;
 mod api_spec;
+mod appservices;
 mod client_lookups;
 mod dehydrated_devices;
 mod delayed_events;

@@ -33,6 +33,9 @@ pub async fn create_alias_route(
 ) -> Result<RumaResponse<create_alias::Response>> {
     let caller = body.caller()?;
     services
+        .appservices
+        .check_alias_unclaimed(body.body.room_alias.as_str(), caller.appservice.as_deref())?;
+    services
         .rooms
         .create_alias(&caller.user_id, &body.body.room_alias, &body.body.room_id)
         .await?;
