@@ -277,21 +277,32 @@ async fn ts_is_honoured_for_appservices_only() {
     };
     assert_eq!(ts(ghosts).await, 1_000_000);
     assert!(ts(alices).await > 1_700_000_000_000);
-    // State too.
-    let state = appservice
-        .put(
-            &as_user(
-                &format!(
-                    "/_matrix/client/v3/rooms/{}/state/m.bridge/x?ts=2000000",
-                    enc(&room)
-                ),
-                &user_id("echo_ghost"),
-            ),
-            json!({ "n": 1 }),
+    // State too, in a room of the ghost's own.
+    let ghost_room = appservice
+        .post(
+            &as_user("/_matrix/client/v3/createRoom", &user_id("echo_ghost")),
+            json!({}),
         )
-        .await;
-    // The ghost has no power for state in a public chat: only the sender's own check counts.
-    assert!(state.status.as_u16() == 403 || state.status.as_u16() == 200);
+        .await
+        .ok()["room_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let state_path = format!(
+        "/_matrix/client/v3/rooms/{}/state/m.bridge/x",
+        enc(&ghost_room)
+    );
+    let put = format!("{state_path}?ts=2000000");
+    appservice
+        .put(&as_user(&put, &user_id("echo_ghost")), json!({ "n": 1 }))
+        .await
+        .ok();
+    let get = format!("{state_path}?format=event");
+    let event = appservice
+        .get(&as_user(&get, &user_id("echo_ghost")))
+        .await
+        .ok();
+    assert_eq!(event["origin_server_ts"], 2_000_000, "{event}");
 }
 
 #[tokio::test]
@@ -530,7 +541,7 @@ async fn two_processes_push_every_event_once() {
 }
 
 #[tokio::test]
-async fn invites_to_ghosts_and_typing_reach_the_appservice() {
+async fn invites_to_the_bot_typing_and_receipts_reach_the_appservice() {
     let fake = FakeAppservice::start(server_name()).await;
     let server = server_with(&fake).await;
     let alice = server.register("alice").await;
@@ -578,5 +589,34 @@ async fn invites_to_ghosts_and_typing_reach_the_appservice() {
             })
         })
     })
+    .await;
+    let sent = alice.send_text(&room, "r1", "read me").await.ok();
+    let event_id = sent["event_id"].as_str().unwrap();
+    alice
+        .post(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/receipt/m.read/{}",
+                enc(&room),
+                enc(event_id)
+            ),
+            json!({}),
+        )
+        .await
+        .ok();
+    wait_until(
+        "the receipt is delivered",
+        Duration::from_secs(20),
+        || async {
+            fake.transactions().iter().any(|(_, body, _)| {
+                body["ephemeral"].as_array().is_some_and(|events| {
+                    events.iter().any(|e| {
+                        e["type"] == "m.receipt"
+                            && e["room_id"] == room.as_str()
+                            && e["content"][event_id]["m.read"][&alice.user_id]["ts"].is_i64()
+                    })
+                })
+            })
+        },
+    )
     .await;
 }

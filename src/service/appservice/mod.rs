@@ -5,8 +5,9 @@
 //! - This module: the registry, identity assertion (`?user_id=`, `?device_id=`), the
 //!   exclusive-namespace checks other services call, and the ping.
 //! - [`sender`]: transactions to each appservice, exactly once and in order.
-//! - [`interest`]: which events an appservice is sent.
+//! - [`interest`]: which events an appservice is sent; [`ephemeral`]: typing and receipts.
 
+pub mod ephemeral;
 pub mod interest;
 pub mod registration;
 pub mod sender;

@@ -13,8 +13,8 @@
 //!   is passed over while an earlier position is still being written.
 //! - A failure backs the appservice off (doubling from 2 s up to 512 s, as Synapse), stored
 //!   in PostgreSQL. A successful ping ([`AppserviceSender::appservice_is_up`]) ends it.
-//! - Ephemeral events (typing) are not replayed: those that happen while an appservice is
-//!   failing are dropped, as Synapse does.
+//! - Ephemeral events (typing, receipts: [`super::ephemeral`]) are not replayed: those that
+//!   happen while an appservice is failing are dropped, as Synapse does.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -23,7 +23,7 @@ use ruma::room_version_rules::RoomVersionRules;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{interest::RoomInterest, Registration, MAX_ANSWER};
+use super::{ephemeral::Ephemeral, interest::RoomInterest, Registration, MAX_ANSWER};
 use crate::{
     error::{Error, Result},
     service::{
@@ -63,12 +63,10 @@ enum Next {
 pub struct AppserviceSender {
     db: Db,
     http: Arc<Outbound>,
-    notifier: Arc<Notifier>,
     registrations: Vec<Arc<Registration>>,
     wake: Arc<Notify>,
     consumers: Consumers,
-    /// Per appservice, the typing position it has been sent up to (in memory: typing is).
-    typing_sent: std::sync::Mutex<HashMap<String, i64>>,
+    ephemeral: Ephemeral,
 }
 
 impl AppserviceSender {
@@ -84,16 +82,14 @@ impl AppserviceSender {
             .filter(|r| r.url.is_some())
             .cloned()
             .collect();
-        let now = notifier.typing.position();
-        let typing_sent = registrations.iter().map(|r| (r.id.clone(), now)).collect();
         Arc::new(AppserviceSender {
             wake: notifier.appservice_wake.clone(),
             db,
             http,
-            notifier,
+
             registrations,
             consumers: Consumers::default(),
-            typing_sent: std::sync::Mutex::new(typing_sent),
+            ephemeral: Ephemeral::new(notifier.clone()),
         })
     }
 
@@ -172,11 +168,8 @@ impl AppserviceSender {
                 now_ms() + delay.as_millis() as i64,
             )
             .await?;
-            // Typing while it is down is not replayed.
-            self.typing_sent
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(registration.id.clone(), self.notifier.typing.position());
+            // Ephemeral events while it is down are not replayed.
+            self.ephemeral.drop_pending(&conn, &registration.id).await?;
             return Ok(());
         }
     }
@@ -240,7 +233,10 @@ impl AppserviceSender {
                 }
             }
             let events = client_events(conn, &chosen).await?;
-            let ephemeral = self.typing(conn, registration, &mut interest).await?;
+            let ephemeral = self
+                .ephemeral
+                .collect(conn, registration, &mut interest)
+                .await?;
             if events.is_empty() && ephemeral.is_empty() {
                 if reached != state.events_upto {
                     store::set_cursor(conn, &registration.id, reached).await?;
@@ -260,50 +256,6 @@ impl AppserviceSender {
             Ok(Next::Txn(txn_id, body))
         })
         .await
-    }
-
-    /// `m.typing` events of the rooms that interest the appservice whose typing changed
-    /// since it was last sent typing (none unless it asked for ephemeral events).
-    async fn typing(
-        &self,
-        conn: &AsyncPgConnection,
-        registration: &Registration,
-        interest: &mut RoomInterest<'_>,
-    ) -> Result<Vec<Value>> {
-        if !registration.wants_ephemeral() {
-            return Ok(Vec::new());
-        }
-        let typing = &self.notifier.typing;
-        let now = typing.position();
-        let since = self
-            .typing_sent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&registration.id)
-            .copied()
-            .unwrap_or(now);
-        if since >= now {
-            return Ok(Vec::new());
-        }
-        let mut rooms = Vec::new();
-        for room in typing.rooms() {
-            if interest.room(conn, &room).await? {
-                rooms.push(room);
-            }
-        }
-        let changed = typing.changed_since(&rooms, Some(since), now);
-        self.typing_sent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(registration.id.clone(), now);
-        let mut events: Vec<Value> = changed
-            .into_iter()
-            .map(|(room_id, users)| {
-                json!({ "type": "m.typing", "room_id": room_id, "content": { "user_ids": users } })
-            })
-            .collect();
-        events.sort_by(|a, b| a["room_id"].as_str().cmp(&b["room_id"].as_str()));
-        Ok(events)
     }
 }
 
