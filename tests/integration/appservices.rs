@@ -234,19 +234,7 @@ async fn ts_is_honoured_for_appservices_only() {
     let fake = FakeAppservice::start(server_name()).await;
     let server = server_with(&fake).await;
     let appservice = fake.client(&server);
-    register_ghost(&appservice, "echo_ghost").await;
-    let alice = server.register("alice").await;
-    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
-    appservice
-        .post(
-            &as_user(
-                &format!("/_matrix/client/v3/join/{}", enc(&room)),
-                &user_id("echo_ghost"),
-            ),
-            json!({}),
-        )
-        .await
-        .ok();
+    let (alice, room) = room_with_ghost(&server, &fake).await;
     let send = |client: &Client, user: Option<&str>, txn: &str| {
         let mut path = format!(
             "/_matrix/client/v3/rooms/{}/send/m.room.message/{txn}?ts=1000000",
@@ -579,14 +567,10 @@ async fn invites_to_the_bot_typing_and_receipts_reach_the_appservice() {
         .await
         .ok();
     wait_until("typing is delivered", Duration::from_secs(20), || async {
-        fake.transactions().iter().any(|(_, body, _)| {
-            body["ephemeral"].as_array().is_some_and(|events| {
-                events.iter().any(|e| {
-                    e["type"] == "m.typing"
-                        && e["room_id"] == room.as_str()
-                        && e["content"]["user_ids"][0] == alice.user_id.as_str()
-                })
-            })
+        ephemeral_seen(&fake, |e| {
+            e["type"] == "m.typing"
+                && e["room_id"] == room.as_str()
+                && e["content"]["user_ids"][0] == alice.user_id.as_str()
         })
     })
     .await;
@@ -607,16 +591,21 @@ async fn invites_to_the_bot_typing_and_receipts_reach_the_appservice() {
         "the receipt is delivered",
         Duration::from_secs(20),
         || async {
-            fake.transactions().iter().any(|(_, body, _)| {
-                body["ephemeral"].as_array().is_some_and(|events| {
-                    events.iter().any(|e| {
-                        e["type"] == "m.receipt"
-                            && e["room_id"] == room.as_str()
-                            && e["content"][event_id]["m.read"][&alice.user_id]["ts"].is_i64()
-                    })
-                })
+            ephemeral_seen(&fake, |e| {
+                e["type"] == "m.receipt"
+                    && e["room_id"] == room.as_str()
+                    && e["content"][event_id]["m.read"][&alice.user_id]["ts"].is_i64()
             })
         },
     )
     .await;
+}
+
+/// Whether a transaction carried an ephemeral event that `matches`.
+fn ephemeral_seen(fake: &FakeAppservice, matches: impl Fn(&Value) -> bool) -> bool {
+    fake.transactions().iter().any(|(_, body, _)| {
+        body["ephemeral"]
+            .as_array()
+            .is_some_and(|events| events.iter().any(&matches))
+    })
 }
