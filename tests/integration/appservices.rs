@@ -609,3 +609,46 @@ fn ephemeral_seen(fake: &FakeAppservice, matches: impl Fn(&Value) -> bool) -> bo
             .is_some_and(|events| events.iter().any(&matches))
     })
 }
+
+#[tokio::test]
+async fn unknown_names_in_a_namespace_are_asked_of_the_appservice() {
+    let fake = FakeAppservice::start(server_name()).await;
+    let server = server_with(&fake).await;
+    let alice = server.register("alice").await;
+    let alias = format!("#echo_new:{}", server_name());
+    alice
+        .get(&format!(
+            "/_matrix/client/v3/directory/room/{}",
+            enc(&alias)
+        ))
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    alice
+        .get(&format!(
+            "/_matrix/client/v3/profile/{}",
+            enc(&user_id("echo_new"))
+        ))
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    alice
+        .get(&format!(
+            "/_matrix/client/v3/profile/{}",
+            enc(&user_id("nobody"))
+        ))
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    let queries: Vec<String> = fake
+        .received()
+        .into_iter()
+        .filter(|r| r.method == "GET")
+        .inspect(|r| assert_eq!(r.authorization, format!("Bearer {}", fake.hs_token)))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        queries,
+        [
+            format!("/_matrix/app/v1/rooms/{}", enc(&alias)),
+            format!("/_matrix/app/v1/users/{}", enc(&user_id("echo_new"))),
+        ]
+    );
+}

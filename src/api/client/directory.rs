@@ -49,7 +49,16 @@ pub async fn get_alias_route(
 ) -> Result<RumaResponse<get_alias::Response>> {
     let alias = &body.body.room_alias;
     let (room_id, servers) = if alias.server_name() == services.config.server_name {
-        services.rooms.resolve_local_alias(alias).await?
+        match services.rooms.resolve_local_alias(alias).await {
+            // An appservice may create it on demand (IRC-style bridges).
+            Err(err)
+                if err.errcode() == "M_NOT_FOUND"
+                    && services.appservices.query_alias(alias).await =>
+            {
+                services.rooms.resolve_local_alias(alias).await?
+            }
+            resolved => resolved?,
+        }
     } else {
         services.federation.remote_alias(alias).await?
     };

@@ -19,7 +19,7 @@ use std::{
 };
 
 use actix_web::http::StatusCode;
-use ruma::{OwnedDeviceId, OwnedUserId, UserId};
+use ruma::{OwnedDeviceId, OwnedUserId, RoomAliasId, UserId};
 use serde_json::json;
 
 pub use registration::Registration;
@@ -35,6 +35,8 @@ use crate::{
 
 /// How long a ping waits for the appservice (Synapse's is about as long).
 const PING_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a user or alias query waits (a client waits for it).
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most of an appservice's answer that is read.
 pub(crate) const MAX_ANSWER: usize = 1024 * 1024;
 
@@ -193,6 +195,53 @@ impl Appservices {
         })
     }
 
+    /// Asks the appservices whose alias namespace holds `alias` about it (`GET
+    /// /_matrix/app/v1/rooms/{alias}`), when a client looks up one that does not exist: true
+    /// when one answered 2xx, meaning it has created it now.
+    pub async fn query_alias(&self, alias: &RoomAliasId) -> bool {
+        let path = format!("rooms/{}", encode(alias.as_str()));
+        self.query(|r| r.matches_alias(alias.as_str(), false), &path)
+            .await
+    }
+
+    /// Asks the appservices whose users namespace holds `user_id` about it (`GET
+    /// /_matrix/app/v1/users/{userId}`), when a client looks up a local user that does not
+    /// exist: true when one answered 2xx, meaning it has registered the user now.
+    pub async fn query_user(&self, user_id: &UserId) -> bool {
+        let path = format!("users/{}", encode(user_id.as_str()));
+        self.query(|r| r.is_interested_in_user(user_id.as_str()), &path)
+            .await
+    }
+
+    /// `GET {url}/_matrix/app/v1/{path}` of each appservice `concerned` picks, until one
+    /// answers 2xx.
+    async fn query(&self, concerned: impl Fn(&Registration) -> bool, path: &str) -> bool {
+        for registration in self.all.iter().filter(|r| concerned(r)) {
+            let Some(url) = &registration.url else {
+                continue;
+            };
+            let answer = self
+                .outbound
+                .send_to_configured(
+                    reqwest::Method::GET,
+                    &format!("{url}/_matrix/app/v1/{path}"),
+                    &registration.hs_token,
+                    None,
+                    QUERY_TIMEOUT,
+                    MAX_ANSWER,
+                )
+                .await;
+            match answer {
+                Ok(response) if response.status.is_success() => return true,
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(appservice = %registration.id, %path, "query failed: {err}")
+                }
+            }
+        }
+        false
+    }
+
     /// Calls the appservice's `POST /_matrix/app/v1/ping` and answers how long it took;
     /// the errors are the ones the Client-Server ping endpoint reports.
     pub async fn ping(
@@ -245,6 +294,11 @@ impl Appservices {
             )),
         }
     }
+}
+
+/// A path segment, percent-encoded (aliases carry `#` and `:`).
+fn encode(segment: &str) -> String {
+    percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
 /// The device an appservice request without `?device_id=` is recorded under (transaction IDs
