@@ -4,12 +4,20 @@
 //! `MALLOC_*` variables (`allocator.rs`) and `PATH` to find PostgreSQL (`embedded_pg.rs`).
 //! Invalid settings stop the server at start with one line that names the bad setting.
 
-use std::{collections::HashMap, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use ruma::OwnedServerName;
 use serde::Deserialize;
 
-use crate::net::{parse_cidr_list, AddressPolicy, Cidr};
+use crate::{
+    net::{parse_cidr_list, AddressPolicy, Cidr},
+    service::appservice::registration::{self, Registration},
+};
 
 mod ops;
 pub use ops::{LogFormat, OpsConfig};
@@ -117,6 +125,8 @@ pub struct Config {
     pub url_previews: bool,
     /// Metrics, logs, the consistency sampler and shutdown.
     pub ops: OpsConfig,
+    /// Application services, from the registration files in `MYELIN_APPSERVICES`.
+    pub appservices: Vec<Registration>,
 }
 
 /// TURN settings (`MYELIN_TURN_*`).
@@ -234,6 +244,7 @@ struct FileConfig {
     log_format: Option<String>,
     consistency_sample_minutes: Option<toml::Value>,
     shutdown_grace: Option<toml::Value>,
+    appservices: Option<String>,
 }
 
 /// A configuration error: which setting, and what is wrong with it.
@@ -409,6 +420,19 @@ impl Config {
         let turn = turn_config(src)?;
         let url_previews = switch(src, "url_previews", false)?;
         let ops = ops::ops_config(src)?;
+        let appservices = match src.get("appservices") {
+            None => Vec::new(),
+            Some(raw) => {
+                let paths: Vec<&Path> = raw
+                    .value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(Path::new)
+                    .collect();
+                registration::load(&paths, &server_name).map_err(|e| bad(&raw.source, e))?
+            }
+        };
         Ok(Config {
             server_name,
             listen,
@@ -434,6 +458,7 @@ impl Config {
             turn,
             url_previews,
             ops,
+            appservices,
         })
     }
 
@@ -697,6 +722,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         log_format,
         consistency_sample_minutes,
         shutdown_grace,
+        appservices,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
     let f = |v: Option<f64>| v.map(toml::Value::Float);
@@ -761,6 +787,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("log_format", s(log_format)),
         ("consistency_sample_minutes", consistency_sample_minutes),
         ("shutdown_grace", shutdown_grace),
+        ("appservices", s(appservices)),
     ];
     Ok(entries
         .into_iter()

@@ -284,6 +284,11 @@ async fn run(
             services.notifier.listen(database_url.to_owned());
             services.push_sender.start();
             services.federation.sender.start();
+            services
+                .register_appservice_senders()
+                .await
+                .map_err(|e| e.to_string())?;
+            services.appservice_sender.start();
             myelin::service::delayed_events::DelayedEvents::start(services.clone());
             services.presence.start_sweeper();
             if let Some(every) = services.config.ops.consistency_sample_every {

@@ -3,8 +3,10 @@
 #   1. `cargo fmt --check` and `cargo clippy --all-targets --locked -- -D warnings`;
 #   2. Rust unit and integration tests (real PostgreSQL, real HTTP);
 #   3. real clients against one freshly started server using its embedded PostgreSQL:
-#      the matrix-nio scripts (tests/clients/nio_*.py) and a parse of its metrics page with the
-#      Prometheus Python client (tests/clients/metrics_check.py), then the matrix-js-sdk scripts
+#      the matrix-nio scripts (tests/clients/nio_*.py), a parse of its metrics page with the
+#      Prometheus Python client (tests/clients/metrics_check.py), a mautrix-python echo
+#      appservice (tests/clients/appservice_echo.py, registered with MYELIN_APPSERVICES), then
+#      the matrix-js-sdk scripts
 #      (tests/clients/js/*.mjs, Node.js as package.json's engines field says), then matrix-sdk
 #      with matrix-sdk-ui (tests/clients/rust-sdk, its own Cargo project and target dir);
 #   4. federation interop (tests/federation/run_interop.sh): two more Myelins and a Synapse
@@ -49,7 +51,7 @@ pins_hash() { cat "$@" | sha256sum | cut -d' ' -f1; }
 echo "== matrix-nio"
 nio_pins=$(pins_hash tests/clients/requirements.txt)
 if [ "$(cat "$VENV/.myelin-pins" 2>/dev/null)" != "$nio_pins" ] \
-    || ! "$VENV/bin/python" -c "import nio" 2>/dev/null; then
+    || ! "$VENV/bin/python" -c "import nio, mautrix" 2>/dev/null; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
     echo "$nio_pins" >"$VENV/.myelin-pins"
@@ -57,11 +59,31 @@ fi
 
 workdir="$(mktemp -d /tmp/myelin-clients.XXXXXX)"
 chmod 755 "$workdir"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+metrics_port=$(free_port)
+# The echo appservice's registration, with fresh tokens (tests/clients/appservice_echo.py).
+as_port=$(free_port)
+as_token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+hs_token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+cat >"$workdir/echo-registration.yaml" <<EOF
+id: echo
+url: http://127.0.0.1:$as_port
+as_token: $as_token
+hs_token: $hs_token
+sender_localpart: echobot
+rate_limited: false
+receive_ephemeral: true
+de.sorunome.msc2409.push_ephemeral: true
+namespaces:
+  users:
+    - exclusive: true
+      regex: '@echo_.*:localhost:8448'
+EOF
 MYELIN_DATA_DIR="$workdir/data" MYELIN_LISTEN="127.0.0.1:$port" MYELIN_REGISTRATION=open \
     MYELIN_METRICS_LISTEN="127.0.0.1:$metrics_port" \
     MYELIN_SERVER_NAME=localhost:8448 MYELIN_RATE_LIMITS=off MYELIN_MAX_EVENT_DELAY_MS=86400000 \
+    MYELIN_APPSERVICES="$workdir/echo-registration.yaml" \
     RUST_LOG=warn "$CARGO_TARGET_DIR/debug/myelin" serve >"$workdir/server.log" 2>&1 &
 server=$!
 stop_server() {
@@ -81,6 +103,11 @@ for script in tests/clients/nio_*.py; do
 done
 # The metrics page after those clients, through the Prometheus client's OpenMetrics parser.
 "$VENV/bin/python" tests/clients/metrics_check.py "http://127.0.0.1:$metrics_port/metrics" \
+    || { cat "$workdir/server.log"; exit 1; }
+
+echo "== mautrix-python echo appservice"
+AS_TOKEN="$as_token" HS_TOKEN="$hs_token" HS_NAME=localhost:8448 AS_PORT="$as_port" \
+    "$VENV/bin/python" tests/clients/appservice_echo.py "http://127.0.0.1:$port" \
     || { cat "$workdir/server.log"; exit 1; }
 
 echo "== matrix-js-sdk"

@@ -169,6 +169,7 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::session::logout_all::v3::Request, _, _>(session::logout_all_route);
     t.ruma::<r::session::refresh_token::v3::Request, _, _>(session::refresh_route);
     t.ruma::<r::account::whoami::v3::Request, _, _>(account::whoami_route);
+    t.ruma::<r::appservice::request_ping::v1::Request, _, _>(appservice::ping_route);
     t.ruma::<r::account::request_openid_token::v3::Request, _, _>(
         account::request_openid_token_route,
     );

@@ -11,6 +11,7 @@ use actix_web::{
 use futures_util::StreamExt;
 use ruma::api::{
     auth_scheme::{AccessToken, AccessTokenOptional, AppserviceToken, AppserviceTokenOptional},
+    client::account::register,
     error::{DeserializationError, FromHttpRequestError},
     federation::authentication::ServerSignatures,
     path_builder::PathBuilder,
@@ -178,6 +179,17 @@ pub async fn authenticate(
     services: &Services,
     required: bool,
 ) -> Result<Option<Caller>> {
+    authenticate_for(req, services, required, false).await
+}
+
+/// [`authenticate`], where an application service may assert a user it has not registered
+/// yet when `unregistered_ok` (on `/register`).
+async fn authenticate_for(
+    req: &HttpRequest,
+    services: &Services,
+    required: bool,
+    unregistered_ok: bool,
+) -> Result<Option<Caller>> {
     let Some(token) = access_token(req)? else {
         return if required {
             Err(Error::missing_token())
@@ -185,8 +197,32 @@ pub async fn authenticate(
             Ok(None)
         };
     };
-    let ip = client_ip(req, &services.config.trusted_proxies).to_string();
-    let caller = services.sessions.authenticate(&token, Some(&ip)).await?;
+    let caller = match services.appservices.by_token(&token) {
+        Some(registration) => {
+            let query = web::Query::<std::collections::HashMap<String, String>>::from_query(
+                req.query_string(),
+            )
+            .map(|q| q.into_inner())
+            .unwrap_or_default();
+            // MSC3202's name came first; mautrix-go sends both.
+            let device = query
+                .get("device_id")
+                .or_else(|| query.get("org.matrix.msc3202.device_id"));
+            services
+                .appservices
+                .caller(
+                    registration,
+                    query.get("user_id").map(String::as_str),
+                    device.map(String::as_str),
+                    unregistered_ok,
+                )
+                .await?
+        }
+        None => {
+            let ip = client_ip(req, &services.config.trusted_proxies).to_string();
+            services.sessions.authenticate(&token, Some(&ip)).await?
+        }
+    };
     req.extensions_mut().insert(caller.clone());
     Ok(Some(caller))
 }
@@ -262,8 +298,12 @@ where
             let services = services(&req)?;
             let body = read_json_body(&req, &mut payload).await?;
             let scheme = TypeId::of::<T::Authentication>();
+            // An appservice registers its users before they exist.
+            let registering = TypeId::of::<T>() == TypeId::of::<register::v3::Request>();
             let caller = if scheme == TypeId::of::<AccessToken>() {
                 authenticate(&req, &services, true).await?
+            } else if registering {
+                authenticate_for(&req, &services, false, true).await?
             } else if [
                 TypeId::of::<AccessTokenOptional>(),
                 TypeId::of::<AppserviceToken>(),

@@ -231,6 +231,7 @@ impl DelayedEvents {
         let sender = Sender {
             user_id: &owner,
             txn: Some((TXN_DEVICE, txn_id.as_str())),
+            ts: None,
         };
         let event_id = match &row.state_key {
             Some(state_key) => {

@@ -2,6 +2,7 @@
 
 pub mod account_data;
 pub mod admin;
+pub mod appservice;
 pub mod consistency;
 pub mod dehydrated_devices;
 pub mod delayed_events;
@@ -22,6 +23,7 @@ pub mod rate_limit;
 pub mod registration_tokens;
 pub mod reports;
 pub mod rooms;
+pub mod sending;
 pub mod sessions;
 pub mod spaces;
 pub mod sync;
@@ -93,16 +95,55 @@ pub struct Services {
     pub dehydrated_devices: dehydrated_devices::DehydratedDevices,
     /// URL previews.
     pub url_previews: url_preview::UrlPreviews,
+    /// Application services: registrations, identity assertion, ping.
+    pub appservices: appservice::Appservices,
+    /// Delivers transactions to application services (started by `serve`).
+    pub appservice_sender: Arc<appservice::sender::AppserviceSender>,
 }
 
 impl Services {
+    /// Creates each appservice's own user (its `sender_localpart`) if it does not exist yet,
+    /// as Synapse does: bridges act as it from their first request.
+    pub async fn register_appservice_senders(&self) -> crate::error::Result<()> {
+        for registration in self.appservices.all() {
+            match self
+                .users
+                .register(&registration.sender, None, false, None, None)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(user = %registration.sender, "created the appservice's user")
+                }
+                Err(err) if err.errcode() == "M_USER_IN_USE" => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+
     /// Builds the services over a database pool (loading or creating the signing key).
     pub async fn new(config: Config, db: Db) -> crate::error::Result<Arc<Self>> {
         let config = Arc::new(config);
         let keys = Arc::new(keys::ServerKeys::load_or_create(&db).await?);
         let sessions = Arc::new(sessions::Sessions::new(db.clone(), config.clone()));
         let notifier = notifier::Notifier::new(db.clone(), sessions.clone());
-        let outbound = Arc::new(outbound::Outbound::new(config.outbound.clone()));
+        let appservice_urls: Vec<&str> = config
+            .appservices
+            .iter()
+            .filter_map(|r| r.url.as_deref())
+            .collect();
+        let outbound = Arc::new(outbound::Outbound::new(
+            config.outbound.clone(),
+            &appservice_urls,
+        ));
+        let appservices =
+            appservice::Appservices::new(db.clone(), outbound.clone(), &config.appservices);
+        let appservice_sender = appservice::sender::AppserviceSender::new(
+            db.clone(),
+            outbound.clone(),
+            notifier.clone(),
+            appservices.all(),
+        );
         let push_sender =
             push_sender::PushSender::new(db.clone(), outbound.clone(), notifier.push_wake.clone());
         let rate_limit = Arc::new(rate_limit::RateLimiter::new(&config));
@@ -129,6 +170,8 @@ impl Services {
             dehydrated_devices::DehydratedDevices::new(db.clone(), federation_sender.clone());
         let url_previews = url_preview::UrlPreviews::new(config.url_previews, outbound.clone());
         Ok(Arc::new(Services {
+            appservices,
+            appservice_sender,
             url_previews,
             delayed_events,
             dehydrated_devices,

@@ -37,6 +37,8 @@ pub const SHARERS_CHANNEL: &str = "myelin_sharers";
 /// Channel for EDUs queued for other servers (payload: the destination), for the federation
 /// sender.
 pub const FEDERATION_CHANNEL: &str = "myelin_federation";
+/// Channel telling the appservice sender that an appservice is back (a successful ping).
+pub const APPSERVICE_CHANNEL: &str = "myelin_appservice";
 
 /// Per-user wake-up handles.
 pub struct Notifier {
@@ -50,6 +52,8 @@ pub struct Notifier {
     /// Woken whenever something is queued for another server or a room is written to (our
     /// new events go to the other servers in the room), for the federation sender.
     pub federation_wake: Arc<Notify>,
+    /// Wakes the appservice sender (room writes, typing).
+    pub appservice_wake: Arc<Notify>,
     /// Woken when a delayed event is scheduled or restarted, for the delayed-event timer.
     pub delayed_wake: Arc<Notify>,
     /// Whether the LISTEN connection is up (readiness: without it no wake-up arrives from
@@ -69,6 +73,7 @@ impl Notifier {
             typing: Typing::default(),
             push_wake: Arc::default(),
             federation_wake: Arc::default(),
+            appservice_wake: Arc::default(),
             delayed_wake: Arc::default(),
             listening: AtomicBool::new(false),
             shutdown: tokio::sync::watch::Sender::new(false),
@@ -222,7 +227,7 @@ impl Notifier {
             .batch_execute(&format!(
                 "LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL}; LISTEN {TOKEN_CHANNEL}; \
                  LISTEN {TYPING_CHANNEL}; LISTEN {SHARERS_CHANNEL}; LISTEN {FEDERATION_CHANNEL}; \
-                 LISTEN {DELAYED_CHANNEL};"
+                 LISTEN {DELAYED_CHANNEL}; LISTEN {APPSERVICE_CHANNEL};"
             ))
             .await?;
         self.listening.store(true, Ordering::Relaxed);
@@ -231,13 +236,17 @@ impl Notifier {
             if channel == ROOM_CHANNEL {
                 notifier.push_wake.notify_one();
                 notifier.federation_wake.notify_one();
+                notifier.appservice_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room(&payload).await });
             } else if channel == SHARERS_CHANNEL {
                 tokio::spawn(async move { notifier.wake_room_sharers(&payload).await });
             } else if channel == TYPING_CHANNEL {
                 notifier.typing_changed(&payload);
+                notifier.appservice_wake.notify_one();
             } else if channel == FEDERATION_CHANNEL {
                 notifier.federation_wake.notify_one();
+            } else if channel == APPSERVICE_CHANNEL {
+                notifier.appservice_wake.notify_one();
             } else if channel == DELAYED_CHANNEL {
                 notifier.delayed_wake.notify_one();
             } else if channel == TOKEN_CHANNEL {

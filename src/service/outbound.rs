@@ -10,6 +10,12 @@
 //!   previews, which follow a few, each target checked like the first URL;
 //! - no system proxy (the resolver would then only see the proxy's name);
 //! - connect and whole-request timeouts, and a cap on how much of a response body is read.
+//!
+//! One exception, and only for origins the admin wrote into the configuration: application
+//! services (bridges) usually listen on loopback or a private network, which the policy
+//! refuses. Their registration file's `url` is trusted as the admin's decision, the way
+//! `MYELIN_OUTBOUND_ALLOW` is: [`Outbound::send_to_configured`] reaches exactly those origins
+//! (scheme, host and port) and nothing else, so no user-supplied URL gains from it.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -120,11 +126,16 @@ impl Resolve for PolicyResolver {
 pub struct Outbound {
     http: reqwest::Client,
     policy: Arc<AddressPolicy>,
+    /// For the origins in `configured` only: no address filter, no redirects, no proxy.
+    configured_http: reqwest::Client,
+    configured: Vec<Url>,
 }
 
 impl Outbound {
-    /// Builds the client with the address policy from the configuration.
-    pub fn new(policy: AddressPolicy) -> Self {
+    /// Builds the client with the address policy from the configuration; `configured` are
+    /// the URLs the admin configured (application services), whose origins bypass the
+    /// address policy.
+    pub fn new(policy: AddressPolicy, configured: &[&str]) -> Self {
         let policy = Arc::new(policy);
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -138,7 +149,56 @@ impl Outbound {
             .user_agent(concat!("myelin/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("the HTTP client builds");
-        Outbound { http, policy }
+        let configured_http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("myelin/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("the HTTP client builds");
+        let configured = configured
+            .iter()
+            .filter_map(|url| Url::parse(url).ok())
+            .collect();
+        Outbound {
+            http,
+            policy,
+            configured_http,
+            configured,
+        }
+    }
+
+    /// Sends a JSON request to a URL under an origin the admin configured (an application
+    /// service's `url`) with a bearer token, waiting at most `timeout` for the whole answer,
+    /// and reads at most `max_body` bytes of it. Any other origin is refused.
+    pub async fn send_to_configured(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        bearer: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+        max_body: usize,
+    ) -> Result<OutboundResponse, OutboundError> {
+        let parsed = Url::parse(url).map_err(|_| OutboundError::BadUrl(url.to_owned()))?;
+        if !self
+            .configured
+            .iter()
+            .any(|c| c.origin() == parsed.origin())
+        {
+            return Err(OutboundError::Refused(format!(
+                "{url} is not under a configured application service URL"
+            )));
+        }
+        let mut request = self
+            .configured_http
+            .request(method, parsed)
+            .bearer_auth(bearer)
+            .timeout(timeout);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        read_limited(request.send().await?, max_body).await
     }
 
     /// Parses `url` and refuses what the policy can tell without DNS: other schemes and
@@ -232,21 +292,28 @@ impl Outbound {
         max_body: usize,
     ) -> Result<OutboundResponse, OutboundError> {
         let url = self.check_url(url)?;
-        let mut response = self.http.post(url).json(body).send().await?;
-        let status = response.status();
-        if response
-            .content_length()
-            .is_some_and(|n| n > max_body as u64)
-        {
+        read_limited(self.http.post(url).json(body).send().await?, max_body).await
+    }
+}
+
+/// Reads a response's body, failing when it is larger than `max_body` bytes.
+async fn read_limited(
+    mut response: reqwest::Response,
+    max_body: usize,
+) -> Result<OutboundResponse, OutboundError> {
+    let status = response.status();
+    if response
+        .content_length()
+        .is_some_and(|n| n > max_body as u64)
+    {
+        return Err(OutboundError::TooLarge(max_body));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > max_body {
             return Err(OutboundError::TooLarge(max_body));
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await? {
-            if body.len() + chunk.len() > max_body {
-                return Err(OutboundError::TooLarge(max_body));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(OutboundResponse { status, body })
+        body.extend_from_slice(&chunk);
     }
+    Ok(OutboundResponse { status, body })
 }

@@ -7,7 +7,7 @@
 //! (it holds a PostgreSQL advisory lock), so nothing is pushed twice by two processes.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -17,8 +17,10 @@ use tokio::sync::Notify;
 
 use crate::{
     error::{Error, Result},
-    service::outbound::Outbound,
-    storage::leader::Leadership,
+    service::{
+        outbound::Outbound,
+        sending::{self, Consumers},
+    },
     storage::{
         pushers::{self as store, PusherRow},
         rooms as rooms_store, Db,
@@ -31,8 +33,6 @@ pub const MAX_ATTEMPTS: u32 = 10;
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 /// Most of a gateway's answer that is read (it is `{"rejected": [push keys]}`).
 const MAX_GATEWAY_RESPONSE: usize = 64 * 1024;
-/// How often to look for work without being woken (retries coming due).
-const IDLE_TICK: Duration = Duration::from_secs(1);
 /// Advisory-lock key held by the sending process.
 const LEADER_LOCK: i64 = 0x6d79_656c_7075_7368; // "myelpush"
 /// Notifications fetched per pusher per batch.
@@ -67,7 +67,7 @@ pub struct PushSender {
     db: Db,
     http: Arc<Outbound>,
     wake: Arc<Notify>,
-    busy: Mutex<HashSet<PusherKey>>,
+    busy: Consumers<PusherKey>,
     backoff: Mutex<HashMap<PusherKey, Backoff>>,
 }
 
@@ -78,7 +78,7 @@ impl PushSender {
             db,
             http,
             wake,
-            busy: Mutex::default(),
+            busy: Consumers::default(),
             backoff: Mutex::default(),
         })
     }
@@ -86,30 +86,16 @@ impl PushSender {
     /// Runs until the process ends: waits to become the sending process, then sends.
     pub fn start(self: &Arc<Self>) {
         let sender = self.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Err(err) = sender.lead().await {
-                    tracing::warn!("push sender: {err}");
-                }
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        });
-    }
-
-    /// Takes the leader lock if free, then runs rounds for as long as its connection lives.
-    async fn lead(self: &Arc<Self>) -> Result<()> {
-        let Some(mut leadership) = Leadership::try_acquire(&self.db, LEADER_LOCK).await? else {
-            return Ok(());
-        };
-        tracing::info!("this process sends push notifications");
-        loop {
-            self.round().await?;
-            tokio::select! {
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(IDLE_TICK) => {}
-            }
-            leadership.check().await?;
-        }
+        sending::lead_forever(
+            self.db.clone(),
+            LEADER_LOCK,
+            self.wake.clone(),
+            "sends push notifications",
+            move || {
+                let sender = sender.clone();
+                async move { sender.round().await }
+            },
+        );
     }
 
     /// Starts a drain for every pusher with pending notifications that is not already being
@@ -131,24 +117,11 @@ impl PushSender {
             {
                 continue;
             }
-            if !self
-                .busy
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.clone())
-            {
-                continue;
-            }
             let sender = self.clone();
-            tokio::spawn(async move {
+            self.busy.spawn(key, async move {
                 if let Err(err) = sender.drain(&pusher).await {
                     tracing::warn!(user = %pusher.user_id, "push: {err}");
                 }
-                sender
-                    .busy
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&key);
             });
         }
         Ok(())

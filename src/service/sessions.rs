@@ -19,6 +19,7 @@ use rand::RngCore;
 use ruma::{OwnedDeviceId, OwnedUserId};
 use sha2::{Digest, Sha256};
 
+use super::appservice::Registration;
 use crate::{
     config::Config,
     error::{Error, Result},
@@ -33,8 +34,13 @@ pub const CACHE_TTL: Duration = Duration::from_secs(10);
 pub struct Caller {
     /// The user.
     pub user_id: OwnedUserId,
-    /// The device the token belongs to.
+    /// The device the token belongs to. An application service acting without
+    /// `?device_id=` gets a stand-in (see `has_device`).
     pub device_id: OwnedDeviceId,
+    /// Whether `device_id` is a real device (false for an appservice acting without one).
+    pub has_device: bool,
+    /// The application service making the request (its `as_token` authenticated it).
+    pub appservice: Option<Arc<Registration>>,
     /// Whether the user is a server administrator.
     pub is_admin: bool,
     /// Whether the user is shadow-banned: what they send that others would see (typing,
@@ -172,6 +178,8 @@ impl Sessions {
         Ok(Caller {
             user_id: OwnedUserId::try_from(owner.user_id).map_err(Error::internal)?,
             device_id: owner.device_id.into(),
+            has_device: true,
+            appservice: None,
             is_admin: owner.is_admin,
             shadow_banned: owner.shadow_banned,
         })

@@ -67,6 +67,12 @@ impl Typing {
         self.clock.load(Ordering::SeqCst)
     }
 
+    /// The rooms with typing state (someone typing, or a recent change).
+    pub fn rooms(&self) -> Vec<String> {
+        let rooms = self.rooms.lock().unwrap_or_else(|e| e.into_inner());
+        rooms.keys().cloned().collect()
+    }
+
     /// Starts (with a timeout) or stops a user's typing; returns whether anything changed.
     pub fn apply(&self, room_id: &str, user_id: &str, timeout: Option<Duration>) -> bool {
         let mut rooms = self.rooms.lock().unwrap_or_else(|e| e.into_inner());

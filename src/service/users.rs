@@ -489,11 +489,23 @@ impl Users {
             .ok_or_else(|| Error::not_found("Unknown device"))
     }
 
-    /// Creates a device with no session (an admin's `POST .../devices`); an existing one is
-    /// left as it is.
-    pub async fn create_device(&self, user_id: &UserId, device_id: &str) -> Result<()> {
+    /// Creates a device with no token (an appservice's, MSC4190, or an admin's
+    /// `POST .../devices`); false when it exists, which is left as it is.
+    pub async fn create_device(
+        &self,
+        user_id: &UserId,
+        device_id: &str,
+        name: Option<&str>,
+    ) -> Result<bool> {
         let conn = self.db.conn().await?;
-        Ok(devices::upsert_device(&conn, user_id.as_str(), device_id, None, now_ms()).await?)
+        if devices::get_device(&conn, user_id.as_str(), device_id)
+            .await?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        devices::upsert_device(&conn, user_id.as_str(), device_id, name, now_ms()).await?;
+        Ok(true)
     }
 
     /// Renames a device; `M_NOT_FOUND` when it does not exist.

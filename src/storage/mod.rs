@@ -8,6 +8,7 @@
 pub mod account_data;
 pub mod admin_rooms;
 pub mod admin_users;
+pub mod appservice;
 pub mod backup;
 pub mod consistency;
 pub mod dag;

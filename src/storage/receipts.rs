@@ -115,6 +115,21 @@ pub async fn get_user_receipt_rooms_changed(
         .await
 }
 
+/// Public receipts (`m.read`) of any room that changed in `(after, up_to]`.
+pub async fn get_public_receipts_changed(
+    mut conn: &AsyncPgConnection,
+    after: i64,
+    up_to: i64,
+) -> QueryResult<Vec<ReceiptRow>> {
+    receipts::table
+        .filter(receipts::receipt_type.eq("m.read"))
+        .filter(receipts::stream_ordering.gt(after))
+        .filter(receipts::stream_ordering.le(up_to))
+        .select(ReceiptRow::as_select())
+        .load(&mut conn)
+        .await
+}
+
 /// Receipts in the given rooms that changed in `(after, up_to]`.
 pub async fn get_receipts_changed(
     mut conn: &AsyncPgConnection,

@@ -510,6 +510,18 @@ diesel::table! {
 }
 
 diesel::table! {
+    appservice_states (appservice_id) {
+        appservice_id -> Text,
+        events_upto -> Int8,
+        last_txn_id -> Int8,
+        txn_id -> Nullable<Int8>,
+        txn_body -> Nullable<Jsonb>,
+        failures -> Int4,
+        retry_at_ts -> Int8,
+    }
+}
+
+diesel::table! {
     federation_outbox (outbox_id) {
         outbox_id -> Int8,
         destination -> Text,
@@ -638,6 +650,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     blocked_rooms,
     user_ratelimit_overrides,
     account_data,
+    appservice_states,
     backup_keys,
     backup_versions,
     cross_signing_keys,

@@ -8,6 +8,7 @@ mod accounts;
 mod admin_rooms;
 mod admin_users;
 mod api_spec;
+mod appservices;
 mod client_lookups;
 mod dehydrated_devices;
 mod delayed_events;

@@ -481,7 +481,10 @@ pub async fn create_device_route(
     let device_id: String = field(&body.0, "device_id", "a string")?
         .filter(|id: &String| !id.is_empty())
         .ok_or_else(|| Error::missing_param("Missing param device_id"))?;
-    services.users.create_device(&user_id, &device_id).await?;
+    services
+        .users
+        .create_device(&user_id, &device_id, None)
+        .await?;
     Ok(HttpResponse::Ok().json(json!({})))
 }
 

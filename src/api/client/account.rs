@@ -19,7 +19,7 @@ use crate::{
 pub async fn whoami_route(body: Ruma<whoami::Request>) -> Result<RumaResponse<whoami::Response>> {
     let caller = body.caller()?;
     let mut response = whoami::Response::new(caller.user_id.clone(), false);
-    response.device_id = Some(caller.device_id.clone());
+    response.device_id = caller.has_device.then(|| caller.device_id.clone());
     Ok(response.into())
 }
 

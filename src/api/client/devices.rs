@@ -1,6 +1,6 @@
 //! Device management.
 
-use actix_web::web::Data;
+use actix_web::{web::Data, Either, HttpResponse};
 use ruma::{
     api::client::device::{
         delete_device::v3 as delete_device, delete_devices::v3 as delete_devices,
@@ -9,6 +9,7 @@ use ruma::{
     },
     MilliSecondsSinceUnixEpoch, UInt,
 };
+use serde_json::json;
 
 use crate::{
     api::ruma::{Ruma, RumaResponse},
@@ -60,9 +61,22 @@ pub async fn get_device_route(
 pub async fn update_device_route(
     services: Data<Services>,
     body: Ruma<update_device::Request>,
-) -> Result<RumaResponse<update_device::Response>> {
+) -> Result<Either<RumaResponse<update_device::Response>, HttpResponse>> {
     let caller = body.caller()?;
     let request = &body.body;
+    // MSC4190: an appservice creates its users' devices this way (201), then names them.
+    if caller.appservice.is_some()
+        && services
+            .users
+            .create_device(
+                &caller.user_id,
+                request.device_id.as_str(),
+                request.display_name.as_deref(),
+            )
+            .await?
+    {
+        return Ok(Either::Right(HttpResponse::Created().json(json!({}))));
+    }
     services
         .users
         .rename_device(
@@ -71,7 +85,7 @@ pub async fn update_device_route(
             request.display_name.as_deref(),
         )
         .await?;
-    Ok(update_device::Response::new().into())
+    Ok(Either::Left(update_device::Response::new().into()))
 }
 
 /// `DELETE /_matrix/client/v3/devices/{deviceId}`

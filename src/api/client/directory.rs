@@ -33,6 +33,9 @@ pub async fn create_alias_route(
 ) -> Result<RumaResponse<create_alias::Response>> {
     let caller = body.caller()?;
     services
+        .appservices
+        .check_alias_unclaimed(body.body.room_alias.as_str(), caller.appservice.as_deref())?;
+    services
         .rooms
         .create_alias(&caller.user_id, &body.body.room_alias, &body.body.room_id)
         .await?;
@@ -46,7 +49,16 @@ pub async fn get_alias_route(
 ) -> Result<RumaResponse<get_alias::Response>> {
     let alias = &body.body.room_alias;
     let (room_id, servers) = if alias.server_name() == services.config.server_name {
-        services.rooms.resolve_local_alias(alias).await?
+        match services.rooms.resolve_local_alias(alias).await {
+            // An appservice may create it on demand (IRC-style bridges).
+            Err(err)
+                if err.errcode() == "M_NOT_FOUND"
+                    && services.appservices.query_alias(alias).await =>
+            {
+                services.rooms.resolve_local_alias(alias).await?
+            }
+            resolved => resolved?,
+        }
     } else {
         services.federation.remote_alias(alias).await?
     };

@@ -18,7 +18,7 @@ use ruma::{
         },
         Direction,
     },
-    EventId, UInt,
+    EventId, MilliSecondsSinceUnixEpoch, UInt,
 };
 use serde_json::Value;
 
@@ -29,7 +29,7 @@ use super::{
 use crate::{
     api::ruma::{Ruma, RumaResponse},
     error::{Error, Result},
-    service::{rooms::send::Sender, sync::EventFilter, Services},
+    service::{rooms::send::Sender, sessions::Caller, sync::EventFilter, Services},
 };
 
 /// `PUT /_matrix/client/v3/rooms/{roomId}/send/{eventType}/{txnId}`
@@ -61,6 +61,7 @@ pub async fn send_message_route(
     let sender = Sender {
         user_id: &caller.user_id,
         txn: Some((caller.device_id.as_str(), request.txn_id.as_str())),
+        ts: massaged_ts(caller, request.timestamp),
     };
     let event_type = request.event_type.to_string();
     let event_id = services
@@ -97,17 +98,23 @@ pub async fn send_state_route(
             .await?;
         return Ok(Either::Right(scheduled_response(&delay_id)));
     }
+    let sender = Sender {
+        user_id: &caller.user_id,
+        txn: None,
+        ts: massaged_ts(caller, request.timestamp),
+    };
     let event_id = services
         .rooms
-        .send_state(
-            &caller.user_id,
-            &request.room_id,
-            &kind,
-            &request.state_key,
-            content,
-        )
+        .send_state_as(sender, &request.room_id, &kind, &request.state_key, content)
         .await?;
     Ok(Either::Left(send_state::Response::new(event_id).into()))
+}
+
+/// The `?ts=` an event is stamped with: an appservice's only (timestamp massaging, which
+/// bridges use to keep a bridged message's original time); anyone else's is ignored.
+fn massaged_ts(caller: &Caller, ts: Option<MilliSecondsSinceUnixEpoch>) -> Option<i64> {
+    caller.appservice.as_ref()?;
+    ts.map(|ts| i64::from(ts.get()))
 }
 
 /// `GET /_matrix/client/v3/rooms/{roomId}/state`
@@ -157,6 +164,7 @@ pub async fn redact_route(
     let sender = Sender {
         user_id: &caller.user_id,
         txn: Some((caller.device_id.as_str(), request.txn_id.as_str())),
+        ts: None,
     };
     let event_id = services
         .rooms

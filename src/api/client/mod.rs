@@ -2,6 +2,7 @@
 
 pub mod account;
 pub mod account_data;
+pub mod appservice;
 pub mod backup;
 pub mod dehydrated_devices;
 pub mod delayed_events;

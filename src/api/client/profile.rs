@@ -26,7 +26,16 @@ pub async fn get_profile_route(
 ) -> Result<RumaResponse<get_profile::Response>> {
     let user_id = &body.body.user_id;
     let profile = if user_id.server_name() == services.config.server_name {
-        services.users.get_profile(user_id).await?
+        match services.users.get_profile(user_id).await {
+            // An appservice may register it on demand.
+            Err(err)
+                if err.errcode() == "M_NOT_FOUND"
+                    && services.appservices.query_user(user_id).await =>
+            {
+                services.users.get_profile(user_id).await?
+            }
+            profile => profile?,
+        }
     } else {
         services.federation.remote_profile(user_id, None).await?
     };

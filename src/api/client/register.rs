@@ -2,11 +2,14 @@
 
 use std::time::Duration;
 
-use actix_web::{web::Data, HttpRequest};
-use ruma::api::client::account::{
-    check_registration_token_validity::v1 as token_validity,
-    get_username_availability::v3 as availability,
-    register::{v3 as register, RegistrationKind},
+use actix_web::{http::StatusCode, web::Data, HttpRequest};
+use ruma::{
+    api::client::account::{
+        check_registration_token_validity::v1 as token_validity,
+        get_username_availability::v3 as availability,
+        register::{v3 as register, LoginType, RegistrationKind},
+    },
+    OwnedUserId,
 };
 
 use crate::{
@@ -16,7 +19,13 @@ use crate::{
     },
     config::RegistrationMode,
     error::{Error, Result},
-    service::{rate_limit::Action, uia::Purpose, users::DeviceRequest, Services},
+    service::{
+        appservice::Registration,
+        rate_limit::Action,
+        uia::Purpose,
+        users::{DeviceRequest, LoginSession},
+        Services,
+    },
 };
 
 /// Takes a token from the client's per-IP registration bucket.
@@ -31,7 +40,12 @@ pub async fn register_route(
     req: HttpRequest,
     body: Ruma<register::Request>,
 ) -> Result<RumaResponse<register::Response>> {
+    let appservice = body.caller.as_ref().and_then(|c| c.appservice.clone());
     let request = body.body;
+    if request.login_type == Some(LoginType::ApplicationService) {
+        let appservice = appservice.ok_or_else(Error::missing_token)?;
+        return register_appservice_user(&services, &req, &appservice, request).await;
+    }
     if request.kind == RegistrationKind::Guest {
         return Err(Error::forbidden("Guest access is disabled"));
     }
@@ -41,7 +55,13 @@ pub async fn register_route(
     limit_registration(&services, &req)?;
     // Refuse a taken or invalid name before any UIA stage is spent on it.
     let user_id = match &request.username {
-        Some(name) => Some(services.users.check_available(&name.to_lowercase()).await?),
+        Some(name) => {
+            let user_id = services.users.check_available(&name.to_lowercase()).await?;
+            services
+                .appservices
+                .check_user_unclaimed(&user_id, appservice.as_deref())?;
+            Some(user_id)
+        }
         None => None,
     };
     let completed = services
@@ -73,6 +93,57 @@ pub async fn register_route(
             device,
         )
         .await?;
+    Ok(registered(user_id, session).into())
+}
+
+/// `/register` with `type: m.login.application_service`: an appservice creates a user in
+/// its namespace, with no UIA and no password (spec: Application Service API, "Server
+/// admin style permissions").
+async fn register_appservice_user(
+    services: &Services,
+    req: &HttpRequest,
+    appservice: &Registration,
+    request: register::Request,
+) -> Result<RumaResponse<register::Response>> {
+    if appservice.rate_limited {
+        limit_registration(services, req)?;
+    }
+    let localpart = request
+        .username
+        .ok_or_else(|| Error::missing_param("An appservice registers a user by its username"))?;
+    let user_id = services.users.user_id_for(&localpart.to_lowercase())?;
+    if !appservice.is_interested_in_user(user_id.as_str()) {
+        return Err(Error::matrix(
+            StatusCode::BAD_REQUEST,
+            "M_EXCLUSIVE",
+            "Invalid user localpart for this application service",
+        ));
+    }
+    services
+        .appservices
+        .check_user_unclaimed(&user_id, Some(appservice))?;
+    // MSC4190: such an appservice creates its devices itself (`PUT /devices/{id}`).
+    if appservice.msc4190 && !request.inhibit_login {
+        return Err(Error::matrix(
+            StatusCode::BAD_REQUEST,
+            "M_APPSERVICE_LOGIN_UNSUPPORTED",
+            "This application service manages its devices itself: set inhibit_login",
+        ));
+    }
+    let device = (!request.inhibit_login).then_some(DeviceRequest {
+        device_id: request.device_id,
+        display_name: request.initial_device_display_name,
+        refresh_token: request.refresh_token,
+    });
+    let session = services
+        .users
+        .register(&user_id, None, false, None, device)
+        .await?;
+    Ok(registered(user_id, session).into())
+}
+
+/// The answer to a registration.
+fn registered(user_id: OwnedUserId, session: Option<LoginSession>) -> register::Response {
     let mut response = register::Response::new(user_id);
     if let Some(session) = session {
         response.access_token = Some(session.tokens.access_token);
@@ -80,7 +151,7 @@ pub async fn register_route(
         response.refresh_token = session.tokens.refresh_token;
         response.expires_in = session.tokens.expires_in_ms.map(Duration::from_millis);
     }
-    Ok(response.into())
+    response
 }
 
 /// `GET /_matrix/client/v3/register/available`
@@ -90,10 +161,11 @@ pub async fn username_available_route(
     body: Ruma<availability::Request>,
 ) -> Result<RumaResponse<availability::Response>> {
     limit_registration(&services, &req)?;
-    services
+    let user_id = services
         .users
         .check_available(&body.body.username.to_lowercase())
         .await?;
+    services.appservices.check_user_unclaimed(&user_id, None)?;
     Ok(availability::Response::new(true).into())
 }
 

@@ -50,6 +50,12 @@ pub async fn create_room_route(
 ) -> Result<RumaResponse<create_room::Response>> {
     let caller = body.caller()?;
     let request = &body.body;
+    if let Some(name) = &request.room_alias_name {
+        let alias = format!("#{name}:{}", services.config.server_name);
+        services
+            .appservices
+            .check_alias_unclaimed(&alias, caller.appservice.as_deref())?;
+    }
     let preset = request.preset.as_ref().map(|p| match p.as_str() {
         "public_chat" => Ok(Preset::PublicChat),
         "trusted_private_chat" => Ok(Preset::TrustedPrivateChat),

@@ -5,7 +5,9 @@ use std::time::Duration;
 use actix_web::{web::Data, HttpRequest};
 use ruma::api::client::{
     session::{
-        get_login_types::v3::{self as login_types, LoginType, PasswordLoginType},
+        get_login_types::v3::{
+            self as login_types, ApplicationServiceLoginType, LoginType, PasswordLoginType,
+        },
         login::v3::{self as login, DiscoveryInfo, HomeserverInfo, LoginInfo},
         logout::v3 as logout,
         logout_all::v3 as logout_all,
@@ -36,6 +38,11 @@ pub async fn get_login_types_route(
     _body: Ruma<login_types::Request>,
 ) -> Result<RumaResponse<login_types::Response>> {
     let mut flows = vec![LoginType::Password(PasswordLoginType::new())];
+    if !services.appservices.all().is_empty() {
+        flows.push(LoginType::ApplicationService(
+            ApplicationServiceLoginType::new(),
+        ));
+    }
     if services.config.jwt.is_some() {
         let jwt = LoginType::new(JWT_LOGIN_TYPE, Default::default()).map_err(Error::internal)?;
         flows.push(jwt);
@@ -49,10 +56,28 @@ pub async fn login_route(
     req: HttpRequest,
     body: Ruma<login::Request>,
 ) -> Result<RumaResponse<login::Response>> {
-    let ip = client_ip(&req, &services.config.trusted_proxies);
-    services.rate_limit.check(Action::Login, ip)?;
+    let appservice = body.caller.as_ref().and_then(|c| c.appservice.clone());
+    if appservice.as_ref().is_none_or(|a| a.rate_limited) {
+        let ip = client_ip(&req, &services.config.trusted_proxies);
+        services.rate_limit.check(Action::Login, ip)?;
+    }
     let request = body.body;
     let user_id = match &request.login_info {
+        LoginInfo::ApplicationService(login) => {
+            let appservice = appservice.ok_or_else(Error::missing_token)?;
+            #[allow(deprecated)]
+            let name = match (&login.identifier, &login.user) {
+                (Some(UserIdentifier::Matrix(id)), _) => id.user.clone(),
+                (None, Some(user)) => user.clone(),
+                _ => return Err(Error::missing_param("Missing identifier")),
+            };
+            let user_id = services.users.resolve_identifier(&name)?;
+            services
+                .appservices
+                .check_login(&appservice, &user_id)
+                .await?;
+            user_id
+        }
         LoginInfo::Password(password) => {
             #[allow(deprecated)]
             let name = match (&password.identifier, &password.user) {

@@ -22,7 +22,7 @@
 //! - With federation off nothing is queued or sent.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -45,11 +45,11 @@ use super::{
 use crate::{
     config::FederationConfig,
     error::{Error, Result},
-    service::notifier::FEDERATION_CHANNEL,
-    storage::{
-        federation_received, federation_sending as store, leader::Leadership, now_ms,
-        rooms::notify, Db,
+    service::{
+        notifier::FEDERATION_CHANNEL,
+        sending::{self, Consumers},
     },
+    storage::{federation_received, federation_sending as store, now_ms, rooms::notify, Db},
 };
 
 /// Most PDUs in one transaction (the spec's limit).
@@ -58,8 +58,6 @@ pub const MAX_PDUS: i64 = 50;
 pub const MAX_EDUS: i64 = 100;
 /// Queued PDUs looked at for a paced destination's transaction.
 const PACED_CANDIDATES: i64 = 4 * MAX_PDUS;
-/// How often to look for work without being woken (retries coming due).
-const IDLE_TICK: Duration = Duration::from_secs(1);
 /// Advisory-lock key held by the sending process.
 const LEADER_LOCK: i64 = 0x6d79_656c_6665_6473; // "myelfeds"
 /// Most of a destination's answer to `/send` that is read.
@@ -82,7 +80,9 @@ pub struct Sender {
     wake: Arc<Notify>,
     pdus: PduQueue,
     pacer: Pacer,
-    busy: Mutex<HashSet<String>>,
+    busy: Consumers,
+    /// When the leader last forgot old received IDs.
+    cleaned: Mutex<Option<Instant>>,
     recently_up: Mutex<HashMap<OwnedServerName, Instant>>,
 }
 
@@ -115,7 +115,8 @@ impl Sender {
             config,
             origin,
             wake,
-            busy: Mutex::default(),
+            busy: Consumers::default(),
+            cleaned: Mutex::default(),
             recently_up: Mutex::default(),
         })
     }
@@ -127,14 +128,16 @@ impl Sender {
             return;
         }
         let sender = self.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Err(err) = sender.lead().await {
-                    tracing::warn!("federation sender: {err}");
-                }
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        });
+        sending::lead_forever(
+            self.db.clone(),
+            LEADER_LOCK,
+            self.wake.clone(),
+            "sends to other servers",
+            move || {
+                let sender = sender.clone();
+                async move { sender.round().await }
+            },
+        );
     }
 
     /// Whether federation is on (nothing is queued or sent otherwise).
@@ -203,32 +206,21 @@ impl Sender {
         });
     }
 
-    /// Takes the leader lock if free, then runs rounds for as long as its connection lives.
-    async fn lead(self: &Arc<Self>) -> Result<()> {
-        let Some(mut leadership) = Leadership::try_acquire(&self.db, LEADER_LOCK).await? else {
-            return Ok(());
-        };
-        tracing::info!("this process sends to other servers");
-        let mut cleaned = None::<Instant>;
-        loop {
-            if cleaned.is_none_or(|at| at.elapsed() >= CLEANUP_EVERY) {
-                let conn = self.db.conn().await?;
-                let before = now_ms() - RECEIVED_KEPT.as_millis() as i64;
-                federation_received::delete_received_before(&conn, before).await?;
-                cleaned = Some(Instant::now());
-            }
-            self.round().await?;
-            tokio::select! {
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(IDLE_TICK) => {}
-            }
-            leadership.check().await?;
-        }
-    }
-
-    /// Queues our new events, then starts a drain for every destination with something queued
-    /// that is not already being drained or backed off.
+    /// Forgets old received IDs now and then, queues our new events, then starts a drain for
+    /// every destination with something queued that is not already being drained or backed
+    /// off.
     async fn round(self: &Arc<Self>) -> Result<()> {
+        let cleanup_due = self
+            .cleaned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none_or(|at| at.elapsed() >= CLEANUP_EVERY);
+        if cleanup_due {
+            let conn = self.db.conn().await?;
+            let before = now_ms() - RECEIVED_KEPT.as_millis() as i64;
+            federation_received::delete_received_before(&conn, before).await?;
+            *self.cleaned.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        }
         // EDUs still go when our events cannot be queued.
         if let Err(err) = self.pdus.queue_new_events().await {
             tracing::warn!("could not queue our events for other servers: {err}");
@@ -238,24 +230,11 @@ impl Sender {
             store::get_ready_destinations(&conn, now_ms()).await?
         };
         for destination in destinations {
-            if !self
-                .busy
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(destination.clone())
-            {
-                continue;
-            }
             let sender = self.clone();
-            tokio::spawn(async move {
+            self.busy.spawn(destination.clone(), async move {
                 if let Err(err) = sender.drain(&destination).await {
                     tracing::warn!(%destination, "federation sender: {err}");
                 }
-                sender
-                    .busy
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&destination);
             });
         }
         Ok(())

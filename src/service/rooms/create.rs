@@ -189,7 +189,7 @@ impl Rooms {
             }
 
             for (kind, state_key, content) in events {
-                writer.append(NewEvent { sender: creator, kind: &kind, state_key: Some(&state_key), content, txn: None }).await?;
+                writer.append(NewEvent { sender: creator, kind: &kind, state_key: Some(&state_key), content, txn: None, ts: None }).await?;
             }
             let room_id = writer.room_id()?.to_owned();
             if let Some(alias) = alias {
@@ -203,7 +203,7 @@ impl Rooms {
                     content["is_direct"] = json!(true);
                 }
                 writer
-                    .append(NewEvent { sender: creator, kind: "m.room.member", state_key: Some(invitee.as_str()), content, txn: None })
+                    .append(NewEvent { sender: creator, kind: "m.room.member", state_key: Some(invitee.as_str()), content, txn: None, ts: None })
                     .await?;
             }
             if request.public {

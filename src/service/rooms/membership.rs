@@ -474,6 +474,7 @@ impl Rooms {
         let sender = Sender {
             user_id: sender,
             txn: None,
+            ts: None,
         };
         self.send_event(
             sender,

@@ -18,6 +18,29 @@ use crate::{
 /// Receipt types clients may send.
 pub const RECEIPT_TYPES: [&str; 2] = ["m.read", "m.read.private"];
 
+/// `m.receipt` events per room for stored receipts; private receipts are left out unless they
+/// are `viewer`'s own.
+pub fn receipt_events(
+    receipts: Vec<store::ReceiptRow>,
+    viewer: Option<&str>,
+) -> std::collections::HashMap<String, serde_json::Value> {
+    let mut by_room = std::collections::HashMap::new();
+    for receipt in receipts {
+        if receipt.receipt_type != "m.read" && Some(receipt.user_id.as_str()) != viewer {
+            continue;
+        }
+        let event = by_room
+            .entry(receipt.room_id.clone())
+            .or_insert_with(|| json!({ "type": "m.receipt", "content": {} }));
+        let mut entry = json!({ "ts": receipt.ts });
+        if !receipt.thread_id.is_empty() {
+            entry["thread_id"] = serde_json::Value::from(receipt.thread_id.clone());
+        }
+        event["content"][&receipt.event_id][&receipt.receipt_type][&receipt.user_id] = entry;
+    }
+    by_room
+}
+
 impl Rooms {
     /// Records that the user read up to an event. A receipt for an earlier event than the
     /// current one changes nothing; private receipts only ever reach the user's own devices.

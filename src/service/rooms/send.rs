@@ -30,6 +30,8 @@ pub struct Sender<'a> {
     pub user_id: &'a UserId,
     /// Their device and the client's transaction ID, when sent through `/send`.
     pub txn: Option<(&'a str, &'a str)>,
+    /// The event's `origin_server_ts` when an appservice chose it (`?ts=`); now otherwise.
+    pub ts: Option<i64>,
 }
 
 impl Rooms {
@@ -148,6 +150,7 @@ impl Rooms {
                     state_key,
                     content,
                     txn: sender.txn,
+                    ts: sender.ts,
                 };
                 // A concurrent retry of the same transaction that commits first makes this
                 // one fail on the transaction's unique key; its event is returned below.
@@ -210,7 +213,11 @@ impl Rooms {
         state_key: &str,
         content: Value,
     ) -> Result<OwnedEventId> {
-        let sender = Sender { user_id, txn: None };
+        let sender = Sender {
+            user_id,
+            txn: None,
+            ts: None,
+        };
         self.send_state_as(sender, room_id, kind, state_key, content)
             .await
     }
@@ -316,6 +323,7 @@ impl Rooms {
         let sender = Sender {
             user_id: sender.user_id,
             txn: txn_id.as_ref().map(|(device, txn)| (*device, txn.as_str())),
+            ts: None,
         };
         let mut content = serde_json::json!({ "redacts": event_id });
         if let Some(reason) = reason {

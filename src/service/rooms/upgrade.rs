@@ -134,11 +134,11 @@ impl Rooms {
             events.extend(copied.iter().map(|(kind, content)| (*kind, String::new(), content.clone())));
             for (kind, state_key, content) in events {
                 writer
-                    .append(NewEvent { sender: user_id, kind, state_key: Some(&state_key), content, txn: None })
+                    .append(NewEvent { sender: user_id, kind, state_key: Some(&state_key), content, txn: None, ts: None })
                     .await?;
             }
             for (banned, content) in &bans {
-                let ban = NewEvent { sender: user_id, kind: "m.room.member", state_key: Some(banned), content: content.clone(), txn: None };
+                let ban = NewEvent { sender: user_id, kind: "m.room.member", state_key: Some(banned), content: content.clone(), txn: None, ts: None };
                 if !append_if_allowed(&mut writer, ban).await? {
                     tracing::warn!(%banned, "upgrade: the upgrader cannot ban this user in the new room");
                 }
@@ -156,7 +156,7 @@ impl Rooms {
                 .await?
                 .with_deferred_positions(&deferred);
             let tombstone = json!({ "body": "This room has been replaced", "replacement_room": new_room });
-            old.append(NewEvent { sender: user_id, kind: "m.room.tombstone", state_key: Some(""), content: tombstone, txn: None })
+            old.append(NewEvent { sender: user_id, kind: "m.room.tombstone", state_key: Some(""), content: tombstone, txn: None, ts: None })
                 .await?;
             let users_default = levels.get("users_default").and_then(Value::as_i64).unwrap_or(0);
             let restricted = 50.max(users_default + 1);
@@ -172,7 +172,7 @@ impl Rooms {
                 // An upgrader who may tombstone but not change power levels still upgrades;
                 // the old room just stays as open as it was (refused before anything is
                 // written, so the transaction goes on).
-                let quieten = NewEvent { sender: user_id, kind: "m.room.power_levels", state_key: Some(""), content: old_levels, txn: None };
+                let quieten = NewEvent { sender: user_id, kind: "m.room.power_levels", state_key: Some(""), content: old_levels, txn: None, ts: None };
                 if !append_if_allowed(&mut old, quieten).await? {
                     tracing::info!(room_id = %old_room, "upgrade: the upgrader cannot restrict the old room's power levels");
                 }

@@ -75,6 +75,8 @@ pub struct NewEvent<'a> {
     pub content: Value,
     /// `(device_id, txn_id)` of the client transaction that sent it.
     pub txn: Option<(&'a str, &'a str)>,
+    /// Its `origin_server_ts`, when an appservice chose it; now otherwise.
+    pub ts: Option<i64>,
 }
 
 /// An appended event.
@@ -534,7 +536,7 @@ impl<'c> RoomWriter<'c> {
             origin_server_ts: if is_v12_create {
                 unique_create_ts()
             } else {
-                now_ms()
+                event.ts.unwrap_or_else(now_ms)
             },
         };
         let (event_id, json) = build_pdu(

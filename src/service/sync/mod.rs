@@ -725,23 +725,9 @@ impl Sync {
         up_to: i64,
         user: &str,
     ) -> Result<HashMap<String, Value>> {
-        let mut by_room: HashMap<String, Value> = HashMap::new();
-        for receipt in
-            crate::storage::receipts::get_receipts_changed(conn, room_ids, after, up_to).await?
-        {
-            if receipt.receipt_type != "m.read" && receipt.user_id != user {
-                continue;
-            }
-            let event = by_room
-                .entry(receipt.room_id.clone())
-                .or_insert_with(|| json!({ "type": "m.receipt", "content": {} }));
-            let mut entry = json!({ "ts": receipt.ts });
-            if !receipt.thread_id.is_empty() {
-                entry["thread_id"] = Value::from(receipt.thread_id.clone());
-            }
-            event["content"][&receipt.event_id][&receipt.receipt_type][&receipt.user_id] = entry;
-        }
-        Ok(by_room)
+        let receipts =
+            crate::storage::receipts::get_receipts_changed(conn, room_ids, after, up_to).await?;
+        Ok(super::rooms::receipts::receipt_events(receipts, Some(user)))
     }
 
     /// Member counts and heroes.

@@ -1,5 +1,6 @@
 //! Test support: a throwaway database per test and the real `myelin` binary serving it over HTTP.
 
+pub mod appservice;
 pub mod client;
 pub mod federation;
 
