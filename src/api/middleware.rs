@@ -122,6 +122,7 @@ pub async fn trace(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
     let method = method_label(req.method());
+    let probe = super::health::is_probe_path(req.path());
     let span = tracing::info_span!(
         "request",
         method,
@@ -156,7 +157,7 @@ pub async fn trace(
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
     let latency_ms = format!("{latency_ms:.2}");
     // Probes come every few seconds; at INFO they would drown the log.
-    if super::health::is_probe_path(&path) {
+    if probe {
         span.in_scope(|| tracing::debug!(status, latency_ms, "served"));
     } else {
         span.in_scope(|| tracing::info!(status, latency_ms, "served"));
