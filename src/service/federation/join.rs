@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use diesel_async::AsyncConnection;
 use ruma::{
     api::federation::membership::{create_join_event, prepare_join_event},
     canonical_json::{CanonicalJsonObject, CanonicalJsonValue},
@@ -24,12 +25,15 @@ use serde_json::{value::RawValue as RawJsonValue, Value};
 use super::{query::client_error, Federation};
 use crate::{
     error::{Error, Result},
-    service::rooms::{
-        pdu::Pdu,
-        remote_join::{JoinedRoom, StateEvent},
-        Rooms, SUPPORTED_VERSIONS,
+    service::{
+        e2ee::local_devices_changed,
+        rooms::{
+            pdu::Pdu,
+            remote_join::{JoinedRoom, StateEvent},
+            Rooms, SUPPORTED_VERSIONS,
+        },
     },
-    storage::now_ms,
+    storage::{devices, now_ms},
 };
 
 /// An event of a `send_join` answer that passed every check.
@@ -174,7 +178,26 @@ impl Federation {
             .check_room_state(&rules, &version, room_id, &answer.state, &answer.auth_chain)
             .await?;
         let join = self.check_join(&rules, &event_id, join, &room).await?;
-        rooms.store_joined_room(room, join).await
+        rooms.store_joined_room(room, join).await?;
+        self.announce_devices(user_id).await
+    }
+
+    /// Tells every server sharing a room with a user who just joined through another server
+    /// (that server among them) about the user's devices. The resident learnt of the join at
+    /// `send_join`, before the join was stored here, so a device-key upload committed in
+    /// between found no room shared with it and told it nothing: without this, its users
+    /// never see the new device's keys and cannot encrypt to it.
+    async fn announce_devices(&self, user_id: &UserId) -> Result<()> {
+        let mut conn = self.db.conn().await?;
+        conn.transaction::<_, Error, _>(async |conn| {
+            let device_ids: Vec<String> = devices::get_devices(conn, user_id.as_str())
+                .await?
+                .into_iter()
+                .map(|device| device.device_id)
+                .collect();
+            local_devices_changed(conn, &self.sender, user_id, &device_ids).await
+        })
+        .await
     }
 
     /// Our own member event with `membership` from a `make_join`, `make_knock` or
