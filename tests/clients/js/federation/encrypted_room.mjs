@@ -27,6 +27,20 @@ function clearBody(client, roomId, eventId) {
     return event.getType() === EventType.RoomMessage ? event.getContent().body : undefined;
 }
 
+// Waits until `client`'s crypto has a device of `userId`, as a client does before it encrypts
+// to a new member: a device whose keys were still being uploaded when its user joined is
+// announced by its server afterwards. (Sending earlier shares the room key with nobody, and
+// keys are not shared again for messages already sent.)
+async function waitForDevice(harness, client, userId) {
+    const deadline = Date.now() + WAIT_MS;
+    for (;;) {
+        const devices = await client.getCrypto().getUserDeviceInfo([userId], true);
+        if ((devices.get(userId)?.size ?? 0) > 0) return;
+        if (Date.now() > deadline) harness.fail(`timed out after ${WAIT_MS} ms waiting for a device of ${userId}`);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+}
+
 const aliceSession = await a.register(`e2e_alice_${suffix}`);
 const alice = await a.startClient(aliceSession, {}, { crypto: true });
 const bobSession = await b.register(`e2e_bob_${suffix}`);
@@ -53,6 +67,7 @@ await b.waitFor(() => bob.getRoom(roomId)?.hasEncryptionStateEvent(), WAIT_MS, "
 b.check(true, "bob (B) joined alice's encrypted room on A");
 
 // alice (A) -> bob (B).
+await waitForDevice(a, alice, bobSession.user_id);
 const secretA = `from A ${suffix}`;
 const { event_id: idA } = await alice.sendTextMessage(roomId, secretA);
 await b.waitFor(() => bob.getRoom(roomId)?.findEventById(idA), WAIT_MS, "alice's message to reach bob (B)");
@@ -67,6 +82,7 @@ await b.waitFor(() => clearBody(bob, roomId, idA) === secretA, WAIT_MS, "bob (B)
 b.check(true, "bob (B) decrypts alice's encrypted message from A");
 
 // bob (B) -> alice (A).
+await waitForDevice(b, bob, aliceSession.user_id);
 const secretB = `from B ${suffix}`;
 const { event_id: idB } = await bob.sendTextMessage(roomId, secretB);
 await a.waitFor(() => clearBody(alice, roomId, idB) === secretB, WAIT_MS, "alice (A) to decrypt bob's message");
