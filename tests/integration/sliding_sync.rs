@@ -663,9 +663,24 @@ async fn required_state_changes_and_lazy_members() {
         .await
         .ok();
     assert!(steady["rooms"].as_object().unwrap().is_empty(), "{steady}");
+    // A message from someone whose member event was never sent, the state unchanged: the
+    // delta brings their member event and no other state.
+    dave.send_text(&room, "d", "from dave").await.ok();
+    let spoke = sss(&alice, Some(&pos(&steady)), 0, config(with_topic.clone()))
+        .await
+        .ok();
+    let result = &spoke["rooms"][&room];
+    assert_eq!(bodies(result), vec!["from dave"], "{result}");
+    assert_eq!(
+        state_keys(result, "m.room.member"),
+        vec![dave.user_id.clone()],
+        "{result}"
+    );
+    assert!(state_keys(result, "m.room.topic").is_empty(), "{result}");
+    assert!(result.get("joined_count").is_none(), "{result}");
     // A membership change of someone who sends nothing reaches a non-limited delta.
     dave.room_action(&room, "leave", json!({})).await.ok();
-    let left = sss(&alice, Some(&pos(&steady)), 0, config(with_topic.clone()))
+    let left = sss(&alice, Some(&pos(&spoke)), 0, config(with_topic.clone()))
         .await
         .ok();
     let result = &left["rooms"][&room];

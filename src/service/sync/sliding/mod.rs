@@ -352,20 +352,13 @@ impl Sync {
             }
         }
 
-        // Unread counts of the joined rooms sent, as of the response's position.
+        // Unread counts of the joined rooms sent, as of the response's position, read while
+        // the rooms are built.
         let counted: Vec<String> = jobs
             .iter()
             .filter(|j| j.room.membership == "join")
             .map(|j| j.room.room_id.clone())
             .collect();
-        let mut counts: HashMap<String, RoomCounts> = HashMap::new();
-        if !counted.is_empty() {
-            for row in push_store::get_unread_counts(conn, user, &counted, events_position).await? {
-                let entry = counts.entry(row.room_id).or_default();
-                entry.notifications += row.notifications;
-                entry.highlights += row.highlights;
-            }
-        }
         let ctx = RoomContext {
             rooms,
             user: &request.user_id,
@@ -373,21 +366,44 @@ impl Sync {
             ignored: &ignored,
             since_events: since.map(|s| s.events),
             up_to: events_position,
-            counts: &counts,
         };
-        let built: Vec<(String, bool, room::BuiltRoom)> = futures_util::stream::iter(jobs)
-            .map(|job| {
-                let ctx = &ctx;
-                async move {
-                    let room_id = job.room.room_id.clone();
-                    let fresh = job.replay_extensions;
-                    let built = self.sliding_room(conn, ctx, job).await?;
-                    Ok::<_, crate::error::Error>((room_id, fresh, built))
+        let (counts, mut built) = tokio::try_join!(
+            async {
+                let mut counts: HashMap<String, RoomCounts> = HashMap::new();
+                if !counted.is_empty() {
+                    for row in
+                        push_store::get_unread_counts(conn, user, &counted, events_position).await?
+                    {
+                        let entry = counts.entry(row.room_id).or_default();
+                        entry.notifications += row.notifications;
+                        entry.highlights += row.highlights;
+                    }
                 }
-            })
-            .buffered(ROOMS_IN_FLIGHT)
-            .try_collect()
-            .await?;
+                Ok::<_, crate::error::Error>(counts)
+            },
+            futures_util::stream::iter(jobs)
+                .map(|job| {
+                    let ctx = &ctx;
+                    async move {
+                        let room_id = job.room.room_id.clone();
+                        let fresh = job.replay_extensions;
+                        let built = self.sliding_room(conn, ctx, job).await?;
+                        Ok::<_, crate::error::Error>((room_id, fresh, built))
+                    }
+                })
+                .buffered(ROOMS_IN_FLIGHT)
+                .try_collect::<Vec<(String, bool, room::BuiltRoom)>>(),
+        )?;
+        let joined: HashSet<&str> = counted.iter().map(String::as_str).collect();
+        for (room_id, _, room) in &mut built {
+            if let (true, Value::Object(fields)) =
+                (joined.contains(room_id.as_str()), &mut room.value)
+            {
+                let counts = counts.get(room_id.as_str()).copied().unwrap_or_default();
+                fields.insert("notification_count".into(), json!(counts.notifications));
+                fields.insert("highlight_count".into(), json!(counts.highlights));
+            }
+        }
 
         let (extensions_json, extensions_empty) = self
             .sliding_extensions(

@@ -1,12 +1,12 @@
 //! One room result of a sliding sync response: initial or a delta since what the connection
 //! last sent, with the timeline, the required state, counts and the room's summary.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use diesel_async::AsyncPgConnection;
 use serde_json::{json, Map, Value};
 
-use super::{lists::UserRoom, model::RoomConfig, RoomCounts};
+use super::{lists::UserRoom, model::RoomConfig};
 use crate::{
     error::{Error, Result},
     service::{
@@ -53,8 +53,6 @@ pub struct RoomContext<'a> {
     pub since_events: Option<i64>,
     /// The response's event position.
     pub up_to: i64,
-    /// Unread counts of the joined rooms sent.
-    pub counts: &'a HashMap<String, RoomCounts>,
 }
 
 /// A built room: its JSON and the IDs of its timeline events (for the receipts extension).
@@ -95,29 +93,12 @@ impl Sync {
         };
         let limit = job.config.timeline_limit as usize;
         let after = job.from.filter(|_| !job.expanded_timeline).unwrap_or(0);
-        // A joined room's current state (one indexed read; a state event committed after
-        // `up_to` may come now and again with the next delta, which clients take); a left
-        // room's state as of the leave. For a delta, also the state the last one ended with.
-        let current = async {
-            Ok::<state_store::StateIds, Error>(if room.membership == "join" {
-                store::get_current_state_ids(conn, &room.room_id)
-                    .await?
-                    .into_iter()
-                    .map(|(kind, key, id)| ((kind, key), id))
-                    .collect()
-            } else {
-                state_at(conn, &room.room_id, up_to).await?
-            })
-        };
-        let before = async {
-            match job.from.filter(|_| !job.initial) {
-                Some(from) => Ok::<_, Error>(Some(state_at(conn, &room.room_id, from).await?)),
-                None => Ok(None),
-            }
-        };
-        let (room_row, mut rows, current, before) =
+        let delta_from = job.from.filter(|_| !job.initial);
+        // For a delta, the state group the last response ended with: a joined room whose
+        // current group is still that one has the same state, and neither state is read.
+        let (room_row, mut rows, group_before) =
             tokio::try_join!(
-                async { Ok(store::get_room(conn, &room.room_id).await?) },
+                async { Ok::<_, Error>(store::get_room(conn, &room.room_id).await?) },
                 async {
                     Ok(store::get_room_events_desc(
                         conn,
@@ -128,10 +109,49 @@ impl Sync {
                     )
                     .await?)
                 },
-                current,
-                before,
+                async {
+                    Ok(match delta_from {
+                        Some(from) => store::get_state_group_at(conn, &room.room_id, from).await?,
+                        None => None,
+                    })
+                },
             )?;
         let room_row = room_row.ok_or_else(|| Error::internal("membership in unknown room"))?;
+        let state_unchanged = room.membership == "join"
+            && job.previous_config.is_none()
+            && group_before.is_some_and(|group| group == room_row.current_state_group);
+        // A joined room's current state (a state event committed after `up_to` may come now
+        // and again with the next delta, which clients take); a left room's state as of the
+        // leave. For a delta whose state moved, also the state the last one ended with.
+        let (current, before) = if state_unchanged {
+            (
+                state_store::StateIds::new(),
+                Some(state_store::StateIds::new()),
+            )
+        } else {
+            tokio::try_join!(
+                async {
+                    Ok::<state_store::StateIds, Error>(if room.membership == "join" {
+                        store::get_current_state_ids(conn, &room.room_id)
+                            .await?
+                            .into_iter()
+                            .map(|(kind, key, id)| ((kind, key), id))
+                            .collect()
+                    } else {
+                        state_at(conn, &room.room_id, up_to).await?
+                    })
+                },
+                async {
+                    Ok(match (delta_from, group_before) {
+                        (None, _) => None,
+                        (Some(_), Some(group)) => {
+                            Some(state_store::get_state_ids(conn, group).await?)
+                        }
+                        (Some(_), None) => Some(state_store::StateIds::new()),
+                    })
+                },
+            )?
+        };
         let rules = rules_for(&room_row.room_version)?;
         let limited = rows.len() > limit;
         rows.truncate(limit);
@@ -185,9 +205,11 @@ impl Sync {
                 }
             }
         }
+        // Lazy members: those of the timeline's senders and of its membership events'
+        // targets (the user's own comes with `$ME`); from the current state already read, or
+        // read for just them when the state did not move.
+        let mut lazy_keys: Vec<(&str, &str)> = Vec::new();
         if config.lazy_members {
-            // The members of the timeline's senders and of its membership events' targets
-            // (the user's own comes with `$ME`).
             let mut members: HashSet<&str> = timeline.iter().map(|e| e.sender.as_str()).collect();
             members.extend(
                 timeline
@@ -196,18 +218,28 @@ impl Sync {
                     .filter_map(|e| e.state_key.as_deref()),
             );
             for member in members {
-                if let Some(id) = current.get(&("m.room.member".to_owned(), member.to_owned())) {
+                if state_unchanged {
+                    lazy_keys.push(("m.room.member", member));
+                } else if let Some(id) =
+                    current.get(&("m.room.member".to_owned(), member.to_owned()))
+                {
                     wanted.insert(id.clone());
                 }
             }
         }
         let wanted: Vec<String> = wanted.into_iter().collect();
-        let mut state_rows = store::get_state_events(conn, &wanted).await?;
+        let (mut state_rows, mut timeline_events) = tokio::try_join!(
+            async {
+                Ok::<_, Error>(if state_unchanged {
+                    store::get_current_state_events(conn, &room.room_id, &lazy_keys).await?
+                } else {
+                    store::get_state_events(conn, &wanted).await?
+                })
+            },
+            ctx.rooms
+                .render_with_relations(conn, &rules, ctx.user, &timeline),
+        )?;
         state_rows.sort_by_key(|r| r.stream_ordering);
-        let mut timeline_events = ctx
-            .rooms
-            .render_with_relations(conn, &rules, ctx.user, &timeline)
-            .await?;
         self.add_transaction_ids(conn, user, ctx.device_id, &mut timeline_events)
             .await?;
         let state_events = ctx.rooms.render(conn, &rules, &state_rows).await?;
@@ -288,11 +320,6 @@ impl Sync {
         result.insert("num_live".into(), json!(num_live));
         if job.expanded_timeline {
             result.insert("unstable_expanded_timeline".into(), Value::Bool(true));
-        }
-        if room.membership == "join" {
-            let counts = ctx.counts.get(&room.room_id).copied().unwrap_or_default();
-            result.insert("notification_count".into(), json!(counts.notifications));
-            result.insert("highlight_count".into(), json!(counts.highlights));
         }
         Ok(BuiltRoom {
             value: Value::Object(result),
