@@ -162,6 +162,15 @@ pub async fn load_facts(
     let needs_state = lists.clone().any(|l| l.filters.needs_state());
     let needs_tags = lists.clone().any(|l| l.filters.needs_tags());
     if needs_state {
+        // A fact that cannot change is not read again: a room's type is fixed at creation,
+        // and encryption once on stays on. Only names, and encryption when filtered on and
+        // still off, follow a room's events.
+        let needs_name = lists.clone().any(|l| l.filters.room_name_like.is_some());
+        let needs_encryption = lists.clone().any(|l| l.filters.is_encrypted.is_some());
+        let may_have_changed = |meta: &Option<Arc<RoomMeta>>| match meta {
+            Some(meta) if meta.known => needs_name || (needs_encryption && !meta.encrypted),
+            _ => true,
+        };
         let stale: Vec<&UserRoom> = {
             let mut cached = cache.0.lock().unwrap_or_else(|e| e.into_inner());
             rooms
@@ -171,7 +180,7 @@ pub async fn load_facts(
                     r.membership != "join"
                         || cached
                             .get(&r.room_id)
-                            .is_none_or(|(at, _)| *at != r.activity)
+                            .is_none_or(|(at, meta)| *at != r.activity && may_have_changed(meta))
                 })
                 .collect()
         };
