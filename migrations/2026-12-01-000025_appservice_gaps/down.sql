@@ -1,0 +1,1 @@
+ALTER TABLE appservice_states DROP COLUMN to_device_upto, DROP COLUMN device_lists_upto;
