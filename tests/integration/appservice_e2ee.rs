@@ -157,6 +157,50 @@ async fn to_device_messages_for_its_users_reach_the_appservice_once() {
 }
 
 #[tokio::test]
+async fn to_device_messages_wait_for_a_failing_appservice() {
+    let fake = FakeAppservice::start(server_name()).await;
+    let server = server_with(&fake).await;
+    let ghost = ghost_with_device(&fake, &server).await;
+    let alice = server.register("alice").await;
+    fake.answer(503);
+    send_to_device(
+        &alice,
+        "t1",
+        json!({ &ghost.user_id: { GHOST_DEVICE: { "n": 1 } } }),
+    )
+    .await;
+    wait_until("a transaction fails", Duration::from_secs(20), || async {
+        fake.transactions()
+            .iter()
+            .any(|(_, _, status)| *status == 503)
+    })
+    .await;
+    // Sent while the appservice is backed off: unlike typing, it is not dropped.
+    send_to_device(
+        &alice,
+        "t2",
+        json!({ &ghost.user_id: { GHOST_DEVICE: { "n": 2 } } }),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fake.answer(200);
+    fake.client(&server)
+        .post("/_matrix/client/v1/appservice/echo/ping", json!({}))
+        .await
+        .ok();
+    wait_until("both messages arrive", Duration::from_secs(30), || async {
+        to_device_delivered(&fake).len() >= 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let numbers: Vec<Value> = to_device_delivered(&fake)
+        .iter()
+        .map(|m| m["content"]["n"].clone())
+        .collect();
+    assert_eq!(numbers, [json!(1), json!(2)]);
+}
+
+#[tokio::test]
 async fn device_lists_and_key_counts_reach_an_msc3202_appservice_only() {
     let encrypting = FakeAppservice::start_with(
         server_name(),

@@ -288,6 +288,13 @@ namespaces:
     }
 
     #[test]
+    fn the_msc3202_flag_is_read() {
+        assert!(!parse(MAUTRIX, server()).unwrap().msc3202);
+        let text = format!("{MAUTRIX}org.matrix.msc3202: true\n");
+        assert!(parse(&text, server()).unwrap().msc3202);
+    }
+
+    #[test]
     fn regexes_match_from_the_start_only() {
         let text = MAUTRIX.replace(r"^@whatsapp_.*:example\.com$", "'@wa_'");
         let r = parse(&text, server()).unwrap();
