@@ -12,3 +12,6 @@ UPDATE appservice_states SET
 ALTER TABLE appservice_states
     ALTER COLUMN to_device_upto SET NOT NULL,
     ALTER COLUMN device_lists_upto SET NOT NULL;
+
+-- The appservice sender reads every inbox by position.
+CREATE INDEX to_device_inbox_stream_ordering_idx ON to_device_inbox (stream_ordering);
