@@ -328,7 +328,7 @@ fn routes(t: &mut RouteTable) {
 /// Spaces, room previews, reports and the lookups clients make at start.
 fn spaces_and_reports_routes(t: &mut RouteTable) {
     use ::ruma::api::client as r;
-    use client::{lookups, reports, spaces};
+    use client::{lookups, reports, spaces, thirdparty};
 
     t.ruma::<r::space::get_hierarchy::v1::Request, _, _>(spaces::hierarchy_route);
     t.ruma::<r::room::get_summary::v1::Request, _, _>(spaces::room_summary_route);
@@ -348,7 +348,20 @@ fn spaces_and_reports_routes(t: &mut RouteTable) {
     t.ruma::<r::room::report_room::v3::Request, _, _>(reports::report_room_route);
     t.ruma::<r::reporting::report_user::v3::Request, _, _>(reports::report_user_route);
     t.ruma::<r::account::get_3pids::v3::Request, _, _>(lookups::get_3pids_route);
-    t.ruma::<r::thirdparty::get_protocols::v3::Request, _, _>(lookups::get_protocols_route);
+    t.ruma::<r::thirdparty::get_protocols::v3::Request, _, _>(thirdparty::get_protocols_route);
+    t.ruma::<r::thirdparty::get_protocol::v3::Request, _, _>(thirdparty::get_protocol_route);
+    t.ruma::<r::thirdparty::get_location_for_protocol::v3::Request, _, _>(
+        thirdparty::get_location_for_protocol_route,
+    );
+    t.ruma::<r::thirdparty::get_user_for_protocol::v3::Request, _, _>(
+        thirdparty::get_user_for_protocol_route,
+    );
+    t.ruma::<r::thirdparty::get_location_for_room_alias::v3::Request, _, _>(
+        thirdparty::get_location_for_alias_route,
+    );
+    t.ruma::<r::thirdparty::get_user_for_user_id::v3::Request, _, _>(
+        thirdparty::get_user_for_user_id_route,
+    );
     // `/auth_metadata` is deliberately not routed: its 404 `M_UNRECOGNIZED` is the spec's
     // answer of a server without the OAuth 2.0 API (Synapse without MAS does the same).
 }

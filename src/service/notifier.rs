@@ -239,6 +239,8 @@ impl Notifier {
                 notifier.appservice_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room(&payload).await });
             } else if channel == SHARERS_CHANNEL {
+                // A device-list change: appservices may be sent it (MSC3202).
+                notifier.appservice_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room_sharers(&payload).await });
             } else if channel == TYPING_CHANNEL {
                 notifier.typing_changed(&payload);
@@ -253,6 +255,8 @@ impl Notifier {
                 let hashes: Vec<String> = payload.split(',').map(str::to_owned).collect();
                 notifier.sessions.forget_cached_hex(&hashes);
             } else {
+                // Perhaps a to-device message for an appservice's user.
+                notifier.appservice_wake.notify_one();
                 notifier.wake_user(&payload);
             }
         }

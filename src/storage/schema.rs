@@ -518,6 +518,8 @@ diesel::table! {
         txn_body -> Nullable<Jsonb>,
         failures -> Int4,
         retry_at_ts -> Int8,
+        to_device_upto -> Int8,
+        device_lists_upto -> Int8,
     }
 }
 

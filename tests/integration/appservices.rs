@@ -12,18 +12,18 @@ use crate::support::{
 };
 
 /// A server with the fake appservice registered.
-async fn server_with(appservice: &FakeAppservice) -> TestServer {
+pub(crate) async fn server_with(appservice: &FakeAppservice) -> TestServer {
     TestServer::start_with(appservice.options(ServerOptions::default())).await
 }
 
 /// `path` with `?user_id=` (and `&device_id=`) appended.
-fn as_user(path: &str, user: &str) -> String {
+pub(crate) fn as_user(path: &str, user: &str) -> String {
     let separator = if path.contains('?') { '&' } else { '?' };
     format!("{path}{separator}user_id={}", enc(user))
 }
 
 /// Registers a ghost through the appservice.
-async fn register_ghost(appservice: &Client, localpart: &str) -> Value {
+pub(crate) async fn register_ghost(appservice: &Client, localpart: &str) -> Value {
     appservice
         .post(
             &as_user("/_matrix/client/v3/register", &user_id(localpart)),

@@ -8,6 +8,8 @@ mod accounts;
 mod admin_rooms;
 mod admin_users;
 mod api_spec;
+mod appservice_e2ee;
+mod appservice_thirdparty;
 mod appservices;
 mod client_lookups;
 mod dehydrated_devices;

@@ -1,12 +1,10 @@
 //! Lookups clients make at start that have nothing to find here: third-party identifiers
-//! (none are bound to accounts) and third-party protocols (no appservice provides any).
-//! (OAuth 2.0 server metadata, `/auth_metadata`, is not routed at all: its 404
-//! `M_UNRECOGNIZED` is what the spec has a server without the OAuth 2.0 API answer.)
+//! (none are bound to accounts). (Third-party protocols are in `thirdparty`. OAuth 2.0
+//! server metadata, `/auth_metadata`, is not routed at all: its 404 `M_UNRECOGNIZED` is what
+//! the spec has a server without the OAuth 2.0 API answer.)
 
 use actix_web::{web::Data, HttpResponse};
-use ruma::api::client::{
-    account::get_3pids::v3 as get_3pids, thirdparty::get_protocols::v3 as get_protocols,
-};
+use ruma::api::client::account::get_3pids::v3 as get_3pids;
 use serde_json::json;
 
 use crate::{api::ruma::Ruma, error::Result, service::Services};
@@ -19,13 +17,4 @@ pub async fn get_3pids_route(
 ) -> Result<HttpResponse> {
     body.caller()?;
     Ok(HttpResponse::Ok().json(json!({ "threepids": [] })))
-}
-
-/// `GET /_matrix/client/v3/thirdparty/protocols`: `{}`.
-pub async fn get_protocols_route(
-    _services: Data<Services>,
-    body: Ruma<get_protocols::Request>,
-) -> Result<HttpResponse> {
-    body.caller()?;
-    Ok(HttpResponse::Ok().json(json!({})))
 }

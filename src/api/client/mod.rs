@@ -30,6 +30,7 @@ pub mod sliding_sync;
 pub mod spaces;
 pub mod sync;
 pub mod tags;
+pub mod thirdparty;
 pub mod typing;
 pub mod voip;
 

@@ -101,6 +101,9 @@ pub async fn create_room_route(
             .transpose()?,
     };
     let _ = RoomType::Space; // room `type` travels inside creation_content untouched
+    for invitee in &request.invite {
+        services.appservices.ask_about_unknown_user(invitee).await?;
+    }
     let room_id = services.rooms.create_room(&caller.user_id, create).await?;
     // Users of other servers are invited once the room exists, as /invite does it. As in
     // Synapse, an invite that fails fails the request (the room stays).
@@ -254,6 +257,10 @@ pub async fn invite_route(
             .await?;
         return Ok(invite::Response::new().into());
     }
+    services
+        .appservices
+        .ask_about_unknown_user(&recipient.user_id)
+        .await?;
     services
         .rooms
         .change_membership(

@@ -5,12 +5,18 @@
 //! - This module: the registry, identity assertion (`?user_id=`, `?device_id=`), the
 //!   exclusive-namespace checks other services call, and the ping.
 //! - [`sender`]: transactions to each appservice, exactly once and in order.
-//! - [`interest`]: which events an appservice is sent; [`ephemeral`]: typing and receipts.
+//! - [`interest`]: which events an appservice is sent; [`ephemeral`]: typing and receipts;
+//!   [`to_device`]: to-device messages (MSC2409/MSC4203); [`e2ee`]: device lists and key
+//!   counts (MSC3202).
+//! - [`thirdparty`]: the `/thirdparty` lookups, answered by the appservices' protocols.
 
+pub mod e2ee;
 pub mod ephemeral;
 pub mod interest;
 pub mod registration;
 pub mod sender;
+pub mod thirdparty;
+pub mod to_device;
 
 use std::{
     collections::HashMap,
@@ -46,6 +52,7 @@ pub struct Appservices {
     outbound: Arc<Outbound>,
     all: Vec<Arc<Registration>>,
     by_token: HashMap<[u8; 32], Arc<Registration>>,
+    protocols_seen: thirdparty::ProtocolCache,
 }
 
 /// `400 M_EXCLUSIVE`.
@@ -66,6 +73,7 @@ impl Appservices {
             outbound,
             all,
             by_token,
+            protocols_seen: Default::default(),
         }
     }
 
@@ -211,6 +219,29 @@ impl Appservices {
         let path = format!("users/{}", encode(user_id.as_str()));
         self.query(|r| r.is_interested_in_user(user_id.as_str()), &path)
             .await
+    }
+
+    /// Before a client invites `user_id` (`/invite`, `createRoom`): when it is a local user
+    /// that does not exist, in the users namespace of an appservice that is sent things, the
+    /// appservice is asked about it first, so it can register its ghost on demand (Synapse
+    /// asks before it pushes an event that names an unknown user).
+    pub async fn ask_about_unknown_user(&self, user_id: &UserId) -> Result<()> {
+        let concerned = self.all.iter().any(|r| {
+            r.url.is_some()
+                && user_id.server_name() == r.sender.server_name()
+                && r.is_interested_in_user(user_id.as_str())
+        });
+        if !concerned {
+            return Ok(());
+        }
+        let known = {
+            let conn = self.db.conn().await?;
+            users::get_user(&conn, user_id.as_str()).await?.is_some()
+        };
+        if !known {
+            self.query_user(user_id).await;
+        }
+        Ok(())
     }
 
     /// `GET {url}/_matrix/app/v1/{path}` of each appservice `concerned` picks, until one

@@ -72,6 +72,9 @@ pub struct Registration {
     pub receive_ephemeral_unstable: bool,
     /// MSC4190 device management: `/register` must inhibit login.
     pub msc4190: bool,
+    /// MSC3202 (`org.matrix.msc3202`): transactions carry device-list changes and the key
+    /// counts of its users' devices, for end-to-bridge encryption without `/sync`.
+    pub msc3202: bool,
     /// Third-party protocols it serves.
     pub protocols: Vec<String>,
 }
@@ -107,7 +110,8 @@ impl Registration {
         any_match(&self.namespaces.rooms, room_id, false)
     }
 
-    /// Whether transactions carry ephemeral events at all.
+    /// Whether transactions carry ephemeral events at all (and to-device messages, which
+    /// either flag asks for, as in Synapse).
     pub fn wants_ephemeral(&self) -> bool {
         self.receive_ephemeral || self.receive_ephemeral_unstable
     }
@@ -131,6 +135,8 @@ struct FileRegistration {
     push_ephemeral: bool,
     #[serde(default, rename = "io.element.msc4190")]
     msc4190: bool,
+    #[serde(default, rename = "org.matrix.msc3202")]
+    msc3202: bool,
     #[serde(default)]
     protocols: Option<Vec<String>>,
 }
@@ -202,6 +208,7 @@ pub fn parse(text: &str, server_name: &ServerName) -> Result<Registration, Strin
         receive_ephemeral: file.receive_ephemeral,
         receive_ephemeral_unstable: file.push_ephemeral,
         msc4190: file.msc4190,
+        msc3202: file.msc3202,
         protocols: file.protocols.unwrap_or_default(),
     })
 }
@@ -278,6 +285,13 @@ namespaces:
         assert!(r.claims_user("@whatsapp_123:example.com"));
         assert!(!r.claims_user("@alice:example.com"));
         assert!(r.is_interested_in_user("@abcdef:example.com"));
+    }
+
+    #[test]
+    fn the_msc3202_flag_is_read() {
+        assert!(!parse(MAUTRIX, server()).unwrap().msc3202);
+        let text = format!("{MAUTRIX}org.matrix.msc3202: true\n");
+        assert!(parse(&text, server()).unwrap().msc3202);
     }
 
     #[test]

@@ -5,25 +5,39 @@
 //! Rules that keep delivery exactly-once and in order (bridges deduplicate by transaction ID,
 //! in memory, and handle a transaction's events in order):
 //! - One transaction in flight per appservice: its next events of interest in stream order
-//!   (at most [`MAX_EVENTS`]) and, when it asks, ephemeral events. Its ID (the last one plus
-//!   one, so IDs increase forever, across restarts) and body are committed with the cursor
-//!   move before the first attempt, and resent unchanged until the appservice answers 2xx: a
-//!   crash between storing and acknowledging resends the same ID with the same events.
-//! - The cursor only moves up to the event stream's persisted-up-to position, so no event
-//!   is passed over while an earlier position is still being written.
+//!   (at most [`MAX_EVENTS`]) and, when it asks, ephemeral events, to-device messages
+//!   ([`super::to_device`]) and device lists and key counts ([`super::e2ee`]). Its ID (the
+//!   last one plus one, so IDs increase forever, across restarts) and body are committed with
+//!   the cursor moves before the first attempt, and resent unchanged until the appservice
+//!   answers 2xx: a crash between storing and acknowledging resends the same ID with the
+//!   same events.
+//! - Each cursor (events, to-device, device lists) only moves up to its stream's
+//!   persisted-up-to position, so nothing is passed over while an earlier position is still
+//!   being written.
 //! - A failure backs the appservice off (doubling from 2 s up to 512 s, as Synapse), stored
 //!   in PostgreSQL. A successful ping ([`AppserviceSender::appservice_is_up`]) ends it.
 //! - Ephemeral events (typing, receipts: [`super::ephemeral`]) are not replayed: those that
-//!   happen while an appservice is failing are dropped, as Synapse does.
+//!   happen while an appservice is failing are dropped, as Synapse does. To-device messages
+//!   and device-list changes are not: their cursors wait.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use ruma::room_version_rules::RoomVersionRules;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use super::{ephemeral::Ephemeral, interest::RoomInterest, Registration, MAX_ANSWER};
+use super::{
+    e2ee::{self, DeviceLists},
+    ephemeral::Ephemeral,
+    interest::RoomInterest,
+    to_device::{self, ToDeviceBatch},
+    Registration, MAX_ANSWER,
+};
 use crate::{
     error::{Error, Result},
     service::{
@@ -34,7 +48,13 @@ use crate::{
         rooms::writer::rules_for,
         sending::Consumers,
     },
-    storage::{appservice as store, now_ms, rooms as rooms_store, streams, Db},
+    storage::{
+        appservice::{self as store, Cursors},
+        e2ee::DEVICE_LISTS,
+        now_ms, rooms as rooms_store, streams,
+        to_device::TO_DEVICE,
+        Db,
+    },
 };
 
 /// Most events in one transaction.
@@ -201,49 +221,66 @@ impl AppserviceSender {
         }
     }
 
-    /// The transaction in flight, or a new one built from the next events of interest (and
-    /// typing), committed with the cursor before it is first sent.
+    /// The transaction in flight, or a new one built from what is next for the appservice,
+    /// committed with the cursors before it is first sent.
     async fn next_txn(&self, registration: &Registration) -> Result<Next> {
         let mut conn = self.db.conn().await?;
         conn.transaction::<_, Error, _>(async |conn| {
-            let up_to = streams::persisted(conn, streams::EVENTS).await?;
-            let state = store::lock_state(conn, &registration.id, up_to).await?;
+            let positions = streams::positions(conn).await?;
+            let now = Cursors {
+                events: positions.persisted(streams::EVENTS),
+                to_device: positions.persisted(TO_DEVICE),
+                device_lists: positions.persisted(DEVICE_LISTS),
+            };
+            let state = store::lock_state(conn, &registration.id, now).await?;
+            let start = state.cursors();
             if let (Some(txn_id), Some(body)) = (state.txn_id, state.txn_body) {
                 return Ok(Next::Txn(txn_id, body));
             }
-            let rows = if up_to > state.events_upto {
-                store::get_events_between(conn, state.events_upto, up_to, SCAN).await?
-            } else {
-                Vec::new()
-            };
-            let mut reached = match rows.last() {
-                Some(last) if rows.len() == SCAN as usize => last.stream_ordering,
-                _ => up_to.max(state.events_upto),
-            };
             let mut interest = RoomInterest::new(registration);
-            let mut chosen = Vec::new();
-            for row in rows {
-                if interest.event(conn, &row).await? {
-                    let position = row.stream_ordering;
-                    chosen.push(row);
-                    if chosen.len() == MAX_EVENTS {
-                        reached = position;
-                        break;
-                    }
-                }
-            }
+            let (chosen, events_reached) =
+                next_events(conn, &mut interest, start.events, now.events).await?;
             let events = client_events(conn, &chosen).await?;
             let ephemeral = self
                 .ephemeral
                 .collect(conn, registration, &mut interest)
                 .await?;
-            if events.is_empty() && ephemeral.is_empty() {
-                if reached != state.events_upto {
-                    store::set_cursor(conn, &registration.id, reached).await?;
+            let to_device = if registration.wants_ephemeral() {
+                to_device::collect(conn, registration, start.to_device, now.to_device).await?
+            } else {
+                ToDeviceBatch::none(start.to_device.max(now.to_device))
+            };
+            let device_lists = if registration.msc3202 {
+                let (after, up_to) = (start.device_lists, now.device_lists);
+                e2ee::collect(conn, registration, &mut interest, &chosen, after, up_to).await?
+            } else {
+                DeviceLists::none(start.device_lists.max(now.device_lists))
+            };
+            let reached = Cursors {
+                events: events_reached,
+                to_device: to_device.reached,
+                device_lists: device_lists.reached,
+            };
+            if events.is_empty()
+                && ephemeral.is_empty()
+                && to_device.messages.is_empty()
+                && device_lists.is_empty()
+            {
+                if reached != start {
+                    store::set_cursors(conn, &registration.id, reached).await?;
                     return Ok(Next::Skipped);
                 }
                 return Ok(Next::Idle);
             }
+            let rooms: BTreeSet<String> = chosen
+                .iter()
+                .map(|row| row.room_id.clone())
+                .chain(
+                    ephemeral
+                        .iter()
+                        .filter_map(|e| e["room_id"].as_str().map(str::to_owned)),
+                )
+                .collect();
             let mut body = json!({ "events": events });
             if registration.receive_ephemeral {
                 body["ephemeral"] = Value::from(ephemeral.clone());
@@ -251,12 +288,58 @@ impl AppserviceSender {
             if registration.receive_ephemeral_unstable {
                 body["de.sorunome.msc2409.ephemeral"] = Value::from(ephemeral);
             }
+            if registration.wants_ephemeral() {
+                body["de.sorunome.msc2409.to_device"] = Value::from(to_device.messages);
+            }
+            if registration.msc3202 {
+                let recipients = &to_device.recipients;
+                e2ee::add_to_body(
+                    conn,
+                    registration,
+                    &mut body,
+                    &device_lists,
+                    &rooms,
+                    recipients,
+                )
+                .await?;
+            }
             let txn_id = state.last_txn_id + 1;
             store::set_txn_in_flight(conn, &registration.id, txn_id, &body, reached).await?;
             Ok(Next::Txn(txn_id, body))
         })
         .await
     }
+}
+
+/// The next events of interest in `(after, up_to]`, at most [`MAX_EVENTS`], and the position
+/// the event cursor moves to.
+async fn next_events(
+    conn: &AsyncPgConnection,
+    interest: &mut RoomInterest<'_>,
+    after: i64,
+    up_to: i64,
+) -> Result<(Vec<rooms_store::EventRow>, i64)> {
+    let rows = if up_to > after {
+        store::get_events_between(conn, after, up_to, SCAN).await?
+    } else {
+        Vec::new()
+    };
+    let mut reached = match rows.last() {
+        Some(last) if rows.len() == SCAN as usize => last.stream_ordering,
+        _ => up_to.max(after),
+    };
+    let mut chosen = Vec::new();
+    for row in rows {
+        if interest.event(conn, &row).await? {
+            let position = row.stream_ordering;
+            chosen.push(row);
+            if chosen.len() == MAX_EVENTS {
+                reached = position;
+                break;
+            }
+        }
+    }
+    Ok((chosen, reached))
 }
 
 /// The client format of stored events (redacted ones pruned), as `/sync` serves them.

@@ -1,5 +1,6 @@
-//! A fake application service on loopback: it records the transactions and pings the server
-//! sends it and answers them with a status the test chooses, and a registration file for it.
+//! A fake application service on loopback: it records the transactions, pings and queries the
+//! server sends it and answers them with a status the test chooses (or, for paths the test
+//! gives, with the JSON it gives), and a registration file for it.
 
 use std::{
     path::PathBuf,
@@ -25,6 +26,8 @@ pub struct Received {
     pub method: String,
     /// The path, without the query.
     pub path: String,
+    /// The query string (without `?`), as sent.
+    pub query: String,
     /// The `Authorization` header.
     pub authorization: String,
     /// The JSON body.
@@ -43,7 +46,34 @@ pub struct FakeAppservice {
     pub file: PathBuf,
     status: Arc<AtomicU16>,
     received: Arc<Mutex<Vec<Received>>>,
+    answers: Answers,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// JSON answers for given paths: `(path, body)`.
+type Answers = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// What a fake appservice's registration says beyond the usual.
+pub struct FakeRegistration<'a> {
+    /// Its `id`; its sender is `{id}bot`.
+    pub id: &'a str,
+    /// Its users and aliases namespaces: `@{prefix}.*` and `#{prefix}.*` on the server.
+    pub prefix: &'a str,
+    /// Whether they are exclusive.
+    pub exclusive: bool,
+    /// More top-level YAML lines (`org.matrix.msc3202: true`, `protocols: [irc]`, ...).
+    pub extra: &'a str,
+}
+
+impl Default for FakeRegistration<'_> {
+    fn default() -> Self {
+        FakeRegistration {
+            id: "echo",
+            prefix: "echo_",
+            exclusive: true,
+            extra: "",
+        }
+    }
 }
 
 impl Drop for FakeAppservice {
@@ -61,27 +91,43 @@ impl FakeAppservice {
     /// Starts it and writes its registration (id `echo`, sender `echobot`, users
     /// `@echo_.*`, aliases `#echo_.*`, both exclusive, ephemeral events on) for `server_name`.
     pub async fn start(server_name: &str) -> FakeAppservice {
+        Self::start_with(server_name, FakeRegistration::default()).await
+    }
+
+    /// Starts one with the registration `setup` describes (ephemeral events on).
+    pub async fn start_with(server_name: &str, setup: FakeRegistration<'_>) -> FakeAppservice {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let status = Arc::new(AtomicU16::new(200));
         let received = Arc::new(Mutex::new(Vec::new()));
-        let (answer, seen) = (status.clone(), received.clone());
+        let answers: Answers = Arc::default();
+        let (answer, seen, canned) = (status.clone(), received.clone(), answers.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut socket, _)) = listener.accept().await else {
                     return;
                 };
-                let (answer, seen) = (answer.clone(), seen.clone());
+                let (answer, seen, canned) = (answer.clone(), seen.clone(), canned.clone());
                 tokio::spawn(async move {
                     // Keep-alive: several requests may come on one connection.
                     while let Some(mut request) = read_request(&mut socket).await {
-                        let status = answer.load(Ordering::SeqCst);
+                        let given = canned
+                            .lock()
+                            .unwrap()
+                            .iter()
+                            .find(|(path, _)| *path == request.path)
+                            .map(|(_, body)| body.to_string());
+                        let status = if given.is_some() {
+                            200
+                        } else {
+                            answer.load(Ordering::SeqCst)
+                        };
                         request.status = status;
                         seen.lock().unwrap().push(request);
-                        let body = if status == 200 {
-                            "{}"
-                        } else {
-                            r#"{"errcode":"M_UNKNOWN","error":"down"}"#
+                        let body = match given {
+                            Some(body) => body,
+                            None if status == 200 => "{}".to_owned(),
+                            None => r#"{"errcode":"M_UNKNOWN","error":"down"}"#.to_owned(),
                         };
                         let response = format!(
                             "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -96,11 +142,17 @@ impl FakeAppservice {
         });
         let (as_token, hs_token) = (token(), token());
         let escaped = regex_escape(server_name);
+        let FakeRegistration {
+            id,
+            prefix,
+            exclusive,
+            extra,
+        } = setup;
         let yaml = format!(
-            "id: echo\nurl: {url}\nas_token: {as_token}\nhs_token: {hs_token}\n\
-             sender_localpart: echobot\nrate_limited: false\nreceive_ephemeral: true\n\
-             namespaces:\n  users:\n    - regex: '@echo_.*:{escaped}'\n      exclusive: true\n\
-             \x20 aliases:\n    - regex: '#echo_.*:{escaped}'\n      exclusive: true\n"
+            "id: {id}\nurl: {url}\nas_token: {as_token}\nhs_token: {hs_token}\n\
+             sender_localpart: {id}bot\nrate_limited: false\nreceive_ephemeral: true\n\
+             namespaces:\n  users:\n    - regex: '@{prefix}.*:{escaped}'\n      exclusive: {exclusive}\n\
+             \x20 aliases:\n    - regex: '#{prefix}.*:{escaped}'\n      exclusive: {exclusive}\n{extra}\n"
         );
         let file = std::env::temp_dir().join(format!("myelin-as-{}.yaml", token()));
         std::fs::write(&file, yaml).unwrap();
@@ -110,6 +162,7 @@ impl FakeAppservice {
             file,
             status,
             received,
+            answers,
             task,
         }
     }
@@ -117,6 +170,20 @@ impl FakeAppservice {
     /// Server options with this appservice registered.
     pub fn options(&self, options: ServerOptions) -> ServerOptions {
         options.env("MYELIN_APPSERVICES", self.file.to_str().unwrap())
+    }
+
+    /// Server options with all of `appservices` registered.
+    pub fn options_for(appservices: &[&FakeAppservice], options: ServerOptions) -> ServerOptions {
+        let files: Vec<&str> = appservices
+            .iter()
+            .map(|a| a.file.to_str().unwrap())
+            .collect();
+        options.env("MYELIN_APPSERVICES", &files.join(","))
+    }
+
+    /// Answers requests for `path` with `body` (and 200) from now on.
+    pub fn answer_path(&self, path: &str, body: Value) {
+        self.answers.lock().unwrap().push((path.to_owned(), body));
     }
 
     /// Answers every request with `status` from now on.
@@ -203,10 +270,11 @@ async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
     let mut first = head.lines().next()?.split(' ');
     let method = first.next()?.to_owned();
     let target = first.next()?;
-    let path = target.split('?').next()?.to_owned();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     Some(Received {
         method,
-        path,
+        path: path.to_owned(),
+        query: query.to_owned(),
         authorization: header("authorization").unwrap_or_default(),
         body: serde_json::from_slice(&data[head_end..head_end + length]).unwrap_or_default(),
         status: 0,
