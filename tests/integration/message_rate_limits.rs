@@ -4,7 +4,10 @@
 
 use serde_json::json;
 
-use crate::support::{client::enc, Client, ServerOptions, TestServer};
+use crate::support::{
+    appservice::FakeAppservice, client::enc, server_name, user_id, Client, ServerOptions,
+    TestServer,
+};
 
 /// Limits on, with a burst of 5 that refills only once a minute or so.
 fn limited() -> ServerOptions {
@@ -108,4 +111,43 @@ async fn admins_and_users_with_a_zero_override_are_not_limited() {
     send(&alice, &room, "x30")
         .await
         .assert_error(429, "M_LIMIT_EXCEEDED");
+}
+
+#[tokio::test]
+async fn an_appservice_registered_unlimited_sends_as_its_users_without_limit() {
+    let fake = FakeAppservice::start(server_name()).await;
+    let server = TestServer::start_with(fake.options(limited())).await;
+    let appservice = fake.client(&server);
+    let as_user = |path: &str, user: &str| format!("{path}?user_id={}", enc(user));
+    let ghost = user_id("echo_flood");
+    appservice
+        .post(
+            &as_user("/_matrix/client/v3/register", &ghost),
+            json!({ "type": "m.login.application_service", "username": "echo_flood", "inhibit_login": true }),
+        )
+        .await
+        .ok();
+    // Its users (the registration says `rate_limited: false`) and its own user alike.
+    for user in [ghost, user_id("echobot")] {
+        let room = appservice
+            .post(&as_user("/_matrix/client/v3/createRoom", &user), json!({}))
+            .await
+            .ok()["room_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        for i in 0..12 {
+            let path = format!(
+                "/_matrix/client/v3/rooms/{}/send/m.room.message/t{i}",
+                enc(&room)
+            );
+            appservice
+                .put(
+                    &as_user(&path, &user),
+                    json!({ "msgtype": "m.text", "body": "hi" }),
+                )
+                .await
+                .ok();
+        }
+    }
 }
