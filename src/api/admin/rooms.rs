@@ -282,6 +282,7 @@ pub async fn purge_history_at_event_route(
     purge_history(services, &caller, &room_id, Some(&event_id), &body.0).await
 }
 
+/// Both purge routes: the point from the path or the body, then the purge in the background.
 async fn purge_history(
     services: Data<Services>,
     caller: &Authenticated,
