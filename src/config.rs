@@ -92,6 +92,8 @@ pub struct Config {
     pub rate_limit_login: RateLimit,
     /// Registration attempts per IP address.
     pub rate_limit_registration: RateLimit,
+    /// Events a local user's client sends (Synapse's `rc_message`), per user.
+    pub rate_limit_message: RateLimit,
     /// Largest accepted request body in bytes.
     pub max_request_size: usize,
     /// Lifetime of access tokens issued together with a refresh token.
@@ -207,6 +209,8 @@ struct FileConfig {
     rate_limit_login_burst: Option<f64>,
     rate_limit_registration_per_second: Option<f64>,
     rate_limit_registration_burst: Option<f64>,
+    rate_limit_message_per_second: Option<f64>,
+    rate_limit_message_burst: Option<f64>,
     max_request_size: Option<toml::Value>,
     refreshable_access_token_lifetime: Option<toml::Value>,
     jwt_secret: Option<String>,
@@ -398,6 +402,10 @@ impl Config {
             per_second: positive(src, "rate_limit_registration_per_second", 0.17)?,
             burst: positive(src, "rate_limit_registration_burst", 3.0)?,
         };
+        let rate_limit_message = RateLimit {
+            per_second: positive(src, "rate_limit_message_per_second", 0.2)?,
+            burst: positive(src, "rate_limit_message_burst", 10.0)?,
+        };
         let max_request_size = integer(src, "max_request_size", 10 * 1024 * 1024)? as usize;
         let refreshable_access_token_lifetime_ms =
             integer(src, "refreshable_access_token_lifetime", 300)? * 1000;
@@ -443,6 +451,7 @@ impl Config {
             rate_limits_enabled,
             rate_limit_login,
             rate_limit_registration,
+            rate_limit_message,
             max_request_size,
             refreshable_access_token_lifetime_ms,
             jwt,
@@ -685,6 +694,8 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         rate_limit_login_burst,
         rate_limit_registration_per_second,
         rate_limit_registration_burst,
+        rate_limit_message_per_second,
+        rate_limit_message_burst,
         max_request_size,
         refreshable_access_token_lifetime,
         jwt_secret,
@@ -747,6 +758,11 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
             "rate_limit_registration_burst",
             f(rate_limit_registration_burst),
         ),
+        (
+            "rate_limit_message_per_second",
+            f(rate_limit_message_per_second),
+        ),
+        ("rate_limit_message_burst", f(rate_limit_message_burst)),
         ("max_request_size", max_request_size),
         (
             "refreshable_access_token_lifetime",

@@ -25,7 +25,10 @@ use crate::{
     config::Config,
     error::{Error, Result},
     service::{
-        rooms::{send::Sender, Rooms},
+        rooms::{
+            send::{Origin, Sender},
+            Rooms,
+        },
         sessions::generate_token,
         Services,
     },
@@ -232,6 +235,8 @@ impl DelayedEvents {
             user_id: &owner,
             txn: Some((TXN_DEVICE, txn_id.as_str())),
             ts: None,
+            // Nobody is there to retry a refused send when it comes due: never limited.
+            origin: Origin::Server,
         };
         let event_id = match &row.state_key {
             Some(state_key) => {

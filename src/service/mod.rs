@@ -184,6 +184,7 @@ impl Services {
                 config.clone(),
                 keys.clone(),
                 federation_sender.clone(),
+                rate_limit.clone(),
             ),
             keys,
             users: users::Users::new(

@@ -1,7 +1,7 @@
-//! Token-bucket rate limits: requests per client IP address, and failed password attempts per
-//! account.
+//! Token-bucket rate limits: requests per client IP address, failed password attempts per
+//! account, and the events a user's client sends (Synapse's `rc_message`).
 //!
-//! The two kinds live in separate LRUs, so a flood of requests from many (or forged) addresses
+//! Each kind lives in its own LRU, so a flood of requests from many (or forged) addresses
 //! cannot evict the per-account buckets and reset an account's failure count.
 
 use std::{hash::Hash, net::IpAddr, num::NonZeroUsize, sync::Mutex, time::Instant};
@@ -74,13 +74,24 @@ impl<K: Hash + Eq> Buckets<K> {
     }
 }
 
+/// A user's own message rate, set through the admin API's `override_ratelimit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageOverride {
+    /// Events per second; 0 lifts the limit altogether (as in Synapse).
+    pub messages_per_second: i64,
+    /// Events at once.
+    pub burst_count: i64,
+}
+
 /// Rate limiter; bounded LRUs keep memory flat under a flood of distinct keys.
 pub struct RateLimiter {
     enabled: bool,
     login: RateLimit,
     registration: RateLimit,
+    message: RateLimit,
     by_ip: Buckets<(Action, IpAddr)>,
     by_account: Buckets<(Failure, String)>,
+    by_sender: Buckets<String>,
 }
 
 impl RateLimiter {
@@ -90,9 +101,33 @@ impl RateLimiter {
             enabled: config.rate_limits_enabled,
             login: config.rate_limit_login,
             registration: config.rate_limit_registration,
+            message: config.rate_limit_message,
             by_ip: Buckets::new(),
             by_account: Buckets::new(),
+            by_sender: Buckets::new(),
         }
+    }
+
+    /// Whether limits are enforced at all (`MYELIN_RATE_LIMITS`).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Takes one token from the sender's message bucket or fails with `M_LIMIT_EXCEEDED`:
+    /// the configured rate, or the user's override (0 messages per second: unlimited).
+    pub fn check_message(&self, user_id: &UserId, limit: Option<MessageOverride>) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let limit = match limit {
+            Some(o) if o.messages_per_second <= 0 => return Ok(()),
+            Some(o) => RateLimit {
+                per_second: o.messages_per_second as f64,
+                burst: o.burst_count.max(0) as f64,
+            },
+            None => self.message,
+        };
+        self.by_sender.take(user_id.to_string(), limit, true)
     }
 
     /// Takes one token from the bucket of `(action, ip)` or fails with `M_LIMIT_EXCEEDED`.
@@ -155,6 +190,24 @@ mod tests {
     use std::{collections::HashMap, net::Ipv4Addr};
 
     use super::*;
+
+    #[test]
+    fn messages_are_limited_after_the_burst_unless_overridden() {
+        let config = Config::load_from(None, HashMap::new()).unwrap();
+        let limiter = RateLimiter::new(&config);
+        let user = UserId::parse("@chatty:localhost").unwrap();
+        for _ in 0..10 {
+            limiter.check_message(&user, None).unwrap();
+        }
+        assert!(limiter.check_message(&user, None).is_err());
+        let unlimited = MessageOverride {
+            messages_per_second: 0,
+            burst_count: 0,
+        };
+        for _ in 0..100 {
+            limiter.check_message(&user, Some(unlimited)).unwrap();
+        }
+    }
 
     #[test]
     fn a_flood_of_addresses_does_not_evict_account_buckets() {

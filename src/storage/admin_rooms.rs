@@ -8,7 +8,7 @@ use diesel::{
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
-use super::schema::{admin_room_deletions, blocked_rooms, room_aliases, rooms};
+use super::schema::{admin_room_deletions, blocked_rooms, room_aliases, room_memberships, rooms};
 
 /// One room as the admin API lists it.
 #[derive(Debug, Clone, QueryableByName)]
@@ -358,6 +358,39 @@ pub async fn delete_aliases_and_unpublish(
         .execute(&mut conn)
         .await?;
     Ok(aliases)
+}
+
+/// Points the room's local aliases at `new_room_id` and takes the old room out of the room
+/// directory; returns the aliases moved.
+pub async fn move_aliases_and_unpublish(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    new_room_id: &str,
+) -> QueryResult<Vec<String>> {
+    let aliases = diesel::update(room_aliases::table.filter(room_aliases::room_id.eq(room_id)))
+        .set(room_aliases::room_id.eq(new_room_id))
+        .returning(room_aliases::room_alias)
+        .get_results(&mut conn)
+        .await?;
+    diesel::update(rooms::table.find(room_id))
+        .set(rooms::is_public.eq(false))
+        .execute(&mut conn)
+        .await?;
+    Ok(aliases)
+}
+
+/// The room's members with one of `memberships`, as `(user ID, membership)`.
+pub async fn get_memberships_in(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    memberships: &[&str],
+) -> QueryResult<Vec<(String, String)>> {
+    room_memberships::table
+        .filter(room_memberships::room_id.eq(room_id))
+        .filter(room_memberships::membership.eq_any(memberships))
+        .select((room_memberships::user_id, room_memberships::membership))
+        .load(&mut conn)
+        .await
 }
 
 /// A background room deletion.

@@ -254,3 +254,32 @@ pub async fn delete_ratelimit_override(
         .await
         .map(drop)
 }
+
+/// What decides a sender's message rate limit: whether they are a server admin and their
+/// override `(messages_per_second, burst_count)`, if any. Unknown users are neither.
+pub async fn get_message_limit(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<(bool, Option<(i64, i64)>)> {
+    #[derive(QueryableByName)]
+    struct Limit {
+        #[diesel(sql_type = Bool)]
+        is_admin: bool,
+        #[diesel(sql_type = Nullable<BigInt>)]
+        messages_per_second: Option<i64>,
+        #[diesel(sql_type = Nullable<BigInt>)]
+        burst_count: Option<i64>,
+    }
+    let row: Option<Limit> = super::cached_sql(
+        "SELECT u.is_admin, o.messages_per_second, o.burst_count FROM users u \
+         LEFT JOIN user_ratelimit_overrides o ON o.user_id = u.user_id WHERE u.user_id = $1",
+    )
+    .bind::<Text, _>(user_id)
+    .get_result(&mut conn)
+    .await
+    .optional()?;
+    Ok(row.map_or((false, None), |row| {
+        let limit = row.messages_per_second.zip(row.burst_count);
+        (row.is_admin, limit)
+    }))
+}

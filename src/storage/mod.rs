@@ -6,6 +6,7 @@
 //! Lookups return `Option`; the service decides what a missing row means.
 
 pub mod account_data;
+pub mod admin_history;
 pub mod admin_rooms;
 pub mod admin_users;
 pub mod appservice;

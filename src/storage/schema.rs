@@ -269,6 +269,16 @@ diesel::table! {
 }
 
 diesel::table! {
+    admin_history_purges (purge_id) {
+        purge_id -> Text,
+        room_id -> Text,
+        status -> Text,
+        error -> Nullable<Text>,
+        created_ts -> Int8,
+    }
+}
+
+diesel::table! {
     event_auth_edges (event_id, auth_event_id) {
         event_id -> Text,
         auth_event_id -> Text,
@@ -648,6 +658,7 @@ diesel::table! {
 
 diesel::allow_tables_to_appear_in_same_query!(
     access_tokens,
+    admin_history_purges,
     admin_room_deletions,
     blocked_rooms,
     user_ratelimit_overrides,

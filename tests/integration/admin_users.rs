@@ -70,6 +70,14 @@ async fn only_admins_may_call_the_admin_api_but_anyone_may_read_the_version() {
         ("DELETE", format!("/_synapse/admin/v2/rooms/{}", enc(&room))),
         (
             "POST",
+            format!("/_synapse/admin/v1/purge_history/{}", enc(&room)),
+        ),
+        (
+            "GET",
+            "/_synapse/admin/v1/purge_history_status/unknown".to_owned(),
+        ),
+        (
+            "POST",
             "/_synapse/admin/v1/media/quarantine/localhost/abc".to_owned(),
         ),
         (

@@ -5,6 +5,7 @@
 
 mod account_security;
 mod accounts;
+mod admin_history;
 mod admin_rooms;
 mod admin_users;
 mod api_spec;
@@ -35,6 +36,7 @@ mod federation_spaces;
 mod health;
 mod media;
 mod membership_paths;
+mod message_rate_limits;
 mod metrics;
 mod migrations;
 mod presence;

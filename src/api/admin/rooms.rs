@@ -1,17 +1,20 @@
 //! `/_synapse/admin/.../rooms/...`: the room list, one room's details, members and state,
-//! blocking, and deleting a room (at once in v1, in the background in v2).
+//! blocking, deleting a room (at once in v1, in the background in v2), and purging its
+//! history.
 
 use std::collections::HashMap;
 
 use actix_web::{http::Method, web, web::Data, HttpResponse};
 use serde_json::{json, Map, Value};
 
-use super::{backwards_param, bool_param, ensure_admin, int_param, parse_room, Query, RouteTable};
+use super::{
+    backwards_param, bool_param, ensure_admin, int_param, parse_room, path_arg, Query, RouteTable,
+};
 use crate::{
     api::ruma::{Authenticated, JsonBody},
     error::{Error, Result},
     service::{
-        admin::{Admin, DeleteRoom},
+        admin::{Admin, DeleteRoom, NewRoom, PurgePoint},
         Services,
     },
     storage::admin_rooms::{RoomOrder, RoomQuery},
@@ -46,6 +49,18 @@ pub fn routes(t: &mut RouteTable) {
         Method::GET,
         &format!("{v2}/delete_status/{{delete_id}}"),
         delete_status_route,
+    );
+    let purge = "/_synapse/admin/v1/purge_history/{room_id}";
+    t.raw(Method::POST, purge, purge_history_route);
+    t.raw(
+        Method::POST,
+        &format!("{purge}/{{event_id}}"),
+        purge_history_at_event_route,
+    );
+    t.raw(
+        Method::GET,
+        "/_synapse/admin/v1/purge_history_status/{purge_id}",
+        purge_history_status_route,
     );
 }
 
@@ -156,22 +171,35 @@ pub async fn put_block_route(
     Ok(HttpResponse::Ok().json(json!({ "block": block })))
 }
 
-/// The options of a room deletion; `new_room_user_id` (a room to move members to) is not
-/// supported and refused rather than ignored.
-fn delete_options(body: &Map<String, Value>) -> Result<DeleteRoom> {
+/// The options of a room deletion. `new_room_user_id` must be a local user (who need not
+/// have an account), as in Synapse.
+fn delete_options(services: &Services, body: &Map<String, Value>) -> Result<DeleteRoom> {
     let flag = |name: &str, default: bool| match body.get(name) {
         None | Some(Value::Null) => Ok(default),
         Some(Value::Bool(value)) => Ok(*value),
         Some(_) => Err(Error::invalid_param(format!("'{name}' must be a boolean"))),
     };
-    if body.get("new_room_user_id").is_some_and(|v| !v.is_null()) {
-        return Err(Error::invalid_param(
-            "new_room_user_id is not supported by this server",
-        ));
-    }
+    let text = |name: &str| match body.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(value)) => Ok(Some(value.clone())),
+        Some(_) => Err(Error::invalid_param(format!("'{name}' must be a string"))),
+    };
+    let new_room = match body.get("new_room_user_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(user_id)) => {
+            let creator = ruma::UserId::parse(user_id)
+                .map_err(|_| Error::invalid_param("new_room_user_id is not a user ID"))?;
+            if creator.server_name() != services.config.server_name {
+                return Err(Error::unknown(format!("User must be our own: {creator}")));
+            }
+            Some(NewRoom::new(creator, text("room_name")?, text("message")?))
+        }
+        Some(_) => return Err(Error::invalid_param("'new_room_user_id' must be a string")),
+    };
     Ok(DeleteRoom {
         block: flag("block", false)?,
         purge: flag("purge", true)? || flag("force_purge", false)?,
+        new_room,
     })
 }
 
@@ -185,10 +213,10 @@ pub async fn delete_room_v1_route(
 ) -> Result<HttpResponse> {
     ensure_admin(&caller.0)?;
     let room_id = parse_room(&room_id)?;
-    let options = delete_options(&body.0)?;
+    let options = delete_options(&services, &body.0)?;
     let result = services
         .admin
-        .shutdown_room(&services.rooms, &room_id, &caller.0.user_id, options)
+        .shutdown_room(&services.rooms, &room_id, &caller.0.user_id, &options)
         .await?;
     Ok(HttpResponse::Ok().json(result))
 }
@@ -203,7 +231,7 @@ pub async fn delete_room_v2_route(
 ) -> Result<HttpResponse> {
     ensure_admin(&caller.0)?;
     let room_id = parse_room(&room_id)?;
-    let options = delete_options(&body.0)?;
+    let options = delete_options(&services, &body.0)?;
     let delete_id =
         Admin::start_room_deletion(services.into_inner(), &room_id, &caller.0.user_id, options)
             .await?;
@@ -229,4 +257,86 @@ pub async fn room_delete_status_route(
     ensure_admin(&caller.0)?;
     let room_id = parse_room(&room_id)?;
     Ok(HttpResponse::Ok().json(services.admin.room_deletions(&room_id).await?))
+}
+
+/// `POST /_synapse/admin/v1/purge_history/{roomId}`: `purge_up_to_event_id` or
+/// `purge_up_to_ts`, and `delete_local_events`; answers `{purge_id}` and purges in the
+/// background.
+pub async fn purge_history_route(
+    services: Data<Services>,
+    caller: Authenticated,
+    room_id: web::Path<String>,
+    body: JsonBody<Map<String, Value>>,
+) -> Result<HttpResponse> {
+    purge_history(services, &caller, &room_id, None, &body.0).await
+}
+
+/// `POST /_synapse/admin/v1/purge_history/{roomId}/{eventId}`: the event in the path.
+pub async fn purge_history_at_event_route(
+    services: Data<Services>,
+    caller: Authenticated,
+    path: web::Path<(String, String)>,
+    body: JsonBody<Map<String, Value>>,
+) -> Result<HttpResponse> {
+    let (room_id, event_id) = path.into_inner();
+    purge_history(services, &caller, &room_id, Some(&event_id), &body.0).await
+}
+
+/// Both purge routes: the point from the path or the body, then the purge in the background.
+async fn purge_history(
+    services: Data<Services>,
+    caller: &Authenticated,
+    room_id: &str,
+    path_event_id: Option<&str>,
+    body: &Map<String, Value>,
+) -> Result<HttpResponse> {
+    ensure_admin(&caller.0)?;
+    let room_id = parse_room(room_id)?;
+    let delete_local_events = match body.get("delete_local_events") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(value)) => *value,
+        Some(_) => {
+            return Err(Error::invalid_param(
+                "'delete_local_events' must be a boolean",
+            ))
+        }
+    };
+    let event_id = match path_event_id {
+        Some(raw) => Some(path_arg(raw)?),
+        None => match body.get("purge_up_to_event_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => Some(id.clone()),
+            Some(_) => return Err(Error::bad_json("purge_up_to_event_id must be a string")),
+        },
+    };
+    let point = match (event_id, body.get("purge_up_to_ts")) {
+        (Some(event_id), _) => PurgePoint::Event(
+            ruma::EventId::parse(&event_id)
+                .map_err(|_| Error::invalid_param("Invalid event ID"))?,
+        ),
+        (None, Some(ts)) => PurgePoint::Ts(
+            ts.as_i64()
+                .ok_or_else(|| Error::bad_json("purge_up_to_ts must be an int"))?,
+        ),
+        (None, None) => {
+            return Err(Error::bad_json(
+                "must specify purge_up_to_event_id or purge_up_to_ts",
+            ))
+        }
+    };
+    let purge_id =
+        Admin::start_history_purge(services.into_inner(), &room_id, &point, delete_local_events)
+            .await?;
+    Ok(HttpResponse::Ok().json(json!({ "purge_id": purge_id })))
+}
+
+/// `GET /_synapse/admin/v1/purge_history_status/{purgeId}`: `status` (`active`, `complete`
+/// or `failed`, with `error`).
+pub async fn purge_history_status_route(
+    services: Data<Services>,
+    caller: Authenticated,
+    purge_id: web::Path<String>,
+) -> Result<HttpResponse> {
+    ensure_admin(&caller.0)?;
+    Ok(HttpResponse::Ok().json(services.admin.history_purge(&purge_id).await?))
 }

@@ -29,7 +29,12 @@ use super::{
 use crate::{
     api::ruma::{Ruma, RumaResponse},
     error::{Error, Result},
-    service::{rooms::send::Sender, sessions::Caller, sync::EventFilter, Services},
+    service::{
+        rooms::send::{Origin, Sender},
+        sessions::Caller,
+        sync::EventFilter,
+        Services,
+    },
 };
 
 /// `PUT /_matrix/client/v3/rooms/{roomId}/send/{eventType}/{txnId}`
@@ -62,6 +67,7 @@ pub async fn send_message_route(
         user_id: &caller.user_id,
         txn: Some((caller.device_id.as_str(), request.txn_id.as_str())),
         ts: massaged_ts(caller, request.timestamp),
+        origin: Origin::Client,
     };
     let event_type = request.event_type.to_string();
     let event_id = services
@@ -102,6 +108,7 @@ pub async fn send_state_route(
         user_id: &caller.user_id,
         txn: None,
         ts: massaged_ts(caller, request.timestamp),
+        origin: Origin::Client,
     };
     let event_id = services
         .rooms
@@ -165,6 +172,7 @@ pub async fn redact_route(
         user_id: &caller.user_id,
         txn: Some((caller.device_id.as_str(), request.txn_id.as_str())),
         ts: None,
+        origin: Origin::Client,
     };
     let event_id = services
         .rooms

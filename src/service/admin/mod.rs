@@ -1,13 +1,16 @@
-//! The Synapse-compatible admin API's domain logic: accounts (`users.rs`) and rooms
-//! (`rooms.rs`). Every event it causes (leaves, profile changes) goes through the rooms
-//! service's normal write path, so the auth rules and fan-out apply as for any client.
+//! The Synapse-compatible admin API's domain logic: accounts (`users.rs`), rooms
+//! (`rooms.rs`) and history purges (`history.rs`). Every event it causes (leaves, joins,
+//! profile changes) goes through the rooms service's normal write path, so the auth rules and
+//! fan-out apply as for any client.
 
+mod history;
 mod rooms;
 mod users;
 
 use std::sync::Arc;
 
-pub use rooms::{DeleteRoom, RoomPage};
+pub use history::PurgePoint;
+pub use rooms::{DeleteRoom, NewRoom, RoomPage};
 pub use users::{UserPage, UserUpdate};
 
 use crate::{config::Config, storage::Db};

@@ -1,20 +1,26 @@
 //! Rooms through the admin API: the list, details, members, state, blocking and deletion.
 //!
 //! Deleting a room blocks it first (when asked), so nobody can join again while its local
-//! members are made to leave; each leave is an ordinary member event through the rooms
-//! service, so the auth rules, sync and federation see it like any other.
+//! members are made to leave; each leave (and each join of the room they are moved to) is an
+//! ordinary member event through the rooms service, so the auth rules, sync and federation
+//! see it like any other. None of them counts against the members' message rate limits.
 
 use std::sync::Arc;
 
 use diesel_async::AsyncConnection;
-use ruma::{OwnedMxcUri, RoomId, UserId};
+use ruma::{OwnedMxcUri, OwnedRoomId, OwnedRoomOrAliasId, OwnedUserId, RoomId, UserId};
 use serde_json::{json, Value};
 
 use super::{page_bounds, Admin};
 use crate::{
     error::{Error, Result},
     service::{
-        rooms::{writer::lock_room, Rooms},
+        rooms::{
+            create::{CreateRoom, Preset},
+            send::{Origin, Sender},
+            writer::lock_room,
+            Rooms,
+        },
         sessions::generate_token,
         Services,
     },
@@ -33,12 +39,42 @@ pub struct RoomPage {
 }
 
 /// What a room deletion does besides making local members leave.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct DeleteRoom {
     /// Block the room so nobody here can join it again.
     pub block: bool,
     /// Then delete the room from the database (events, state, receipts, ...).
     pub purge: bool,
+    /// A room to move the joined local members (and the local aliases) to.
+    pub new_room: Option<NewRoom>,
+}
+
+/// The room a shut-down room's members are moved to (Synapse's `new_room_user_id`).
+#[derive(Debug, Clone)]
+pub struct NewRoom {
+    /// Its creator and admin, a local user (who need not have an account).
+    pub creator: OwnedUserId,
+    /// Its name.
+    pub name: String,
+    /// The message the creator sends there once the members arrived.
+    pub message: String,
+}
+
+/// Synapse's name for the new room when none is given.
+const DEFAULT_NEW_ROOM_NAME: &str = "Content Violation Notification";
+/// Synapse's message in the new room when none is given.
+const DEFAULT_NEW_ROOM_MESSAGE: &str =
+    "Sharing illegal content on this server is not permitted and rooms in violation will be blocked.";
+
+impl NewRoom {
+    /// A new room made by `creator`, with Synapse's name and message unless given.
+    pub fn new(creator: OwnedUserId, name: Option<String>, message: Option<String>) -> Self {
+        NewRoom {
+            creator,
+            name: name.unwrap_or_else(|| DEFAULT_NEW_ROOM_NAME.to_owned()),
+            message: message.unwrap_or_else(|| DEFAULT_NEW_ROOM_MESSAGE.to_owned()),
+        }
+    }
 }
 
 /// A room in the list's shape.
@@ -168,13 +204,15 @@ impl Admin {
 
     /// Shuts a room down: blocks it when asked, makes every local member leave (rejecting
     /// invites and withdrawing knocks too), deletes its local aliases, takes it out of the
-    /// directory and, with `purge`, deletes it. Returns Synapse's `shutdown_room` result.
+    /// directory and, with `purge`, deletes it. With a new room, its creator makes it first,
+    /// the joined members join it as they leave, its creator then posts the message there and
+    /// the local aliases point at it instead. Returns Synapse's `shutdown_room` result.
     pub async fn shutdown_room(
         &self,
         rooms: &Rooms,
         room_id: &RoomId,
         admin: &UserId,
-        options: DeleteRoom,
+        options: &DeleteRoom,
     ) -> Result<Value> {
         let conn = self.db.conn().await?;
         if options.block {
@@ -193,18 +231,30 @@ impl Admin {
             return Err(Error::not_found("Room not found"));
         }
         let members =
-            rooms_store::get_room_members_in(&conn, room_id.as_str(), &["join", "invite", "knock"])
+            store::get_memberships_in(&conn, room_id.as_str(), &["join", "invite", "knock"])
                 .await?;
         drop(conn);
+        let new_room_id = match &options.new_room {
+            Some(new_room) => Some(self.create_replacement_room(rooms, new_room).await?),
+            None => None,
+        };
         let (mut kicked, mut failed) = (Vec::new(), Vec::new());
-        for member in members {
+        for (member, membership) in members {
             let Ok(user_id) = UserId::parse(&member) else {
                 continue;
             };
             if user_id.server_name() != self.config.server_name {
                 continue;
             }
-            match rooms.leave(&user_id, room_id, None).await {
+            let moved = async {
+                rooms.leave(&user_id, room_id, None, Origin::Server).await?;
+                if let (Some(new_room_id), "join") = (&new_room_id, membership.as_str()) {
+                    let room = OwnedRoomOrAliasId::from(new_room_id.clone());
+                    rooms.join(&user_id, &room, None, Origin::Server).await?;
+                }
+                Ok::<_, Error>(())
+            };
+            match moved.await {
                 Ok(()) => kicked.push(member),
                 Err(err) => {
                     tracing::warn!(%room_id, %user_id, "could not remove a member: {err}");
@@ -213,7 +263,23 @@ impl Admin {
             }
         }
         let mut conn = self.db.conn().await?;
-        let aliases = store::delete_aliases_and_unpublish(&conn, room_id.as_str()).await?;
+        let aliases = match (&options.new_room, &new_room_id) {
+            (Some(new_room), Some(new_room_id)) => {
+                let sender = Sender {
+                    user_id: &new_room.creator,
+                    txn: None,
+                    ts: None,
+                    origin: Origin::Server,
+                };
+                let content = json!({ "msgtype": "m.text", "body": new_room.message });
+                rooms
+                    .send_event(sender, new_room_id, "m.room.message", None, content)
+                    .await?;
+                store::move_aliases_and_unpublish(&conn, room_id.as_str(), new_room_id.as_str())
+                    .await?
+            }
+            _ => store::delete_aliases_and_unpublish(&conn, room_id.as_str()).await?,
+        };
         if options.purge {
             conn.transaction::<_, Error, _>(async |conn| {
                 // Under the room's lock, so no write of the room is half-way through.
@@ -226,8 +292,26 @@ impl Admin {
             "kicked_users": kicked,
             "failed_to_kick_users": failed,
             "local_aliases": aliases,
-            "new_room_id": null,
+            "new_room_id": new_room_id,
         }))
+    }
+
+    /// The room a shutdown moves members to: public, named, where members who join cannot
+    /// speak (`users_default` -10), as Synapse makes it.
+    async fn create_replacement_room(
+        &self,
+        rooms: &Rooms,
+        new_room: &NewRoom,
+    ) -> Result<OwnedRoomId> {
+        let mut power_levels = serde_json::Map::new();
+        power_levels.insert("users_default".into(), json!(-10));
+        let request = CreateRoom {
+            preset: Some(Preset::PublicChat),
+            name: Some(new_room.name.clone()),
+            power_level_content_override: Some(power_levels),
+            ..CreateRoom::default()
+        };
+        rooms.create_room(&new_room.creator, request).await
     }
 
     /// Starts a room deletion in the background and returns its ID for the status endpoint.
@@ -253,7 +337,7 @@ impl Admin {
             let outcome = async {
                 record("active", None, None).await?;
                 admin_service
-                    .shutdown_room(&services.rooms, &room_id, &admin, options)
+                    .shutdown_room(&services.rooms, &room_id, &admin, &options)
                     .await
             }
             .await;

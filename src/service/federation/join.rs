@@ -30,6 +30,7 @@ use crate::{
         rooms::{
             pdu::Pdu,
             remote_join::{JoinedRoom, StateEvent},
+            send::Origin,
             Rooms, SUPPORTED_VERSIONS,
         },
     },
@@ -56,7 +57,7 @@ impl Federation {
         let (room_id, servers) = self.route(rooms, user_id, room, via).await?;
         let Some(servers) = servers else {
             let room = ruma::OwnedRoomOrAliasId::from(room_id);
-            return rooms.join(user_id, &room, reason).await;
+            return rooms.join(user_id, &room, reason, Origin::Client).await;
         };
         self.through_each(&servers, &room_id, "join", async |server| {
             self.join_through(rooms, server, user_id, &room_id, reason)

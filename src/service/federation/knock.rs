@@ -27,7 +27,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    service::rooms::{pdu::Pdu, Rooms, SUPPORTED_VERSIONS},
+    service::rooms::{pdu::Pdu, send::Origin, Rooms, SUPPORTED_VERSIONS},
 };
 
 impl Federation {
@@ -143,7 +143,7 @@ impl Federation {
                 }
             }
         }
-        rooms.leave(user_id, room_id, reason).await
+        rooms.leave(user_id, room_id, reason, Origin::Client).await
     }
 
     /// One attempt at withdrawing our knock `knock_id` through `server`.

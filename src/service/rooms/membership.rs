@@ -4,7 +4,11 @@ use diesel_async::AsyncPgConnection;
 use ruma::{OwnedEventId, OwnedRoomId, RoomAliasId, RoomId, RoomOrAliasId, UserId};
 use serde_json::{json, Map, Value};
 
-use super::{create::membership_content, send::Sender, Rooms};
+use super::{
+    create::membership_content,
+    send::{Origin, Sender},
+    Rooms,
+};
 use crate::{
     error::{Error, Result},
     storage::{admin_rooms, rooms as store, users},
@@ -94,6 +98,7 @@ impl Rooms {
         user_id: &UserId,
         room: &RoomOrAliasId,
         reason: Option<&str>,
+        origin: Origin,
     ) -> Result<OwnedRoomId> {
         let room_id = self.resolve_room(room).await?;
         let conn = self.db.conn().await?;
@@ -114,7 +119,7 @@ impl Rooms {
             content["join_authorised_via_users_server"] = json!(authoriser);
         }
         drop(conn);
-        self.set_membership(user_id, &room_id, user_id, content)
+        self.set_membership(user_id, &room_id, user_id, content, origin)
             .await?;
         Ok(room_id)
     }
@@ -313,6 +318,7 @@ impl Rooms {
         user_id: &UserId,
         room_id: &RoomId,
         reason: Option<&str>,
+        origin: Origin,
     ) -> Result<()> {
         let conn = self.db.conn().await?;
         let current = store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?;
@@ -341,7 +347,7 @@ impl Rooms {
             }
         }
         let content = membership_content("leave", &Map::new(), reason);
-        self.set_membership(user_id, room_id, user_id, content)
+        self.set_membership(user_id, room_id, user_id, content, origin)
             .await
             .map(drop)
     }
@@ -363,6 +369,7 @@ impl Rooms {
             &room_id,
             user_id,
             membership_content("knock", &profile, reason),
+            Origin::Client,
         )
         .await?;
         Ok(room_id)
@@ -422,7 +429,7 @@ impl Rooms {
             content = membership_content("invite", &profile, reason);
         }
         drop(conn);
-        self.set_membership(sender, room_id, target, content)
+        self.set_membership(sender, room_id, target, content, Origin::Client)
             .await
             .map(drop)
     }
@@ -461,7 +468,8 @@ impl Rooms {
             _ => {}
         }
         drop(conn);
-        self.set_membership(sender, room_id, target, content).await
+        self.set_membership(sender, room_id, target, content, Origin::Client)
+            .await
     }
 
     async fn set_membership(
@@ -470,11 +478,13 @@ impl Rooms {
         room_id: &RoomId,
         target: &UserId,
         content: Value,
+        origin: Origin,
     ) -> Result<OwnedEventId> {
         let sender = Sender {
             user_id: sender,
             txn: None,
             ts: None,
+            origin,
         };
         self.send_event(
             sender,
@@ -520,6 +530,8 @@ impl Rooms {
                     &room_id,
                     user_id,
                     membership_content("join", &profile, None),
+                    // Per room on the user's behalf: a profile change is one request.
+                    Origin::Server,
                 )
                 .await
             {
@@ -543,7 +555,7 @@ impl Rooms {
             let Ok(room_id) = RoomId::parse(&room) else {
                 continue;
             };
-            if let Err(err) = self.leave(user_id, &room_id, None).await {
+            if let Err(err) = self.leave(user_id, &room_id, None, Origin::Server).await {
                 tracing::warn!(%room_id, "could not leave a room: {err}");
             }
         }

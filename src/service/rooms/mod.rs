@@ -31,7 +31,7 @@ use std::{
 use lru::LruCache;
 use ruma::{RoomId, RoomVersionId};
 
-use super::{federation::sender::Sender, keys::ServerKeys};
+use super::{federation::sender::Sender, keys::ServerKeys, rate_limit::RateLimiter};
 use crate::{config::Config, storage::Db};
 
 /// Matrix (Client-Server) versions `/versions` advertises: every endpoint a version adds that
@@ -79,6 +79,8 @@ pub struct Rooms {
     config: Arc<Config>,
     keys: Arc<ServerKeys>,
     locks: RoomLocks,
+    /// The message rate limit every client-asked event passes (see [`send::Origin`]).
+    rate_limit: Arc<RateLimiter>,
     /// Queues typing and receipts for the other servers in a room.
     federation: Arc<Sender>,
     /// When this process last told other servers that a user (room, user) is typing.
@@ -92,12 +94,14 @@ impl Rooms {
         config: Arc<Config>,
         keys: Arc<ServerKeys>,
         federation: Arc<Sender>,
+        rate_limit: Arc<RateLimiter>,
     ) -> Self {
         Rooms {
             db,
             config,
             keys,
             locks: RoomLocks::default(),
+            rate_limit,
             federation,
             typing_sent: Mutex::new(LruCache::new(NonZeroUsize::new(10_000).expect("non-zero"))),
         }

@@ -10,7 +10,8 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    storage::{rooms as store, users},
+    service::rate_limit::MessageOverride,
+    storage::{admin_users, rooms as store, users},
 };
 
 /// How a send ended.
@@ -23,6 +24,17 @@ enum Outcome {
     ShadowBanned,
 }
 
+/// Who asked for an event, which decides whether it counts against its sender's message
+/// rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The sender's client asked for it: counted, as Synapse counts `rc_message`.
+    Client,
+    /// The server writes it on the sender's behalf (an admin's shutdown, a deactivation, a
+    /// profile change reaching every room, a delayed event coming due): never limited.
+    Server,
+}
+
 /// Who is sending, from which device and transaction.
 #[derive(Debug, Clone, Copy)]
 pub struct Sender<'a> {
@@ -32,6 +44,8 @@ pub struct Sender<'a> {
     pub txn: Option<(&'a str, &'a str)>,
     /// The event's `origin_server_ts` when an appservice chose it (`?ts=`); now otherwise.
     pub ts: Option<i64>,
+    /// Who asked for it.
+    pub origin: Origin,
 }
 
 impl Rooms {
@@ -95,10 +109,11 @@ impl Rooms {
         let server_name = &*self.config.server_name;
         let member_target = state_key.filter(|_| kind == "m.room.member");
         let prefetch = common_auth_keys(user, member_target);
+        let limited = self.is_rate_limited(sender);
         let result = conn
             .transaction::<_, Error, _>(async |conn| {
-                // A retry, or a shadow-banned sender, is found in the same round trip as the
-                // room's lock and state: most sends are neither.
+                // A retry, a shadow-banned sender, or what limits the sender's rate, is found
+                // in the same round trip as the room's lock and state: most sends are neither.
                 let conn = &*conn;
                 let prechecks = async {
                     Ok(tokio::try_join!(
@@ -111,9 +126,16 @@ impl Rooms {
                             }
                         },
                         users::is_shadow_banned(conn, user),
+                        async {
+                            if limited {
+                                admin_users::get_message_limit(conn, user).await.map(Some)
+                            } else {
+                                Ok(None)
+                            }
+                        },
                     )?)
                 };
-                let (mut writer, (earlier, shadow_banned)) = RoomWriter::open_with(
+                let (mut writer, (earlier, shadow_banned, message_limit)) = RoomWriter::open_with(
                     conn,
                     &self.keys,
                     server_name,
@@ -140,6 +162,14 @@ impl Rooms {
                     }
                     if let Some(fields) = content.as_object_mut() {
                         fields.retain(|key, _| key == "membership");
+                    }
+                }
+                // Counted once the event is certain to be new (a retry of a stored
+                // transaction is not), as Synapse counts at persistence.
+                if let Some((is_admin, user_override)) = message_limit {
+                    if !is_admin {
+                        self.rate_limit
+                            .check_message(sender.user_id, user_override.map(message_override))?;
                     }
                 }
                 self.check_content(&mut writer, kind, state_key, &content)
@@ -217,6 +247,7 @@ impl Rooms {
             user_id,
             txn: None,
             ts: None,
+            origin: Origin::Client,
         };
         self.send_state_as(sender, room_id, kind, state_key, content)
             .await
@@ -293,6 +324,31 @@ impl Rooms {
     }
 }
 
+impl Rooms {
+    /// Whether a send may be refused by the message rate limit before the database says
+    /// whether its sender is an admin or has an override: only what a client asks for, with
+    /// limits on, and never an appservice's own user or the users of an appservice
+    /// registered with `rate_limited: false`.
+    fn is_rate_limited(&self, sender: Sender<'_>) -> bool {
+        if sender.origin != Origin::Client || !self.rate_limit.enabled() {
+            return false;
+        }
+        let user = sender.user_id.as_str();
+        !self.config.appservices.iter().any(|registration| {
+            registration.sender.as_str() == user
+                || (!registration.rate_limited && registration.is_interested_in_user(user))
+        })
+    }
+}
+
+/// An override row `(messages_per_second, burst_count)` as the limiter takes it.
+fn message_override((messages_per_second, burst_count): (i64, i64)) -> MessageOverride {
+    MessageOverride {
+        messages_per_second,
+        burst_count,
+    }
+}
+
 /// A shadow-banned user may still join and leave; everything else they send is faked.
 fn is_membership_of_self(sender: Sender<'_>, kind: &str, state_key: Option<&str>) -> bool {
     kind == "m.room.member" && state_key == Some(sender.user_id.as_str())
@@ -324,6 +380,7 @@ impl Rooms {
             user_id: sender.user_id,
             txn: txn_id.as_ref().map(|(device, txn)| (*device, txn.as_str())),
             ts: None,
+            origin: sender.origin,
         };
         let mut content = serde_json::json!({ "redacts": event_id });
         if let Some(reason) = reason {
