@@ -180,7 +180,12 @@ impl Federation {
             .await?;
         let join = self.check_join(&rules, &event_id, join, &room).await?;
         rooms.store_joined_room(room, join).await?;
-        self.announce_devices(user_id).await
+        // The join is stored: a failed announcement must not tell the client it failed (the
+        // next device change announces the devices again).
+        if let Err(err) = self.announce_devices(user_id).await {
+            tracing::warn!("announcing {user_id}'s devices after a remote join: {err}");
+        }
+        Ok(())
     }
 
     /// Tells every server sharing a room with a user who just joined through another server
