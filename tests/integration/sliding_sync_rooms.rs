@@ -182,6 +182,36 @@ async fn merged_msc_forms_mean_the_same() {
     };
     assert_eq!(state(&legacy), state(&merged));
     assert_eq!(state(&legacy).len(), 3, "name, alice, bob");
+    // `exclude` narrows `include`: every state event but members, lazy members still sent.
+    let narrowed = alice
+        .post(
+            "/_matrix/client/v4/sync",
+            json!({ "timeout": 0, "conn_id": "narrowed", "room_subscriptions": { room.clone(): { "timeline_limit": 1,
+                "required_state": { "include": [{ "type": "*" }],
+                    "exclude": [{ "type": "m.room.member" }, { "type": "m.room.join_rules", "state_key": "" }],
+                    "lazy_members": true } } } }),
+        )
+        .await
+        .ok();
+    let kinds: Vec<(String, String)> = state(&narrowed);
+    assert!(
+        kinds.contains(&("m.room.name".into(), String::new())),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&("m.room.create".into(), String::new())),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.iter().any(|(t, _)| t == "m.room.join_rules"),
+        "{kinds:?}"
+    );
+    let members: Vec<&String> = kinds
+        .iter()
+        .filter(|(t, _)| t == "m.room.member")
+        .map(|(_, k)| k)
+        .collect();
+    assert_eq!(members, vec![&bob.user_id], "only the timeline's sender");
     // `pos` in the body works too.
     let next = alice
         .post(

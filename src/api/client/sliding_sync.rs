@@ -7,7 +7,7 @@
 //! `is_invited`). Unknown fields are ignored.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     time::Duration,
 };
 
@@ -21,9 +21,9 @@ use crate::{
     error::{Error, Result},
     service::{
         sync::sliding::model::{
-            Extensions, ListFilters, ListRequest, RequiredState, RoomConfig, Scope, SlidingRequest,
-            ToDeviceExtension, MAX_LISTS, MAX_NAME_BYTES, MAX_RANGES, MAX_SUBSCRIPTIONS,
-            MAX_TIMELINE_LIMIT, WILDCARD,
+            Extensions, ListFilters, ListRequest, Narrowed, RequiredState, RoomConfig, Scope,
+            SlidingRequest, ToDeviceExtension, MAX_LISTS, MAX_NAME_BYTES, MAX_RANGES,
+            MAX_SUBSCRIPTIONS, MAX_TIMELINE_LIMIT, WILDCARD,
         },
         Services,
     },
@@ -300,20 +300,28 @@ fn room_config(
             if object.get("lazy_members").and_then(Value::as_bool) == Some(true) {
                 state.lazy_members = true;
             }
-            // `exclude` narrows what `include` names; sending more is allowed, so it is
-            // not applied.
-            for entry in object
-                .get("include")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let field = |name: &str| match entry.get(name) {
-                    None | Some(Value::Null) => Ok(WILDCARD.to_owned()),
-                    Some(Value::String(s)) => Ok(me(s)),
-                    Some(_) => Err(Error::bad_json("required_state entries are strings")),
-                };
-                state.entries.insert((field("type")?, field("state_key")?));
+            let pairs = |name: &str| -> Result<BTreeSet<(String, String)>> {
+                let mut pairs = BTreeSet::new();
+                for entry in object
+                    .get(name)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let field = |name: &str| match entry.get(name) {
+                        None | Some(Value::Null) => Ok(WILDCARD.to_owned()),
+                        Some(Value::String(s)) => Ok(me(s)),
+                        Some(_) => Err(Error::bad_json("required_state entries are strings")),
+                    };
+                    pairs.insert((field("type")?, field("state_key")?));
+                }
+                Ok(pairs)
+            };
+            let (include, exclude) = (pairs("include")?, pairs("exclude")?);
+            if exclude.is_empty() {
+                state.entries = include;
+            } else if !include.is_empty() {
+                state.narrowed.insert(Narrowed { include, exclude });
             }
         }
         Some(_) => return Err(bad()),

@@ -64,10 +64,10 @@ impl RoomConfig {
     /// The config covering both (a room in several lists and subscriptions).
     pub fn combine(&mut self, other: &RoomConfig) {
         self.timeline_limit = self.timeline_limit.max(other.timeline_limit);
-        self.required_state
-            .entries
-            .extend(other.required_state.entries.iter().cloned());
-        self.required_state.lazy_members |= other.required_state.lazy_members;
+        let (mine, theirs) = (&mut self.required_state, &other.required_state);
+        mine.entries.extend(theirs.entries.iter().cloned());
+        mine.narrowed.extend(theirs.narrowed.iter().cloned());
+        mine.lazy_members |= theirs.lazy_members;
     }
 }
 
@@ -77,25 +77,52 @@ impl RoomConfig {
 pub struct RequiredState {
     /// `(type, state_key)` pairs; either may be `*`.
     pub entries: BTreeSet<(String, String)>,
-    /// `["m.room.member", "$LAZY"]`: the members of the timeline's senders.
+    /// The merged MSC's `include` with an `exclude`: what one names but the other does not.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub narrowed: BTreeSet<Narrowed>,
+    /// `["m.room.member", "$LAZY"]`: the members of the timeline's senders (never narrowed
+    /// by an `exclude`).
     pub lazy_members: bool,
+}
+
+/// `include` pairs less `exclude` pairs (either part of a pair may be `*`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Narrowed {
+    /// What is asked for.
+    pub include: BTreeSet<(String, String)>,
+    /// What of it is not.
+    pub exclude: BTreeSet<(String, String)>,
 }
 
 /// The wildcard in `required_state`.
 pub const WILDCARD: &str = "*";
 
+/// Whether one of `pairs` names the state event `(kind, key)`.
+fn names(pairs: &BTreeSet<(String, String)>, kind: &str, key: &str) -> bool {
+    pairs
+        .iter()
+        .any(|(t, k)| (t == kind || t == WILDCARD) && (k == key || k == WILDCARD))
+}
+
 impl RequiredState {
     /// Whether the state event `(kind, key)` is asked for (lazy members aside).
     pub fn matches(&self, kind: &str, key: &str) -> bool {
-        self.entries
-            .iter()
-            .any(|(t, k)| (t == kind || t == WILDCARD) && (k == key || k == WILDCARD))
+        names(&self.entries, kind, key)
+            || self
+                .narrowed
+                .iter()
+                .any(|n| names(&n.include, kind, key) && !names(&n.exclude, kind, key))
     }
 
-    /// Whether this asks for no more than `other` does.
+    /// Whether this asks for no more than `other` does. (Narrowed parts count as within
+    /// only when `other` has them too or covers all they include: when unsure, the caller
+    /// compares event by event.)
     pub fn within(&self, other: &RequiredState) -> bool {
         (!self.lazy_members || other.lazy_members)
             && self.entries.iter().all(|(t, k)| other.matches(t, k))
+            && self.narrowed.iter().all(|n| {
+                other.narrowed.contains(n) || n.include.iter().all(|(t, k)| other.matches(t, k))
+            })
     }
 }
 
@@ -181,6 +208,7 @@ mod tests {
                 .iter()
                 .map(|(t, k)| ((*t).to_owned(), (*k).to_owned()))
                 .collect(),
+            narrowed: BTreeSet::new(),
             lazy_members: lazy,
         }
     }
@@ -212,5 +240,31 @@ mod tests {
         assert!(combined.required_state.lazy_members);
         assert!(combined.required_state.matches("m.room.topic", ""));
         assert!(combined.required_state.matches("m.space.child", "!a:x"));
+    }
+
+    #[test]
+    fn exclude_narrows_include_and_combines_as_a_union() {
+        let pairs = |p: &[(&str, &str)]| state(p, false).entries;
+        let mut all_but_members = state(&[], true);
+        all_but_members.narrowed.insert(Narrowed {
+            include: pairs(&[("*", "*")]),
+            exclude: pairs(&[("m.room.member", "*")]),
+        });
+        assert!(all_but_members.matches("m.room.name", ""));
+        assert!(!all_but_members.matches("m.room.member", "@a:x"));
+        assert!(!all_but_members.within(&state(&[("m.room.name", "")], true)));
+        assert!(all_but_members.within(&all_but_members.clone()));
+        assert!(all_but_members.within(&state(&[("*", "*")], true)));
+        // Another list asking for one member: that member matches in the union.
+        let mut combined = RoomConfig {
+            timeline_limit: 1,
+            required_state: all_but_members,
+        };
+        combined.combine(&RoomConfig {
+            timeline_limit: 1,
+            required_state: state(&[("m.room.member", "@b:x")], false),
+        });
+        assert!(combined.required_state.matches("m.room.member", "@b:x"));
+        assert!(!combined.required_state.matches("m.room.member", "@a:x"));
     }
 }
