@@ -5,13 +5,16 @@
 #   3. real clients against one freshly started server using its embedded PostgreSQL:
 #      the matrix-nio scripts (tests/clients/nio_*.py), a parse of its metrics page with the
 #      Prometheus Python client (tests/clients/metrics_check.py), a mautrix-python echo
-#      appservice (tests/clients/appservice_echo.py, registered with MYELIN_APPSERVICES), then
-#      the matrix-js-sdk scripts
+#      appservice (tests/clients/appservice_echo.py, registered with MYELIN_APPSERVICES), the
+#      admin API in the shapes synapse-admin and Ketesa expect (tests/clients/admin_check.py,
+#      as an admin made with `myelin user create --admin`), then the matrix-js-sdk scripts
 #      (tests/clients/js/*.mjs, Node.js as package.json's engines field says), then matrix-sdk
 #      with matrix-sdk-ui (tests/clients/rust-sdk, its own Cargo project and target dir);
 #   4. federation interop (tests/federation/run_interop.sh): two more Myelins and a Synapse
 #      from PyPI, each with a TLS federation listener and a test CA made for the run: the
-#      interop driver both ways and matrix-js-sdk Olm sessions across servers;
+#      interop driver both ways and matrix-js-sdk Olm sessions across servers, and the same
+#      Synapse, given the same echo registration, runs appservice_echo.py and admin_check.py
+#      (the shapes those scripts assert are Synapse's, not only ours);
 #   5. a `myelin-bench --scale smoke` run against the first server.
 #
 # PostgreSQL: TEST_DATABASE_URL when set, otherwise the test harness starts a throwaway
@@ -63,6 +66,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 port=$(free_port)
 metrics_port=$(free_port)
 # The echo appservice's registration, with fresh tokens (tests/clients/appservice_echo.py).
+# Its namespace names no server (regexes match from the start of the ID, in Synapse as here),
+# so the Synapse of the federation run takes the same registration (run_interop.sh; only its
+# url moves to a port of its own, out of reach of this server's retried transactions).
 as_port=$(free_port)
 as_token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
 hs_token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
@@ -78,7 +84,7 @@ de.sorunome.msc2409.push_ephemeral: true
 namespaces:
   users:
     - exclusive: true
-      regex: '@echo_.*:localhost:8448'
+      regex: '@echo_.*'
 EOF
 MYELIN_DATA_DIR="$workdir/data" MYELIN_LISTEN="127.0.0.1:$port" MYELIN_REGISTRATION=open \
     MYELIN_METRICS_LISTEN="127.0.0.1:$metrics_port" \
@@ -110,6 +116,14 @@ AS_TOKEN="$as_token" HS_TOKEN="$hs_token" HS_NAME=localhost:8448 AS_PORT="$as_po
     "$VENV/bin/python" tests/clients/appservice_echo.py "http://127.0.0.1:$port" \
     || { cat "$workdir/server.log"; exit 1; }
 
+echo "== admin API shapes (synapse-admin, Ketesa)"
+MYELIN_DATA_DIR="$workdir/data" MYELIN_SERVER_NAME=localhost:8448 \
+    "$CARGO_TARGET_DIR/debug/myelin" user create shapes_admin --admin --password admin-pw-1 \
+    || { cat "$workdir/server.log"; exit 1; }
+ADMIN_USER=shapes_admin ADMIN_PASSWORD=admin-pw-1 \
+    "$VENV/bin/python" tests/clients/admin_check.py "http://127.0.0.1:$port" \
+    || { cat "$workdir/server.log"; exit 1; }
+
 echo "== matrix-js-sdk"
 # The Node.js major version is part of the stamp: installed packages may depend on it.
 js_pins="$(pins_hash tests/clients/js/package-lock.json) node$node_major"
@@ -128,7 +142,10 @@ echo "== matrix-rust-sdk (SyncService, RoomListService, Timeline over sliding sy
 /var/tmp/myelin-sdk-target/debug/myelin-sdk-client "http://127.0.0.1:$port" || { cat "$workdir/server.log"; exit 1; }
 
 echo "== federation: two Myelins and a Synapse on loopback"
-bash tests/federation/run_interop.sh "$CARGO_TARGET_DIR/debug/myelin" || { cat "$workdir/server.log"; exit 1; }
+# With the echo registration and this venv, its Synapse runs the echo appservice and the
+# admin check too.
+ECHO_REGISTRATION="$workdir/echo-registration.yaml" AS_TOKEN="$as_token" HS_TOKEN="$hs_token" \
+    MYELIN_TEST_VENV="$VENV" bash tests/federation/run_interop.sh "$CARGO_TARGET_DIR/debug/myelin" || { cat "$workdir/server.log"; exit 1; }
 
 echo "== myelin-bench (smoke)"
 "$CARGO_TARGET_DIR/debug/myelin-bench" --url "http://127.0.0.1:$port" --scale smoke \

@@ -386,11 +386,13 @@ impl Users {
         Ok(())
     }
 
-    /// Deactivates an account: no more logins, every device and token gone, profile erased.
+    /// Deactivates an account: no more logins, every device and token gone, and with
+    /// `erase_profile` the profile too (Synapse's admin API keeps it unless `erase` is given).
     pub async fn deactivate(
         &self,
         user_id: &UserId,
         uia: Option<(&Uia, &Completed)>,
+        erase_profile: bool,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
         let revoked = conn
@@ -399,7 +401,9 @@ impl Users {
                     uia.finish(conn, completed).await?;
                 }
                 users::deactivate_user(conn, user_id.as_str()).await?;
-                users::delete_profile_fields(conn, user_id.as_str(), None).await?;
+                if erase_profile {
+                    users::delete_profile_fields(conn, user_id.as_str(), None).await?;
+                }
                 // Nothing is sent in the account's name later (MSC4140, as Synapse).
                 delayed_events::cancel_all_for_user(conn, user_id.as_str(), now_ms()).await?;
                 let all = devices::get_device_ids(conn, user_id.as_str()).await?;

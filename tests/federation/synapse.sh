@@ -17,6 +17,8 @@
 #       - a fresh PostgreSQL database synapse_NAME (dropped first if it exists), reached over
 #         TCP as MYELIN_SYNAPSE_PG_USER (postgres) at MYELIN_SYNAPSE_PG_HOST (127.0.0.1) port
 #         MYELIN_SYNAPSE_PG_PORT (5432), with no password (trust authentication);
+#       - the application services registered by the files in MYELIN_SYNAPSE_APPSERVICES
+#         (space-separated absolute paths), if set;
 #       - homeserver.yaml, its log config, the signing key, media, homeserver.log (WARNING)
 #         and synapse.out (the process's stdout and stderr) in DATA_DIR, the PID in
 #         DATA_DIR/synapse.pid.
@@ -90,6 +92,15 @@ with conn.cursor() as cur:
     )
 conn.close()
 PY
+}
+
+# The app_service_config_files line for MYELIN_SYNAPSE_APPSERVICES, or nothing.
+appservices_config() {
+    local files=() f
+    for f in ${MYELIN_SYNAPSE_APPSERVICES:-}; do files+=("\"$f\""); done
+    [ ${#files[@]} -gt 0 ] || return 0
+    local IFS=,
+    echo "app_service_config_files: [${files[*]}]"
 }
 
 write_config() {
@@ -182,6 +193,7 @@ presence:
   enabled: true
 caches:
   sync_response_cache_duration: 0   # otherwise identical /sync requests are answered from a 2 min cache
+$(appservices_config)
 
 # Every rate limit raised so that tests are never throttled.
 rc_message: &hi {per_second: 100000, burst_count: 1000000}

@@ -180,10 +180,11 @@ async fn user_lists_filter_order_page_and_count_as_synapse_does() {
     assert_eq!(names(&list("v2/users?deactivated=true").await).len(), 4);
 
     // v3 reads `deactivated` as a filter both ways.
-    assert_eq!(
-        names(&list("v3/users?deactivated=true").await),
-        [id("carol")]
-    );
+    let deactivated = list("v3/users?deactivated=true").await;
+    assert_eq!(names(&deactivated), [id("carol")]);
+    // Without `erase` the profile stays, as in Synapse.
+    assert_eq!(deactivated["users"][0]["displayname"], "carol");
+    assert_eq!(deactivated["users"][0]["erased"], false);
     assert_eq!(names(&list("v3/users?deactivated=false").await).len(), 3);
     assert_eq!(list("v3/users").await["total"], 4);
 

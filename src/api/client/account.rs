@@ -64,7 +64,7 @@ pub async fn deactivate_route(
         .await?;
     services
         .users
-        .deactivate(&caller.user_id, Some((&services.uia, &completed)))
+        .deactivate(&caller.user_id, Some((&services.uia, &completed)), true)
         .await?;
     services.rooms.leave_all_rooms(&caller.user_id).await?;
     Ok(deactivate::Response::new(ThirdPartyIdRemovalStatus::NoSupport).into())

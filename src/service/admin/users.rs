@@ -215,8 +215,8 @@ impl Admin {
     }
 
     /// Deactivates an account through the account service's own path (devices, tokens,
-    /// profile, delayed events) and leaves its rooms through the normal membership path;
-    /// `erase` also marks it erased.
+    /// delayed events) and leaves its rooms through the normal membership path; `erase` also
+    /// removes the profile and marks it erased (without it the displayname stays, as in Synapse).
     pub async fn deactivate_user(
         &self,
         users: &Users,
@@ -225,7 +225,7 @@ impl Admin {
         erase: bool,
     ) -> Result<()> {
         self.ensure_exists(user_id).await?;
-        users.deactivate(user_id, None).await?;
+        users.deactivate(user_id, None, erase).await?;
         if erase {
             let conn = self.db.conn().await?;
             store::set_erased(&conn, user_id.as_str()).await?;
