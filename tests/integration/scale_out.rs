@@ -622,3 +622,39 @@ async fn rate_limits_are_counted_per_process() {
         .await
         .assert_error(403, "M_FORBIDDEN");
 }
+
+#[tokio::test]
+async fn an_admin_demoted_through_one_process_loses_admin_rights_on_the_other_at_once() {
+    let a = TestServer::start().await;
+    let b = a.second_process().await;
+    let root = a.create_admin("root", "password").await;
+    let deputy_on_b = via(&a.create_admin("deputy", "password").await, &b);
+    // B caches the deputy's token lookup, admin flag included.
+    deputy_on_b
+        .get("/_synapse/admin/v2/users?limit=1")
+        .await
+        .ok();
+    root.put(
+        &format!(
+            "/_synapse/admin/v1/users/{}/admin",
+            enc(&deputy_on_b.user_id)
+        ),
+        json!({ "admin": false }),
+    )
+    .await
+    .ok();
+    let started = Instant::now();
+    loop {
+        let response = deputy_on_b.get("/_synapse/admin/v2/users?limit=1").await;
+        if response.status == 403 {
+            response.assert_error(403, "M_FORBIDDEN");
+            break;
+        }
+        // Well under the token cache's 10 s lifetime: the change must have been announced.
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "B still treats a demoted admin as an admin"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
