@@ -16,7 +16,8 @@ use tokio::{
 
 use crate::support::{
     client::{enc, timeline},
-    wait_until, Client, ExtraProcess, ServerOptions, TestServer,
+    spawn_server_capturing_log, wait_until, Client, ExtraProcess, ServerOptions, TestDb,
+    TestServer,
 };
 
 /// A long-poll that is not woken parks this long: far beyond every "promptly" below.
@@ -657,4 +658,55 @@ async fn an_admin_demoted_through_one_process_loses_admin_rights_on_the_other_at
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A deployment starts its processes together, on a new database or after an upgrade: each
+/// migrates at start, and they must not trip over each other doing it.
+#[tokio::test]
+async fn two_processes_started_together_on_an_empty_database_both_migrate_and_serve() {
+    let db = TestDb::empty().await;
+    let options = ServerOptions::default();
+    let ((mut first, first_url), (mut second, second_url)) = tokio::join!(
+        spawn_server_capturing_log(&db, &options),
+        spawn_server_capturing_log(&db, &options)
+    );
+    // Both listen before migrating; both must get to ready (a failed migration exits).
+    let ready = |base: String| async move {
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    };
+    let outcome = async {
+        for (child, base) in [(&mut first, &first_url), (&mut second, &second_url)] {
+            let deadline = Instant::now() + Duration::from_secs(90);
+            loop {
+                if ready(base.clone()).await {
+                    break;
+                }
+                if let Some(status) = child.try_wait().unwrap() {
+                    let mut log = String::new();
+                    if let Some(mut stderr) = child.stderr.take() {
+                        std::io::Read::read_to_string(&mut stderr, &mut log).ok();
+                    }
+                    return Err(format!("a process exited ({status}) while starting: {log}"));
+                }
+                if Instant::now() > deadline {
+                    return Err("a process never became ready".to_owned());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        // Both serve the same, fully migrated database.
+        let alice = Client::new(&first_url).register("alice", "password").await;
+        let mut alice_on_second = alice.clone();
+        alice_on_second.base = second_url.clone();
+        alice_on_second.create_room(json!({})).await;
+        Ok(())
+    }
+    .await;
+    for child in [&mut first, &mut second] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    outcome.unwrap();
 }
