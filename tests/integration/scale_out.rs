@@ -129,7 +129,10 @@ async fn a_long_poll_parked_on_one_process_wakes_for_a_send_on_the_other_and_tok
         bob.base = a.base_url.clone();
         bob
     };
-    for (n, sender) in [&alice, &alice_on_b, &alice, &alice_on_b].iter().enumerate() {
+    for (n, sender) in [&alice, &alice_on_b, &alice, &alice_on_b]
+        .iter()
+        .enumerate()
+    {
         sender
             .send_text(&room, &format!("x{n}"), &format!("x{n}"))
             .await
@@ -600,6 +603,34 @@ async fn media_uploaded_through_one_process_downloads_and_thumbnails_through_the
     assert_eq!(thumbnail.status(), reqwest::StatusCode::OK);
     let image = image::load_from_memory(&thumbnail.bytes().await.unwrap()).unwrap();
     assert_eq!((image.width(), image.height()), (32, 32));
+
+    // What a process not sharing the media directory sees: the file missing on disk is a
+    // 404, not a server error.
+    let sha256: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let stored = a
+        .data_dir()
+        .join("media")
+        .join(&sha256[..2])
+        .join(&sha256[2..4])
+        .join(&sha256);
+    std::fs::remove_file(&stored).expect("the upload is stored under the shared media directory");
+    let missing = crate::media::send(
+        &alice_on_b,
+        reqwest::Method::GET,
+        &format!("/_matrix/client/v1/media/download/{path}"),
+        Vec::new(),
+        &[],
+    )
+    .await;
+    assert_eq!(missing.status(), reqwest::StatusCode::NOT_FOUND);
+    let body: Value = missing.json().await.unwrap();
+    assert_eq!(body["errcode"], "M_NOT_FOUND");
 }
 
 #[tokio::test]
