@@ -8,7 +8,10 @@
 
 use std::{
     num::NonZeroUsize,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
     time::{Duration, Instant},
 };
 
@@ -44,8 +47,8 @@ pub struct Caller {
     /// Whether the user is a server administrator.
     pub is_admin: bool,
     /// Whether the user is shadow-banned: what they send that others would see (typing,
-    /// receipts, presence, to-device) is accepted and dropped. Known as of the token lookup,
-    /// so a new shadow ban reaches these within the session cache's lifetime.
+    /// receipts, presence, to-device) is accepted and dropped. Known as of the token lookup;
+    /// a change drops the user's cached lookups in every process.
     pub shadow_banned: bool,
 }
 
@@ -72,6 +75,9 @@ pub struct Sessions {
     db: Db,
     config: Arc<Config>,
     cache: Mutex<LruCache<TokenHash, CachedOwner>>,
+    /// Counts evictions (revocations, changed users): a lookup that read the database before
+    /// one of them is not cached, lest it put back what was just evicted.
+    evictions: AtomicU64,
 }
 
 /// Generates a new random token with a readable prefix.
@@ -93,6 +99,7 @@ impl Sessions {
             db,
             config,
             cache: Mutex::new(LruCache::new(NonZeroUsize::new(10_000).expect("non-zero"))),
+            evictions: AtomicU64::new(0),
         }
     }
 
@@ -155,6 +162,7 @@ impl Sessions {
         let owner = match cached {
             Some(owner) => owner,
             None => {
+                let evictions_before = self.evictions.load(Ordering::SeqCst);
                 let conn = self.db.conn().await?;
                 let owner = devices::get_token_owner(&conn, &hash)
                     .await?
@@ -162,13 +170,16 @@ impl Sessions {
                 devices::touch_device(&conn, &owner.user_id, &owner.device_id, now_ms(), ip)
                     .await?;
                 let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-                cache.put(
-                    hash,
-                    CachedOwner {
-                        owner: owner.clone(),
-                        fetched: Instant::now(),
-                    },
-                );
+                // Evictions take the cache lock too: none can slip between this check and the put.
+                if self.evictions.load(Ordering::SeqCst) == evictions_before {
+                    cache.put(
+                        hash,
+                        CachedOwner {
+                            owner: owner.clone(),
+                            fetched: Instant::now(),
+                        },
+                    );
+                }
                 owner
             }
         };
@@ -193,7 +204,19 @@ impl Sessions {
             .map(|h| h.iter().map(|b| format!("{b:02x}")).collect())
             .collect();
         self.forget_cached_hex(&hex);
-        if hex.is_empty() {
+        self.announce(hex);
+    }
+
+    /// Forgets every cached lookup of one user's tokens, here and in the other processes, so
+    /// that a change to what a lookup says of them (admin flag, shadow ban) applies at once.
+    pub fn forget_user(&self, user_id: &str) {
+        self.forget_cached_hex(&[user_id.to_owned()]);
+        self.announce(vec![user_id.to_owned()]);
+    }
+
+    /// Tells the other server processes to forget these cache entries ([`Self::forget_cached_hex`]).
+    fn announce(&self, entries: Vec<String>) {
+        if entries.is_empty() {
             return;
         }
         let db = self.db.clone();
@@ -201,7 +224,7 @@ impl Sessions {
             let result = async {
                 let conn = db.conn().await?;
                 // NOTIFY payloads are limited to 8000 bytes: 100 hashes of 64 characters fit.
-                for chunk in hex.chunks(100) {
+                for chunk in entries.chunks(100) {
                     crate::storage::rooms::notify(
                         &conn,
                         super::notifier::TOKEN_CHANNEL,
@@ -218,13 +241,27 @@ impl Sessions {
         });
     }
 
-    /// Forgets cached lookups by hex-encoded token hash (revocations announced by other processes).
-    pub fn forget_cached_hex(&self, hashes: &[String]) {
+    /// Forgets cached lookups by hex-encoded token hash (revocations announced by other
+    /// processes), or all of a user's when an entry is a user ID (user IDs start with `@`,
+    /// hex never does; user IDs hold no `,`, the separator).
+    pub fn forget_cached_hex(&self, entries: &[String]) {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        for hex in hashes {
-            let bytes: Option<Vec<u8>> = (0..hex.len())
+        self.evictions.fetch_add(1, Ordering::SeqCst);
+        for entry in entries {
+            if entry.starts_with('@') {
+                let hashes: Vec<TokenHash> = cache
+                    .iter()
+                    .filter(|(_, cached)| cached.owner.user_id == *entry)
+                    .map(|(hash, _)| *hash)
+                    .collect();
+                for hash in hashes {
+                    cache.pop(&hash);
+                }
+                continue;
+            }
+            let bytes: Option<Vec<u8>> = (0..entry.len())
                 .step_by(2)
-                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .map(|i| u8::from_str_radix(entry.get(i..i + 2)?, 16).ok())
                 .collect();
             if let Some(hash) = bytes.and_then(|b| TokenHash::try_from(b.as_slice()).ok()) {
                 cache.pop(&hash);

@@ -416,10 +416,18 @@ impl Users {
         Ok(())
     }
 
+    /// Drops every cached lookup of the user's tokens, here and in the other server processes
+    /// (after a change to what a lookup says of them).
+    pub fn forget_cached_sessions(&self, user_id: &UserId) {
+        self.sessions.forget_user(user_id.as_str());
+    }
+
     /// Sets or lifts a shadow ban; `M_NOT_FOUND` for unknown users.
     pub async fn set_shadow_banned(&self, user_id: &UserId, banned: bool) -> Result<()> {
         let conn = self.db.conn().await?;
         if users::set_shadow_banned(&conn, user_id.as_str(), banned).await? {
+            // Cached token lookups carry the ban: it applies at once, in every process.
+            self.sessions.forget_user(user_id.as_str());
             Ok(())
         } else {
             Err(Error::not_found("Unknown user"))

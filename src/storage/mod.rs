@@ -310,13 +310,22 @@ fn build_pool(url: &str, max_size: usize) -> Result<Pool<AsyncPgConnection>> {
         .map_err(Error::internal)
 }
 
+/// Session advisory lock held while migrating ("myelmigr").
+const MIGRATION_LOCK: i64 = 0x6d79_656c_6d69_6772;
+
 /// Applies every pending migration to the database at `url`; returns how many ran.
+/// Processes of a scale-out start together: one migrates at a time (an advisory lock, held
+/// until this connection closes), and the others then find nothing pending.
 pub async fn run_migrations(url: &str) -> Result<usize, String> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || {
+        use diesel::RunQueryDsl;
         let mut conn =
             <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)
                 .map_err(|e| format!("cannot connect to the database: {e}"))?;
+        diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
+            .execute(&mut conn)
+            .map_err(|e| format!("cannot lock the database for migrating: {e}"))?;
         let applied = conn
             .run_pending_migrations(MIGRATIONS)
             .map_err(|e| format!("migration failed: {e}"))?;

@@ -48,6 +48,7 @@ mod relations;
 mod reports;
 mod room_summary;
 mod rooms;
+mod scale_out;
 mod search;
 mod shutdown_and_logs;
 mod sliding_sync;

@@ -301,7 +301,10 @@ pub async fn put_admin_route(
     if !admin && user_id == caller.0.user_id {
         return Err(Error::invalid_param("You may not demote yourself."));
     }
-    services.admin.set_admin(&user_id, admin).await?;
+    services
+        .admin
+        .set_admin(&services.users, &user_id, admin)
+        .await?;
     Ok(HttpResponse::Ok().json(json!({})))
 }
 

@@ -81,9 +81,14 @@ const CONTENT_SECURITY_POLICY: &str = "sandbox; default-src 'none'; script-src '
 
 /// Serves a stored file: range requests and conditional requests come from `NamedFile`.
 async fn serve(req: &HttpRequest, download: Download, name: Option<&str>) -> Result<HttpResponse> {
+    // A file missing on disk (a process of a scale-out not sharing the media directory, a
+    // database restored without its media) is not found, not a server failure.
     let file = NamedFile::open_async(&download.path)
         .await
-        .map_err(Error::internal)?;
+        .map_err(|err| match err.kind() {
+            std::io::ErrorKind::NotFound => Error::not_found("Media file not found"),
+            _ => Error::internal(err),
+        })?;
     let mime: mime::Mime = download
         .content_type
         .parse()

@@ -176,6 +176,7 @@ impl Admin {
                 if let Some(admin) = update.admin {
                     let conn = self.db.conn().await?;
                     store::set_admin(&conn, user_id.as_str(), admin).await?;
+                    users.forget_cached_sessions(user_id);
                 }
             }
         }
@@ -276,10 +277,12 @@ impl Admin {
     }
 
     /// Sets a local user's admin flag.
-    pub async fn set_admin(&self, user_id: &UserId, admin: bool) -> Result<()> {
+    pub async fn set_admin(&self, users: &Users, user_id: &UserId, admin: bool) -> Result<()> {
         self.ensure_local(user_id)?;
         let conn = self.db.conn().await?;
         if store::set_admin(&conn, user_id.as_str(), admin).await? {
+            // Cached token lookups carry the flag: a demoted admin loses it at once.
+            users.forget_cached_sessions(user_id);
             Ok(())
         } else {
             Err(Error::not_found("User not found"))

@@ -1,0 +1,743 @@
+//! Scale-out: two server processes, A and B, on one database and one data directory, as a
+//! deployment behind a load balancer runs them. What a client does through one process must be
+//! seen, promptly, by clients served by the other. (Other two-process tests: write_path,
+//! accounts, delayed_events, appservices, federation_sender, sliding_sync_extensions.)
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use serde_json::{json, Value};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
+
+use crate::support::{
+    client::{enc, timeline},
+    spawn_server_capturing_log, wait_until, Client, ExtraProcess, ServerOptions, TestDb,
+    TestServer,
+};
+
+/// A long-poll that is not woken parks this long: far beyond every "promptly" below.
+const LONG_POLL_MS: u64 = 30_000;
+/// What "promptly" means for a wake-up that crosses processes (NOTIFY is delivered at commit).
+const PROMPTLY: Duration = Duration::from_secs(5);
+
+/// The same client (same token and device) talking to another process.
+fn via(client: &Client, process: &ExtraProcess) -> Client {
+    let mut moved = client.clone();
+    moved.base = process.base_url.clone();
+    moved
+}
+
+/// Long-polls from `since` until `found` holds for a response, failing unless that happens
+/// within [`PROMPTLY`]: a wake-up that does not cross processes leaves the poll parked for
+/// [`LONG_POLL_MS`]. Returns the matching response.
+async fn sync_until(
+    client: &Client,
+    since: &str,
+    what: &str,
+    found: impl Fn(&Value) -> bool,
+) -> Value {
+    let started = Instant::now();
+    let mut since = since.to_owned();
+    loop {
+        let response = client.sync(Some(&since), LONG_POLL_MS, None).await;
+        assert!(
+            started.elapsed() < PROMPTLY,
+            "{what}: not seen within {PROMPTLY:?} (last response: {response})"
+        );
+        if found(&response) {
+            return response;
+        }
+        since = response["next_batch"].as_str().unwrap().to_owned();
+    }
+}
+
+fn next_batch(sync: &Value) -> String {
+    sync["next_batch"].as_str().expect("next_batch").to_owned()
+}
+
+fn bodies(events: &[&Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "m.room.message")
+        .map(|e| e["content"]["body"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Alice (served by A) and Bob (served by B) in one room alice created on A.
+struct TwoProcesses {
+    a: TestServer,
+    b: ExtraProcess,
+    alice: Client,
+    bob_on_b: Client,
+    room: String,
+}
+
+async fn two_processes(options: ServerOptions) -> TwoProcesses {
+    let a = TestServer::start_with(options).await;
+    let b = a.second_process().await;
+    let alice = a.register("alice").await;
+    let bob_on_b = via(&a.register("bob").await, &b);
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob_on_b.join(&room).await.ok();
+    TwoProcesses {
+        a,
+        b,
+        alice,
+        bob_on_b,
+        room,
+    }
+}
+
+#[tokio::test]
+async fn a_long_poll_parked_on_one_process_wakes_for_a_send_on_the_other_and_tokens_cross() {
+    let TwoProcesses {
+        a,
+        b,
+        alice,
+        bob_on_b,
+        room,
+    } = two_processes(ServerOptions::default()).await;
+    let initial = next_batch(&bob_on_b.sync(None, 0, None).await);
+    // A token from which a long-poll on B is seen to have read its positions (parked).
+    let since = a.long_poll_token(&bob_on_b, &initial).await;
+    let parked = {
+        let (bob, since) = (bob_on_b.clone(), since.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let response = bob.sync(Some(&since), LONG_POLL_MS, None).await;
+            (response, started.elapsed())
+        })
+    };
+    a.wait_until_long_polls_started(&[&bob_on_b]).await;
+    alice.send_text(&room, "m1", "from A").await.ok();
+    let (woken, waited) = parked.await.unwrap();
+    assert!(
+        waited < PROMPTLY,
+        "the long-poll on B waited {waited:?} for a send on A"
+    );
+    assert_eq!(bodies(&timeline(&woken, &room)), ["from A"], "{woken}");
+
+    // B's token used on A, and A's on B: nothing lost, nothing repeated.
+    let alice_on_b = via(&alice, &b);
+    let bob_on_a = {
+        let mut bob = bob_on_b.clone();
+        bob.base = a.base_url.clone();
+        bob
+    };
+    for (n, sender) in [&alice, &alice_on_b, &alice, &alice_on_b]
+        .iter()
+        .enumerate()
+    {
+        sender
+            .send_text(&room, &format!("x{n}"), &format!("x{n}"))
+            .await
+            .ok();
+    }
+    let on_a = bob_on_a.sync(Some(&next_batch(&woken)), 0, None).await;
+    assert_eq!(
+        bodies(&timeline(&on_a, &room)),
+        ["x0", "x1", "x2", "x3"],
+        "B's next_batch on A: {on_a}"
+    );
+    alice_on_b.send_text(&room, "y", "y").await.ok();
+    let on_b = bob_on_b.sync(Some(&next_batch(&on_a)), 0, None).await;
+    assert_eq!(
+        bodies(&timeline(&on_b, &room)),
+        ["y"],
+        "A's next_batch on B: {on_b}"
+    );
+    // And a long-poll on A from B's token wakes for a send on B.
+    let parked = {
+        let (bob, since) = (bob_on_a.clone(), next_batch(&on_b));
+        let room = room.clone();
+        tokio::spawn(async move {
+            sync_until(&bob, &since, "a send on B, on A", |s| {
+                !timeline(s, &room).is_empty()
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    alice_on_b.send_text(&room, "z", "z").await.ok();
+    let woken = parked.await.unwrap();
+    assert_eq!(bodies(&timeline(&woken, &room)), ["z"], "{woken}");
+}
+
+#[tokio::test]
+async fn typing_receipts_to_device_account_data_and_presence_set_on_one_process_reach_the_other() {
+    let TwoProcesses {
+        a,
+        b: _b,
+        alice,
+        bob_on_b,
+        room,
+    } = two_processes(ServerOptions::default()).await;
+    let bob_on_a = {
+        let mut bob = bob_on_b.clone();
+        bob.base = a.base_url.clone();
+        bob
+    };
+    let mut since = next_batch(&bob_on_b.sync(None, 0, None).await);
+
+    // Typing, held in memory by each process, set on A.
+    alice
+        .put(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/typing/{}",
+                enc(&room),
+                enc(&alice.user_id)
+            ),
+            json!({ "typing": true, "timeout": 30_000 }),
+        )
+        .await
+        .ok();
+    let seen = sync_until(&bob_on_b, &since, "alice typing (set on A) on B", |s| {
+        s["rooms"]["join"][&room]["ephemeral"]["events"]
+            .as_array()
+            .is_some_and(|events| {
+                events.iter().any(|e| {
+                    e["type"] == "m.typing"
+                        && e["content"]["user_ids"] == json!([alice.user_id.clone()])
+                })
+            })
+    })
+    .await;
+    since = next_batch(&seen);
+
+    // Two messages from alice make two unread notifications for bob, on B.
+    let mut last = String::new();
+    for n in 0..2 {
+        last = alice.send_text(&room, &format!("u{n}"), "ping").await.ok()["event_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    }
+    let seen = sync_until(&bob_on_b, &since, "two unread messages on B", |s| {
+        s["rooms"]["join"][&room]["unread_notifications"]["notification_count"] == 2
+    })
+    .await;
+    since = next_batch(&seen);
+    // Bob reads them on A (another of his clients behind the balancer): B's counts drop.
+    bob_on_a
+        .post(
+            &format!(
+                "/_matrix/client/v3/rooms/{}/receipt/m.read/{}",
+                enc(&room),
+                enc(&last)
+            ),
+            json!({}),
+        )
+        .await
+        .ok();
+    let seen = sync_until(&bob_on_b, &since, "the receipt sent on A on B", |s| {
+        let joined = &s["rooms"]["join"][&room];
+        joined["unread_notifications"]["notification_count"] == 0
+            && joined["ephemeral"]["events"]
+                .as_array()
+                .is_some_and(|events| events.iter().any(|e| e["type"] == "m.receipt"))
+    })
+    .await;
+    let receipt = seen["rooms"]["join"][&room]["ephemeral"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "m.receipt")
+        .unwrap();
+    assert!(
+        receipt["content"][&last]["m.read"][&bob_on_b.user_id].is_object(),
+        "{receipt}"
+    );
+    since = next_batch(&seen);
+
+    // A to-device message sent on A reaches bob's device, which syncs on B.
+    alice
+        .put(
+            "/_matrix/client/v3/sendToDevice/m.scale.test/t1",
+            json!({ "messages": { &bob_on_b.user_id: { &bob_on_b.device_id: { "n": 1 } } } }),
+        )
+        .await
+        .ok();
+    let seen = sync_until(&bob_on_b, &since, "alice's to-device message on B", |s| {
+        s["to_device"]["events"]
+            .as_array()
+            .is_some_and(|events| events.iter().any(|e| e["type"] == "m.scale.test"))
+    })
+    .await;
+    let message = seen["to_device"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "m.scale.test")
+        .unwrap();
+    assert_eq!(message["sender"], alice.user_id.as_str());
+    assert_eq!(message["content"]["n"], 1);
+    since = next_batch(&seen);
+
+    // Account data bob sets through A appears in his sync on B.
+    bob_on_a
+        .put(
+            &format!(
+                "/_matrix/client/v3/user/{}/account_data/org.example.scale",
+                enc(&bob_on_a.user_id)
+            ),
+            json!({ "set": "on A" }),
+        )
+        .await
+        .ok();
+    let seen = sync_until(&bob_on_b, &since, "account data set on A on B", |s| {
+        s["account_data"]["events"]
+            .as_array()
+            .is_some_and(|events| {
+                events
+                    .iter()
+                    .any(|e| e["type"] == "org.example.scale" && e["content"]["set"] == "on A")
+            })
+    })
+    .await;
+    since = next_batch(&seen);
+
+    // Presence alice sets on A (kept in PostgreSQL) reaches bob on B.
+    alice
+        .put(
+            &format!("/_matrix/client/v3/presence/{}/status", enc(&alice.user_id)),
+            json!({ "presence": "unavailable", "status_msg": "away on A" }),
+        )
+        .await
+        .ok();
+    sync_until(&bob_on_b, &since, "alice's presence set on A on B", |s| {
+        s["presence"]["events"].as_array().is_some_and(|events| {
+            events.iter().any(|e| {
+                e["sender"] == alice.user_id.as_str()
+                    && e["content"]["presence"] == "unavailable"
+                    && e["content"]["status_msg"] == "away on A"
+            })
+        })
+    })
+    .await;
+}
+
+/// A push gateway on loopback that records every notification it is sent.
+async fn gateway() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://{}/_matrix/push/v1/notify",
+        listener.local_addr().unwrap()
+    );
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let seen = received.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let body = read_body(&mut socket).await;
+                seen.lock().unwrap().push(body);
+                let answer = r#"{"rejected":[]}"#;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    (url, received)
+}
+
+async fn read_body(socket: &mut tokio::net::TcpStream) -> Value {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return Value::Null;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while buffer.len() < end + 4 + length {
+            let n = socket.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            buffer.extend_from_slice(&chunk[..n]);
+        }
+        return serde_json::from_slice(&buffer[end + 4..]).unwrap_or(Value::Null);
+    }
+}
+
+#[tokio::test]
+async fn a_push_gateway_gets_each_notification_once_with_both_processes_running() {
+    let TwoProcesses {
+        a: _a,
+        b,
+        alice,
+        bob_on_b,
+        room,
+    } = two_processes(ServerOptions::default().env("MYELIN_OUTBOUND_ALLOW", "127.0.0.1/32")).await;
+    let (url, received) = gateway().await;
+    // The pusher is set through B; alice sends through both.
+    bob_on_b
+        .post(
+            "/_matrix/client/v3/pushers/set",
+            json!({
+                "pushkey": "key-1",
+                "kind": "http",
+                "app_id": "org.example.app",
+                "app_display_name": "Example",
+                "device_display_name": "Phone",
+                "lang": "en",
+                "data": { "url": url },
+            }),
+        )
+        .await
+        .ok();
+    let alice_on_b = via(&alice, &b);
+    let mut sent = Vec::new();
+    for n in 0..10 {
+        let sender = if n % 2 == 0 { &alice } else { &alice_on_b };
+        let event = sender
+            .send_text(&room, &format!("p{n}"), &format!("push {n}"))
+            .await
+            .ok()["event_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        sent.push(event);
+    }
+    wait_until(
+        "the gateway got a notification per message",
+        Duration::from_secs(20),
+        || async { received.lock().unwrap().len() >= sent.len() },
+    )
+    .await;
+    // Both processes had time to push (again) if both were pushing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut pushed: Vec<String> = received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            n["notification"]["event_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    pushed.sort();
+    let mut expected = sent.clone();
+    expected.sort();
+    assert_eq!(pushed, expected, "each event pushed exactly once");
+}
+
+#[tokio::test]
+async fn a_token_from_one_process_works_on_the_other_until_logged_out_there() {
+    let a = TestServer::start().await;
+    let b = a.second_process().await;
+    a.register("carol").await;
+    // A second device: logged in on A, used on both (each process caches it).
+    let carol_on_a = a.client().login("carol", "password").await;
+    let carol_on_b = via(&carol_on_a, &b);
+    for client in [&carol_on_a, &carol_on_b] {
+        let whoami = client.get("/_matrix/client/v3/account/whoami").await.ok();
+        assert_eq!(whoami["user_id"], carol_on_a.user_id.as_str());
+        assert_eq!(whoami["device_id"], carol_on_a.device_id.as_str());
+    }
+    // Logged out through B: A, which has the token cached, refuses it at once (not after its
+    // cache's 10 s lifetime).
+    carol_on_b
+        .post("/_matrix/client/v3/logout", json!({}))
+        .await
+        .ok();
+    let started = Instant::now();
+    loop {
+        let response = carol_on_a.get("/_matrix/client/v3/account/whoami").await;
+        if response.status == 401 {
+            response.assert_error(401, "M_UNKNOWN_TOKEN");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "A still accepts a token logged out on B"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    carol_on_b
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .assert_error(401, "M_UNKNOWN_TOKEN");
+
+    // logout/all on A ends every device's token on B too.
+    let phone_on_b = via(&a.client().login("carol", "password").await, &b);
+    let laptop_on_a = a.client().login("carol", "password").await;
+    phone_on_b
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .ok();
+    laptop_on_a
+        .post("/_matrix/client/v3/logout/all", json!({}))
+        .await
+        .ok();
+    let started = Instant::now();
+    while phone_on_b
+        .get("/_matrix/client/v3/account/whoami")
+        .await
+        .status
+        != 401
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "B still accepts a token after logout/all on A"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_room_created_on_one_process_and_written_on_both_reads_in_one_order_on_either() {
+    let a = TestServer::start().await;
+    let b = a.second_process().await;
+    let alice = a.register("alice").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    let bob_on_b = via(&a.register("bob").await, &b);
+    bob_on_b.join(&room).await.ok();
+    let alice_on_b = via(&alice, &b);
+    let bob_on_a = {
+        let mut bob = bob_on_b.clone();
+        bob.base = a.base_url.clone();
+        bob
+    };
+    // Interleaved and concurrent sends through both processes.
+    let mut tasks = Vec::new();
+    for (name, client) in [
+        ("alice-a", alice.clone()),
+        ("alice-b", alice_on_b.clone()),
+        ("bob-a", bob_on_a.clone()),
+        ("bob-b", bob_on_b.clone()),
+    ] {
+        let room = room.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..8 {
+                client
+                    .send_text(&room, &format!("{name}-{n}"), &format!("{name}-{n}"))
+                    .await
+                    .ok();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let ids = |events: Vec<Value>| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| e["event_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let on_a = ids(alice.page_back(&room, None, None, 7).await);
+    let on_b = ids(bob_on_b.page_back(&room, None, None, 5).await);
+    assert_eq!(on_a, on_b, "/messages differs between the processes");
+    let messages = alice
+        .page_back(&room, None, None, 100)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == "m.room.message")
+        .count();
+    assert_eq!(messages, 32);
+    // A sync on B shows the same order as /messages on A.
+    let synced = bob_on_b
+        .sync(None, 0, Some(r#"{"room":{"timeline":{"limit":100}}}"#))
+        .await;
+    let synced: Vec<String> = timeline(&synced, &room)
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        synced.len() >= 32 && on_a.ends_with(&synced),
+        "the sync timeline on B is not /messages' order on A: {synced:?} vs {on_a:?}"
+    );
+}
+
+#[tokio::test]
+async fn media_uploaded_through_one_process_downloads_and_thumbnails_through_the_other() {
+    let a = TestServer::start().await;
+    let b = a.second_process().await;
+    let alice = a.register("alice").await;
+    let alice_on_b = via(&alice, &b);
+    let bytes = crate::media::png(64, 48);
+    let uri = crate::media::upload(&alice, bytes.clone(), "image/png", "pic.png").await
+        ["content_uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = uri.strip_prefix("mxc://").unwrap();
+    let download = crate::media::send(
+        &alice_on_b,
+        reqwest::Method::GET,
+        &format!("/_matrix/client/v1/media/download/{path}"),
+        Vec::new(),
+        &[],
+    )
+    .await;
+    assert_eq!(download.status(), reqwest::StatusCode::OK);
+    assert_eq!(download.bytes().await.unwrap().as_ref(), bytes.as_slice());
+    let thumbnail = crate::media::send(
+        &alice_on_b,
+        reqwest::Method::GET,
+        &format!("/_matrix/client/v1/media/thumbnail/{path}?width=32&height=32&method=crop"),
+        Vec::new(),
+        &[],
+    )
+    .await;
+    assert_eq!(thumbnail.status(), reqwest::StatusCode::OK);
+    let image = image::load_from_memory(&thumbnail.bytes().await.unwrap()).unwrap();
+    assert_eq!((image.width(), image.height()), (32, 32));
+
+    // What a process not sharing the media directory sees: the file missing on disk is a
+    // 404, not a server error.
+    let sha256: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let stored = a
+        .data_dir()
+        .join("media")
+        .join(&sha256[..2])
+        .join(&sha256[2..4])
+        .join(&sha256);
+    std::fs::remove_file(&stored).expect("the upload is stored under the shared media directory");
+    let missing = crate::media::send(
+        &alice_on_b,
+        reqwest::Method::GET,
+        &format!("/_matrix/client/v1/media/download/{path}"),
+        Vec::new(),
+        &[],
+    )
+    .await;
+    assert_eq!(missing.status(), reqwest::StatusCode::NOT_FOUND);
+    let body: Value = missing.json().await.unwrap();
+    assert_eq!(body["errcode"], "M_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn rate_limits_are_counted_per_process() {
+    let a = TestServer::start_with(ServerOptions::default().env("MYELIN_RATE_LIMITS", "on")).await;
+    let b = a.second_process().await;
+    let on_a = a.client();
+    let mut limited = false;
+    for _ in 0..10 {
+        let response = on_a.login_response("nobody", "wrong").await;
+        if response.status == 429 {
+            response.assert_error(429, "M_LIMIT_EXCEEDED");
+            limited = true;
+            break;
+        }
+    }
+    assert!(limited, "A never rate limited the logins");
+    // B keeps its own buckets: the same address is not limited there (yet).
+    Client::new(&b.base_url)
+        .login_response("nobody", "wrong")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+}
+
+#[tokio::test]
+async fn an_admin_demoted_through_one_process_loses_admin_rights_on_the_other_at_once() {
+    let a = TestServer::start().await;
+    let b = a.second_process().await;
+    let root = a.create_admin("root", "password").await;
+    let deputy_on_b = via(&a.create_admin("deputy", "password").await, &b);
+    // B caches the deputy's token lookup, admin flag included.
+    deputy_on_b
+        .get("/_synapse/admin/v2/users?limit=1")
+        .await
+        .ok();
+    root.put(
+        &format!(
+            "/_synapse/admin/v1/users/{}/admin",
+            enc(&deputy_on_b.user_id)
+        ),
+        json!({ "admin": false }),
+    )
+    .await
+    .ok();
+    let started = Instant::now();
+    loop {
+        let response = deputy_on_b.get("/_synapse/admin/v2/users?limit=1").await;
+        if response.status == 403 {
+            response.assert_error(403, "M_FORBIDDEN");
+            break;
+        }
+        // Well under the token cache's 10 s lifetime: the change must have been announced.
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "B still treats a demoted admin as an admin"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A deployment starts its processes together, on a new database or after an upgrade: each
+/// migrates at start, and they must not trip over each other doing it.
+#[tokio::test]
+async fn two_processes_started_together_on_an_empty_database_both_migrate_and_serve() {
+    let db = TestDb::empty().await;
+    let options = ServerOptions::default();
+    let ((mut first, first_url), (mut second, second_url)) = tokio::join!(
+        spawn_server_capturing_log(&db, &options),
+        spawn_server_capturing_log(&db, &options)
+    );
+    // Both listen before migrating; both must get to ready (a failed migration exits).
+    let ready = |base: String| async move {
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    };
+    let outcome = async {
+        for (child, base) in [(&mut first, &first_url), (&mut second, &second_url)] {
+            let deadline = Instant::now() + Duration::from_secs(90);
+            loop {
+                if ready(base.clone()).await {
+                    break;
+                }
+                if let Some(status) = child.try_wait().unwrap() {
+                    let mut log = String::new();
+                    if let Some(mut stderr) = child.stderr.take() {
+                        std::io::Read::read_to_string(&mut stderr, &mut log).ok();
+                    }
+                    return Err(format!("a process exited ({status}) while starting: {log}"));
+                }
+                if Instant::now() > deadline {
+                    return Err("a process never became ready".to_owned());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        // Both serve the same, fully migrated database.
+        let alice = Client::new(&first_url).register("alice", "password").await;
+        let mut alice_on_second = alice.clone();
+        alice_on_second.base = second_url.clone();
+        alice_on_second.create_room(json!({})).await;
+        Ok(())
+    }
+    .await;
+    for child in [&mut first, &mut second] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    outcome.unwrap();
+}
