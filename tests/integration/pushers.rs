@@ -24,7 +24,7 @@ async fn server_reaching_loopback() -> TestServer {
 
 /// How a test gateway behaves.
 #[derive(Clone, Copy)]
-enum Behaviour {
+pub(crate) enum Behaviour {
     /// Answer 500 to the first N requests, then accept.
     FailFirst(usize),
     /// Never answer.
@@ -38,14 +38,15 @@ enum Behaviour {
 }
 
 /// A minimal push gateway: records every notification it is sent.
-struct Gateway {
-    url: String,
-    received: Arc<Mutex<Vec<Value>>>,
+/// A push gateway on loopback that records what it accepts (also used by `scale_out`).
+pub(crate) struct Gateway {
+    pub(crate) url: String,
+    pub(crate) received: Arc<Mutex<Vec<Value>>>,
     requests: Arc<AtomicUsize>,
 }
 
 impl Gateway {
-    async fn start(behaviour: Behaviour) -> Gateway {
+    pub(crate) async fn start(behaviour: Behaviour) -> Gateway {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!(
             "http://{}/_matrix/push/v1/notify",

@@ -3,17 +3,11 @@
 //! seen, promptly, by clients served by the other. (Other two-process tests: write_path,
 //! accounts, delayed_events, appservices, federation_sender, sliding_sync_extensions.)
 
-use std::{
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpListener,
-};
 
+use crate::pushers::{Behaviour, Gateway};
 use crate::support::{
     client::{enc, timeline},
     spawn_server_capturing_log, wait_until, Client, ExtraProcess, ServerOptions, TestDb,
@@ -321,62 +315,6 @@ async fn typing_receipts_to_device_account_data_and_presence_set_on_one_process_
     .await;
 }
 
-/// A push gateway on loopback that records every notification it is sent.
-async fn gateway() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!(
-        "http://{}/_matrix/push/v1/notify",
-        listener.local_addr().unwrap()
-    );
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let seen = received.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let body = read_body(&mut socket).await;
-                seen.lock().unwrap().push(body);
-                let answer = r#"{"rejected":[]}"#;
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                    answer.len()
-                );
-                let _ = socket.write_all(response.as_bytes()).await;
-            });
-        }
-    });
-    (url, received)
-}
-
-async fn read_body(socket: &mut tokio::net::TcpStream) -> Value {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = socket.read(&mut chunk).await.unwrap_or(0);
-        if n == 0 {
-            return Value::Null;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        while buffer.len() < end + 4 + length {
-            let n = socket.read(&mut chunk).await.unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            buffer.extend_from_slice(&chunk[..n]);
-        }
-        return serde_json::from_slice(&buffer[end + 4..]).unwrap_or(Value::Null);
-    }
-}
-
 #[tokio::test]
 async fn a_push_gateway_gets_each_notification_once_with_both_processes_running() {
     let TwoProcesses {
@@ -386,7 +324,9 @@ async fn a_push_gateway_gets_each_notification_once_with_both_processes_running(
         bob_on_b,
         room,
     } = two_processes(ServerOptions::default().env("MYELIN_OUTBOUND_ALLOW", "127.0.0.1/32")).await;
-    let (url, received) = gateway().await;
+    // Accepts every notification from the start, and records it.
+    let gateway = Gateway::start(Behaviour::FailFirst(0)).await;
+    let (url, received) = (gateway.url.clone(), gateway.received.clone());
     // The pusher is set through B; alice sends through both.
     bob_on_b
         .post(
