@@ -138,12 +138,6 @@ impl Services {
         ));
         let appservices =
             appservice::Appservices::new(db.clone(), outbound.clone(), &config.appservices);
-        let appservice_sender = appservice::sender::AppserviceSender::new(
-            db.clone(),
-            outbound.clone(),
-            notifier.clone(),
-            appservices.all(),
-        );
         let push_sender =
             push_sender::PushSender::new(db.clone(), outbound.clone(), notifier.push_wake.clone());
         let rate_limit = Arc::new(rate_limit::RateLimiter::new(&config));
@@ -158,6 +152,13 @@ impl Services {
             db.clone(),
             config.presence_enabled,
             federation_sender.clone(),
+        );
+        let appservice_sender = appservice::sender::AppserviceSender::new(
+            db.clone(),
+            outbound.clone(),
+            notifier.clone(),
+            presence.clone(),
+            appservices.all(),
         );
         let federation_client = federation.client.clone();
         let media_fetcher = federation.client.clone();

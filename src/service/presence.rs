@@ -71,6 +71,11 @@ fn content(row: &PresenceRow, now: i64) -> Value {
     content
 }
 
+/// The `m.presence` event of a row as of `now`, as `/sync` and appservice transactions carry it.
+fn event(row: &PresenceRow, now: i64) -> Value {
+    json!({ "type": "m.presence", "sender": row.user_id, "content": content(row, now) })
+}
+
 impl Presence {
     /// Creates the service (`enabled: false` accepts updates and shares nothing).
     pub fn new(db: Db, enabled: bool, federation: Arc<Sender>) -> Arc<Self> {
@@ -212,7 +217,26 @@ impl Presence {
         Ok(store::get_presence_changed_for(conn, user_id, after, up_to)
             .await?
             .iter()
-            .map(|row| json!({ "type": "m.presence", "sender": row.user_id, "content": content(row, now) }))
+            .map(|row| event(row, now))
+            .collect())
+    }
+
+    /// `m.presence` events of every user whose presence changed in `(after, up_to]`, oldest
+    /// first, for the appservices to pick from; none while presence is off.
+    pub async fn events_between(
+        &self,
+        conn: &AsyncPgConnection,
+        after: i64,
+        up_to: i64,
+    ) -> Result<Vec<Value>> {
+        if !self.enabled || after >= up_to {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        Ok(store::get_presence_changed(conn, after, up_to)
+            .await?
+            .iter()
+            .map(|row| event(row, now))
             .collect())
     }
 

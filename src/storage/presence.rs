@@ -117,6 +117,21 @@ pub async fn get_silent_users(
         .await
 }
 
+/// Every presence change in `(after, up_to]`, oldest first.
+pub async fn get_presence_changed(
+    mut conn: &AsyncPgConnection,
+    after: i64,
+    up_to: i64,
+) -> QueryResult<Vec<PresenceRow>> {
+    presence::table
+        .filter(presence::stream_ordering.gt(after))
+        .filter(presence::stream_ordering.le(up_to))
+        .order(presence::stream_ordering)
+        .select(PresenceRow::as_select())
+        .load(&mut conn)
+        .await
+}
+
 /// Presence changes in `(after, up_to]` of the user and of everyone sharing a joined room
 /// with them.
 pub async fn get_presence_changed_for(

@@ -10,6 +10,7 @@ mod admin_rooms;
 mod admin_users;
 mod api_spec;
 mod appservice_e2ee;
+mod appservice_presence;
 mod appservice_thirdparty;
 mod appservices;
 mod client_lookups;

@@ -1,5 +1,6 @@
 //! The ephemeral events of an appservice's transactions (`receive_ephemeral`, MSC2409):
-//! typing and public read receipts in the rooms that interest it.
+//! typing and public read receipts in the rooms that interest it, and the presence of the users
+//! that interest it (see [`RoomInterest::presence`]), rendered as `/sync` renders it.
 //!
 //! What it has been sent is kept in memory, per appservice: ephemeral events are not replayed.
 //! A process that starts leading sends what happens from then on, and what happens while an
@@ -16,7 +17,7 @@ use serde_json::{json, Value};
 use super::{interest::RoomInterest, Registration};
 use crate::{
     error::Result,
-    service::{notifier::Notifier, rooms::receipts::receipt_events},
+    service::{notifier::Notifier, presence::Presence, rooms::receipts::receipt_events},
     storage::{receipts as receipts_store, streams},
 };
 
@@ -26,19 +27,23 @@ struct Sent {
     typing: i64,
     /// Unknown until the first look (the receipt stream is read from the database).
     receipts: Option<i64>,
+    /// Likewise for the presence stream.
+    presence: Option<i64>,
 }
 
 /// Ephemeral events for the appservices, in the sending process.
 pub struct Ephemeral {
     notifier: Arc<Notifier>,
+    presence: Arc<Presence>,
     sent: Mutex<HashMap<String, Sent>>,
 }
 
 impl Ephemeral {
     /// Starts every appservice at the current positions.
-    pub fn new(notifier: Arc<Notifier>) -> Self {
+    pub fn new(notifier: Arc<Notifier>, presence: Arc<Presence>) -> Self {
         Ephemeral {
             notifier,
+            presence,
             sent: Mutex::default(),
         }
     }
@@ -53,6 +58,7 @@ impl Ephemeral {
             .or_insert(Sent {
                 typing,
                 receipts: None,
+                presence: None,
             })
     }
 
@@ -64,7 +70,8 @@ impl Ephemeral {
     }
 
     /// The `m.typing` and `m.receipt` events (each with its `room_id`) of the rooms that
-    /// interest the appservice since it was last sent them; none unless it asked for them.
+    /// interest the appservice and the `m.presence` events of the users that interest it,
+    /// since it was last sent them; none unless it asked for them.
     pub async fn collect(
         &self,
         conn: &AsyncPgConnection,
@@ -78,6 +85,7 @@ impl Ephemeral {
         let typing = &self.notifier.typing;
         let typing_now = typing.position();
         let receipts_now = streams::persisted(conn, streams::RECEIPTS).await?;
+        let presence_now = streams::persisted(conn, streams::PRESENCE).await?;
         let mut events = Vec::new();
         if sent.typing < typing_now {
             let mut rooms = Vec::new();
@@ -107,11 +115,24 @@ impl Ephemeral {
                 }
             }
         }
+        if let Some(after) = sent.presence {
+            for event in self
+                .presence
+                .events_between(conn, after, presence_now)
+                .await?
+            {
+                let sender = event["sender"].as_str().unwrap_or_default();
+                if interest.presence(conn, sender).await? {
+                    events.push(event);
+                }
+            }
+        }
         self.set_sent(
             &registration.id,
             Sent {
                 typing: typing_now,
                 receipts: Some(receipts_now),
+                presence: Some(presence_now),
             },
         );
         Ok(events)
@@ -120,11 +141,13 @@ impl Ephemeral {
     /// Forgets what happened so far for an appservice that is failing: it is not replayed.
     pub async fn drop_pending(&self, conn: &AsyncPgConnection, appservice_id: &str) -> Result<()> {
         let receipts = streams::persisted(conn, streams::RECEIPTS).await?;
+        let presence = streams::persisted(conn, streams::PRESENCE).await?;
         self.set_sent(
             appservice_id,
             Sent {
                 typing: self.notifier.typing.position(),
                 receipts: Some(receipts),
+                presence: Some(presence),
             },
         );
         Ok(())

@@ -5,6 +5,9 @@
 //! - the room is in its rooms namespace, or one of the room's aliases in its aliases namespace;
 //! - a member of the room, joined or invited, is in its users namespace.
 //!
+//! A user's presence interests it when the user is in its users namespace or joined to a room
+//! that interests it (Synapse's `is_interested_in_presence`).
+//!
 //! Room membership is the room's current one, looked up once per room per batch, so an event
 //! a little older than the bot's join may be sent too; bridges ignore what they do not need.
 
@@ -50,6 +53,19 @@ impl<'a> RoomInterest<'a> {
                 .any(|alias| registration.matches_alias(alias, false));
         self.rooms.insert(room_id.to_owned(), interested);
         Ok(interested)
+    }
+
+    /// Whether the appservice is sent the presence of `user_id`.
+    pub async fn presence(&mut self, conn: &AsyncPgConnection, user_id: &str) -> Result<bool> {
+        if self.registration.is_interested_in_user(user_id) {
+            return Ok(true);
+        }
+        for room_id in rooms_store::get_rooms_for_user(conn, user_id, "join").await? {
+            if self.room(conn, &room_id).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Whether `event` is sent to the appservice.

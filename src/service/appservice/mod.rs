@@ -5,9 +5,9 @@
 //! - This module: the registry, identity assertion (`?user_id=`, `?device_id=`), the
 //!   exclusive-namespace checks other services call, and the ping.
 //! - [`sender`]: transactions to each appservice, exactly once and in order.
-//! - [`interest`]: which events an appservice is sent; [`ephemeral`]: typing and receipts;
-//!   [`to_device`]: to-device messages (MSC2409/MSC4203); [`e2ee`]: device lists and key
-//!   counts (MSC3202).
+//! - [`interest`]: which events an appservice is sent; [`ephemeral`]: typing, receipts and
+//!   presence; [`to_device`]: to-device messages (MSC2409/MSC4203); [`e2ee`]: device lists
+//!   and key counts (MSC3202).
 //! - [`thirdparty`]: the `/thirdparty` lookups, answered by the appservices' protocols.
 
 pub mod e2ee;

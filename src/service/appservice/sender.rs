@@ -16,7 +16,7 @@
 //!   being written.
 //! - A failure backs the appservice off (doubling from 2 s up to 512 s, as Synapse), stored
 //!   in PostgreSQL. A successful ping ([`AppserviceSender::appservice_is_up`]) ends it.
-//! - Ephemeral events (typing, receipts: [`super::ephemeral`]) are not replayed: those that
+//! - Ephemeral events (typing, receipts, presence: [`super::ephemeral`]) are not replayed: those that
 //!   happen while an appservice is failing are dropped, as Synapse does. To-device messages
 //!   and device-list changes are not: their cursors wait.
 
@@ -44,6 +44,7 @@ use crate::{
         federation::sender::backoff,
         notifier::{Notifier, APPSERVICE_CHANNEL},
         outbound::Outbound,
+        presence::Presence,
         rooms::pdu,
         rooms::writer::rules_for,
         sending::Consumers,
@@ -95,6 +96,7 @@ impl AppserviceSender {
         db: Db,
         http: Arc<Outbound>,
         notifier: Arc<Notifier>,
+        presence: Arc<Presence>,
         registrations: &[Arc<Registration>],
     ) -> Arc<Self> {
         let registrations: Vec<Arc<Registration>> = registrations
@@ -106,10 +108,9 @@ impl AppserviceSender {
             wake: notifier.appservice_wake.clone(),
             db,
             http,
-
             registrations,
             consumers: Consumers::default(),
-            ephemeral: Ephemeral::new(notifier.clone()),
+            ephemeral: Ephemeral::new(notifier.clone(), presence),
         })
     }
 

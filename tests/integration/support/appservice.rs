@@ -61,6 +61,8 @@ pub struct FakeRegistration<'a> {
     pub prefix: &'a str,
     /// Whether they are exclusive.
     pub exclusive: bool,
+    /// Whether it asks for ephemeral events (`receive_ephemeral`).
+    pub receive_ephemeral: bool,
     /// More top-level YAML lines (`org.matrix.msc3202: true`, `protocols: [irc]`, ...).
     pub extra: &'a str,
 }
@@ -71,6 +73,7 @@ impl Default for FakeRegistration<'_> {
             id: "echo",
             prefix: "echo_",
             exclusive: true,
+            receive_ephemeral: true,
             extra: "",
         }
     }
@@ -94,7 +97,7 @@ impl FakeAppservice {
         Self::start_with(server_name, FakeRegistration::default()).await
     }
 
-    /// Starts one with the registration `setup` describes (ephemeral events on).
+    /// Starts one with the registration `setup` describes.
     pub async fn start_with(server_name: &str, setup: FakeRegistration<'_>) -> FakeAppservice {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -146,11 +149,12 @@ impl FakeAppservice {
             id,
             prefix,
             exclusive,
+            receive_ephemeral,
             extra,
         } = setup;
         let yaml = format!(
             "id: {id}\nurl: {url}\nas_token: {as_token}\nhs_token: {hs_token}\n\
-             sender_localpart: {id}bot\nrate_limited: false\nreceive_ephemeral: true\n\
+             sender_localpart: {id}bot\nrate_limited: false\nreceive_ephemeral: {receive_ephemeral}\n\
              namespaces:\n  users:\n    - regex: '@{prefix}.*:{escaped}'\n      exclusive: {exclusive}\n\
              \x20 aliases:\n    - regex: '#{prefix}.*:{escaped}'\n      exclusive: {exclusive}\n{extra}\n"
         );
