@@ -213,6 +213,39 @@ async fn protocols_are_merged_and_lookups_forwarded_to_their_appservices() {
 }
 
 #[tokio::test]
+async fn a_failed_protocol_lookup_is_not_asked_again_at_once() {
+    let irc = FakeAppservice::start_with(
+        server_name(),
+        FakeRegistration {
+            id: "irc",
+            prefix: "irc_",
+            extra: "protocols: [irc]",
+            ..FakeRegistration::default()
+        },
+    )
+    .await;
+    irc.answer(500);
+    let server = server_with(&irc).await;
+    let alice = server.register("alice").await;
+    for _ in 0..2 {
+        let protocols = alice
+            .get("/_matrix/client/v3/thirdparty/protocols")
+            .await
+            .ok();
+        assert_eq!(protocols, json!({}));
+    }
+    alice
+        .get("/_matrix/client/v3/thirdparty/protocol/irc")
+        .await
+        .assert_error(404, "M_NOT_FOUND");
+    assert_eq!(
+        queries_for(&irc, "/_matrix/app/v1/thirdparty/protocol/irc").len(),
+        1,
+        "the failed lookup was repeated"
+    );
+}
+
+#[tokio::test]
 async fn without_appservices_there_are_no_protocols() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;

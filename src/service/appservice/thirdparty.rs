@@ -1,7 +1,8 @@
 //! Third-party lookups (`/_matrix/client/v3/thirdparty/*`), answered by the appservices, as
 //! Synapse answers them:
 //! - the protocols are those the registrations list (`protocols`); each one's metadata is the
-//!   appservice's `GET /_matrix/app/v1/thirdparty/protocol/{protocol}` (kept for an hour),
+//!   appservice's `GET /_matrix/app/v1/thirdparty/protocol/{protocol}` (kept for an hour; a
+//!   failure for a minute, so an appservice that is down does not hold up every client),
 //!   each instance with a `network_id` given the `instance_id` `{appservice id}|{network_id}`;
 //!   when several appservices serve a protocol, the first's metadata with everyone's
 //!   instances;
@@ -29,6 +30,9 @@ use crate::error::{Error, Result};
 
 /// How long a protocol's metadata is reused (Synapse's cache lasts as long).
 const PROTOCOL_TTL: Duration = Duration::from_secs(3600);
+/// How long a failed metadata lookup is remembered. Synapse remembers it as long as an
+/// answer; shorter here, so a bridge that comes up is seen soon.
+const FAILED_PROTOCOL_TTL: Duration = Duration::from_secs(60);
 
 /// What a lookup looks for.
 #[derive(Debug, Clone, Copy)]
@@ -57,8 +61,9 @@ impl ThirdPartyKind {
     }
 }
 
-/// Protocol metadata fetched lately: `(appservice id, protocol)` -> when, and what.
-type ProtocolMap = BTreeMap<(String, String), (Instant, Value)>;
+/// Protocol metadata fetched lately: `(appservice id, protocol)` -> when, and what (`None`
+/// when the lookup failed).
+type ProtocolMap = BTreeMap<(String, String), (Instant, Option<Value>)>;
 /// [`ProtocolMap`], shared.
 pub(super) type ProtocolCache = Mutex<ProtocolMap>;
 
@@ -205,10 +210,26 @@ impl Appservices {
     ) -> Option<Value> {
         let key = (registration.id.clone(), protocol.to_owned());
         if let Some((at, metadata)) = self.protocol_cache().get(&key) {
-            if at.elapsed() < PROTOCOL_TTL {
-                return Some(metadata.clone());
+            let ttl = match metadata {
+                Some(_) => PROTOCOL_TTL,
+                None => FAILED_PROTOCOL_TTL,
+            };
+            if at.elapsed() < ttl {
+                return metadata.clone();
             }
         }
+        let metadata = self.fetch_protocol_metadata(registration, protocol).await;
+        self.protocol_cache()
+            .insert(key, (Instant::now(), metadata.clone()));
+        metadata
+    }
+
+    /// [`Self::protocol_metadata`], asked of the appservice.
+    async fn fetch_protocol_metadata(
+        &self,
+        registration: &Registration,
+        protocol: &str,
+    ) -> Option<Value> {
         let path = format!("thirdparty/protocol/{}", encode(protocol));
         let mut metadata = self.get_json(registration, &path, &[]).await?;
         let Some(instances) = metadata.get_mut("instances").and_then(Value::as_array_mut) else {
@@ -221,8 +242,6 @@ impl Appservices {
                 instance.insert("instance_id".into(), Value::from(instance_id));
             }
         }
-        self.protocol_cache()
-            .insert(key, (Instant::now(), metadata.clone()));
         Some(metadata)
     }
 
