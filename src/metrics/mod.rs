@@ -141,6 +141,16 @@ pub struct CacheLabels {
     pub result: &'static str,
 }
 
+/// Where a persisted event came from.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventOrigin {
+    /// `client` (written here for a client's request, appservices' and admins' included),
+    /// `server` (written here on a user's behalf: a deactivation's leaves, a delayed event) or
+    /// `federation` (another server's: received PDUs and backfill, an invite from another
+    /// server, our users' joins and leaves made through a resident server).
+    pub origin: &'static str,
+}
+
 /// What happened to one unit of work.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Outcome {
@@ -168,6 +178,8 @@ pub struct Metrics {
     pub send_requests: Family<SendLabels, Counter>,
     /// Arrival to event committed, for sends that created an event.
     pub send_ack: HistogramFamily<Kind>,
+    /// Events stored, by where they came from (counted once committed).
+    pub events_persisted: Family<EventOrigin, Counter>,
     /// Syncs by protocol and kind.
     pub sync_requests: Family<SyncLabels, Counter>,
     /// Time computing responses (all computations of one request), excluding the wait.
@@ -251,6 +263,11 @@ impl Metrics {
                 "myelin_send_ack_seconds",
                 "Send start to event committed, for sends that created an event",
                 latency_histograms()
+            ),
+            events_persisted: reg!(
+                "myelin_events_persisted",
+                "Events stored in a room's stream (outliers aside), once committed, by origin",
+                Family::default()
             ),
             sync_requests: reg!(
                 "myelin_sync_requests",
@@ -384,6 +401,9 @@ impl Metrics {
             }
             let _ = self.sync_wait.get_or_create(&ApiLabel { api });
         }
+        for origin in ["client", "server", "federation"] {
+            let _ = self.events_persisted.get_or_create(&EventOrigin { origin });
+        }
         for kind in ["typing", "presence"] {
             let _ = self.shed.get_or_create(&Kind { kind });
         }
@@ -471,6 +491,15 @@ impl Metrics {
         self.cache_requests
             .get_or_create(&CacheLabels { cache, result })
             .inc();
+    }
+
+    /// Counts events stored by a committed transaction.
+    pub fn events_persisted(&self, origin: &'static str, count: u64) {
+        if count > 0 {
+            self.events_persisted
+                .get_or_create(&EventOrigin { origin })
+                .inc_by(count);
+        }
     }
 
     /// Counts one thing by a single-valued label family.

@@ -358,3 +358,130 @@ async fn the_consistency_sampler_counts_a_corrupted_unread_count() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn persisted_events_are_counted_once_each_by_origin() {
+    let server = metrics_server(ServerOptions::default()).await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let client = [("origin", "client")];
+    let by_server = [("origin", "server")];
+    let persisted = "myelin_events_persisted_total";
+
+    // One request, several events: each is counted.
+    let before = scrape(&server).await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    let state = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state",
+            crate::support::client::enc(&room)
+        ))
+        .await
+        .ok();
+    let created = state.as_array().unwrap().len() as f64;
+    assert!(created >= 5.0, "{state}");
+    let after_create = scrape(&server).await;
+    assert_eq!(
+        after_create.sum(persisted, &client) - before.sum(persisted, &client),
+        created
+    );
+
+    // A send, its replay, and a refused send (bob is not in the room): one event.
+    alice.send_text(&room, "t1", "hello").await.ok();
+    alice.send_text(&room, "t1", "hello").await.ok();
+    bob.send_text(&room, "t2", "let me in")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    let after_sends = scrape(&server).await;
+    assert_eq!(
+        after_sends.sum(persisted, &client) - after_create.sum(persisted, &client),
+        1.0
+    );
+
+    // A deactivation's leave is written by the server on bob's behalf.
+    bob.join(&room).await.ok();
+    let joined = scrape(&server).await;
+    assert_eq!(
+        joined.sum(persisted, &client) - after_sends.sum(persisted, &client),
+        1.0
+    );
+    bob.post(
+        "/_matrix/client/v3/account/deactivate",
+        json!({ "auth": bob.password_auth("password", None) }),
+    )
+    .await
+    .ok();
+    let deactivated = scrape(&server).await;
+    assert_eq!(
+        deactivated.sum(persisted, &by_server) - joined.sum(persisted, &by_server),
+        1.0
+    );
+    assert_eq!(
+        deactivated.sum(persisted, &client),
+        joined.sum(persisted, &client)
+    );
+    assert_eq!(deactivated.sum(persisted, &[("origin", "federation")]), 0.0);
+}
+
+#[tokio::test]
+async fn events_from_other_servers_are_counted_when_stored_and_not_when_rejected() {
+    use crate::federation_rooms::{auth_for, join_through_handshake, now_ms};
+    use crate::support::federation::{federated_options, free_port, state_ids, FakeServer};
+
+    let options = federated_options(free_port()).env("MYELIN_METRICS_LISTEN", "127.0.0.1:0");
+    let server = TestServer::start_with(options).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let eve = fake.user_id("eve");
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "room_version": "11" }))
+        .await;
+    let (join_id, depth) = join_through_handshake(&fake, &server, &room, &eve, "11").await;
+    let state = state_ids(&alice, &room).await;
+    let auth = auth_for(&state, "11", &eve);
+    let pdu = |content: serde_json::Value, kind: &str, state_key: Option<&str>, prev: &str, n| {
+        let mut pdu = json!({
+            "room_id": room, "sender": eve, "type": kind, "content": content,
+            "origin_server_ts": now_ms(), "depth": depth + n,
+            "prev_events": [prev], "auth_events": auth,
+        });
+        if let Some(key) = state_key {
+            pdu["state_key"] = json!(key);
+        }
+        fake.sign_pdu(pdu, "11")
+    };
+    let text = |body: &str| json!({ "msgtype": "m.text", "body": body });
+    let (first, m1) = pdu(text("m1"), "m.room.message", None, &join_id, 1);
+    let (second, m2) = pdu(text("m2"), "m.room.message", None, &first, 2);
+    // Eve may not raise herself to admin: rejected, not stored among the room's events.
+    let (rejected, raise) = pdu(
+        json!({ "users": { eve.as_str(): 100 } }),
+        "m.room.power_levels",
+        Some(""),
+        &second,
+        3,
+    );
+
+    let federation = [("origin", "federation")];
+    let before = scrape(&server).await;
+    let answers =
+        crate::federation_pdus::send_pdus(&fake, &server, "metrics", vec![m1, m2, raise]).await;
+    assert_eq!(answers[&first], json!({}), "{answers}");
+    assert_eq!(answers[&second], json!({}), "{answers}");
+    assert!(
+        answers[&rejected]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Rejected")),
+        "{answers}"
+    );
+    let after = scrape(&server).await;
+    assert_eq!(
+        after.sum("myelin_events_persisted_total", &federation)
+            - before.sum("myelin_events_persisted_total", &federation),
+        2.0
+    );
+    assert_eq!(
+        after.sum("myelin_events_persisted_total", &[("origin", "client")]),
+        before.sum("myelin_events_persisted_total", &[("origin", "client")])
+    );
+}

@@ -35,6 +35,16 @@ pub enum Origin {
     Server,
 }
 
+impl Origin {
+    /// Its `origin` label in `myelin_events_persisted_total`.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Origin::Client => "client",
+            Origin::Server => "server",
+        }
+    }
+}
+
 /// Who is sending, from which device and transaction.
 #[derive(Debug, Clone, Copy)]
 pub struct Sender<'a> {
@@ -187,6 +197,9 @@ impl Rooms {
                 Ok(Outcome::Sent(writer.append(event).await?.event_id))
             })
             .await;
+        if let Ok(Outcome::Sent(_)) = &result {
+            crate::metrics::metrics().events_persisted(sender.origin.metric_label(), 1);
+        }
         let replayed = |id: String| {
             EventId::parse(id)
                 .map(|id| (id, "replayed"))
