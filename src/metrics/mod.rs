@@ -37,6 +37,17 @@ const WAIT: [f64; 12] = [
 const SIZES: [f64; 10] = [
     256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0,
 ];
+
+/// The statement kinds of `myelin_db_query_seconds`.
+pub const STATEMENTS: [&str; 6] = [
+    "select",
+    "insert",
+    "update",
+    "delete",
+    "transaction",
+    "other",
+];
+
 /// Rooms in one response.
 const ROOMS: [f64; 10] = [0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 500.0, 1000.0];
 
@@ -151,6 +162,14 @@ pub struct EventOrigin {
     pub origin: &'static str,
 }
 
+/// A database statement's kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatementLabel {
+    /// `select`, `insert`, `update`, `delete`, `transaction` (begin, commit, rollback,
+    /// savepoints) or `other` (`WITH ...`, DDL, ...).
+    pub statement: &'static str,
+}
+
 /// What happened to one unit of work.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Outcome {
@@ -204,6 +223,8 @@ pub struct Metrics {
     pub db_pool_waiting: Family<PoolLabel, Gauge>,
     /// Time to check a connection out.
     pub db_pool_wait: HistogramFamily<PoolLabel>,
+    /// Statement times (issued to result) by statement kind.
+    pub db_query: HistogramFamily<StatementLabel>,
     /// `M_LIMIT_EXCEEDED` answers.
     pub rate_limited: Counter,
     /// Transient work dropped under load, by kind (`typing`, `presence`).
@@ -329,6 +350,12 @@ impl Metrics {
                 "Time to check a connection out of a pool",
                 latency_histograms()
             ),
+            db_query: reg!(
+                "myelin_db_query_seconds",
+                "Database statement times, issued to result (pipelined ones include the wait \
+                 behind earlier statements), by statement kind",
+                latency_histograms()
+            ),
             rate_limited: reg!(
                 "myelin_rate_limited",
                 "Requests answered M_LIMIT_EXCEEDED",
@@ -403,6 +430,9 @@ impl Metrics {
         }
         for origin in ["client", "server", "federation"] {
             let _ = self.events_persisted.get_or_create(&EventOrigin { origin });
+        }
+        for statement in STATEMENTS {
+            let _ = self.db_query.get_or_create(&StatementLabel { statement });
         }
         for kind in ["typing", "presence"] {
             let _ = self.shed.get_or_create(&Kind { kind });

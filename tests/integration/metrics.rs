@@ -485,3 +485,47 @@ async fn events_from_other_servers_are_counted_when_stored_and_not_when_rejected
         before.sum("myelin_events_persisted_total", &[("origin", "client")])
     );
 }
+
+#[tokio::test]
+async fn database_statements_are_timed_by_kind() {
+    let server = metrics_server(ServerOptions::default()).await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    let before = scrape(&server).await;
+    alice.send_text(&room, "s1", "hello").await.ok();
+    alice.sync(None, 0, None).await;
+    let after = scrape(&server).await;
+    let grew = |labels: &[(&str, &str)]| {
+        after.sum("myelin_db_query_seconds_count", labels)
+            - before.sum("myelin_db_query_seconds_count", labels)
+    };
+    // The send inserted in a transaction it began and committed; the sync selected.
+    for statement in ["select", "insert", "transaction"] {
+        assert!(
+            grew(&[("statement", statement)]) >= 1.0,
+            "no {statement} timed"
+        );
+    }
+    let select_time = after.sum("myelin_db_query_seconds_sum", &[("statement", "select")])
+        - before.sum("myelin_db_query_seconds_sum", &[("statement", "select")]);
+    assert!(select_time > 0.0 && select_time < 30.0, "{select_time}");
+    // Only the fixed kinds, never SQL text.
+    let kinds = [
+        "select",
+        "insert",
+        "update",
+        "delete",
+        "transaction",
+        "other",
+    ];
+    for sample in after
+        .samples
+        .iter()
+        .filter(|s| s.name == "myelin_db_query_seconds_count")
+    {
+        assert_eq!(sample.labels.len(), 1, "{sample:?}");
+        let (key, kind) = &sample.labels[0];
+        assert_eq!(key, "statement");
+        assert!(kinds.contains(&kind.as_str()), "{kind}");
+    }
+}
