@@ -199,6 +199,12 @@ pub struct Metrics {
     pub send_ack: HistogramFamily<Kind>,
     /// Events stored, by where they came from (counted once committed).
     pub events_persisted: Family<EventOrigin, Counter>,
+    /// Delivery, part 1: a send's database transaction, begin to commit.
+    pub delivery_commit: Histogram,
+    /// Delivery, part 2: a notification's arrival at this process to a parked sync resuming.
+    pub delivery_wake: HistogramFamily<ApiLabel>,
+    /// Delivery, part 3: a parked sync resuming to its response body written.
+    pub delivery_respond: HistogramFamily<ApiLabel>,
     /// Syncs by protocol and kind.
     pub sync_requests: Family<SyncLabels, Counter>,
     /// Time computing responses (all computations of one request), excluding the wait.
@@ -289,6 +295,21 @@ impl Metrics {
                 "myelin_events_persisted",
                 "Events stored in a room's stream (outliers aside), once committed, by origin",
                 Family::default()
+            ),
+            delivery_commit: reg!(
+                "myelin_delivery_commit_seconds",
+                "Delivery part 1: a send's database transaction, begin to commit",
+                Histogram::new(LATENCY)
+            ),
+            delivery_wake: reg!(
+                "myelin_delivery_wake_seconds",
+                "Delivery part 2: a commit's notification arriving here to a parked sync resuming",
+                latency_histograms()
+            ),
+            delivery_respond: reg!(
+                "myelin_delivery_respond_seconds",
+                "Delivery part 3: a woken sync resuming to its response body written",
+                latency_histograms()
             ),
             sync_requests: reg!(
                 "myelin_sync_requests",
@@ -427,6 +448,8 @@ impl Metrics {
                 let _ = self.sync_requests.get_or_create(&SyncLabels { api, kind });
             }
             let _ = self.sync_wait.get_or_create(&ApiLabel { api });
+            let _ = self.delivery_wake.get_or_create(&ApiLabel { api });
+            let _ = self.delivery_respond.get_or_create(&ApiLabel { api });
         }
         for origin in ["client", "server", "federation"] {
             let _ = self.events_persisted.get_or_create(&EventOrigin { origin });
@@ -544,6 +567,34 @@ impl Metrics {
             tracing::warn!("encoding metrics: {err}");
         }
         text
+    }
+}
+
+/// When a parked sync resumed from a wake-up for the data it answers with (none when it
+/// answered without parking, at its timeout or at a shutdown), carried to where its body is
+/// written: the last part of the delivery latency.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Resumed(Option<Instant>);
+
+impl Resumed {
+    /// A sync resuming now.
+    pub fn now() -> Self {
+        Resumed(Some(Instant::now()))
+    }
+
+    /// No wake-up to measure from.
+    pub fn none() -> Self {
+        Resumed(None)
+    }
+
+    /// Counts the time since the sync resumed, its body now written (under `api`).
+    pub fn observe_written(self, api: &'static str) {
+        if let Some(resumed) = self.0 {
+            metrics()
+                .delivery_respond
+                .get_or_create(&ApiLabel { api })
+                .observe(resumed.elapsed().as_secs_f64());
+        }
     }
 }
 

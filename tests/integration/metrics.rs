@@ -487,6 +487,85 @@ async fn events_from_other_servers_are_counted_when_stored_and_not_when_rejected
 }
 
 #[tokio::test]
+async fn delivery_is_timed_in_three_parts() {
+    use crate::sliding_sync::{list, pos, sss};
+
+    let server = metrics_server(ServerOptions::default()).await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let token = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let window = list(10, 5, json!([]));
+    let sliding = pos(&sss(&bob, None, 0, window.clone()).await.ok());
+    let before = scrape(&server).await;
+
+    // Bob parks a /sync and a sliding sync; alice sends once both are parked.
+    let (v3, sliding_answer, ()) = tokio::join!(
+        // Presence is filtered out: only the message answers this sync.
+        bob.sync(
+            Some(&token),
+            20_000,
+            Some(r#"{"presence":{"not_types":["*"]}}"#)
+        ),
+        sss(&bob, Some(&sliding), 20_000, window),
+        async {
+            wait_until("both syncs parked", Duration::from_secs(10), || async {
+                scrape(&server).await.sum("myelin_sync_long_polls", &[]) >= 2.0
+            })
+            .await;
+            alice.send_text(&room, "d1", "wake up").await.ok();
+        }
+    );
+    let v3_events = crate::support::client::timeline(&v3, &room);
+    assert!(
+        v3_events.iter().any(|e| e["content"]["body"] == "wake up"),
+        "{v3}"
+    );
+    let sliding_answer = sliding_answer.ok();
+    assert!(
+        sliding_answer["rooms"][&room]["timeline"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|e| e["content"]["body"] == "wake up")),
+        "{sliding_answer}"
+    );
+
+    let after = scrape(&server).await;
+    let grew =
+        |name: &str, labels: &[(&str, &str)]| after.sum(name, labels) - before.sum(name, labels);
+    // Part 1: the send's transaction committed.
+    assert_eq!(grew("myelin_delivery_commit_seconds_count", &[]), 1.0);
+    assert!(grew("myelin_delivery_commit_seconds_sum", &[]) > 0.0);
+    for api in ["v3", "sliding"] {
+        let labels = [("api", api)];
+        // Part 2: each parked sync woke for the notification; part 3: and answered.
+        assert!(
+            grew("myelin_delivery_wake_seconds_count", &labels) >= 1.0,
+            "no {api} wake-up timed"
+        );
+        assert_eq!(
+            grew("myelin_delivery_respond_seconds_count", &labels),
+            1.0,
+            "{api}"
+        );
+        let respond = grew("myelin_delivery_respond_seconds_sum", &labels);
+        assert!(respond > 0.0 && respond < 10.0, "{api}: {respond}");
+        let wake = grew("myelin_delivery_wake_seconds_sum", &labels);
+        assert!(wake > 0.0 && wake < 10.0, "{api}: {wake}");
+    }
+    // Syncs answered without parking have no wake-up to time.
+    bob.sync(Some(&token), 0, None).await;
+    let unparked = scrape(&server).await;
+    assert_eq!(
+        unparked.sum("myelin_delivery_respond_seconds_count", &[("api", "v3")]),
+        after.sum("myelin_delivery_respond_seconds_count", &[("api", "v3")])
+    );
+}
+
+#[tokio::test]
 async fn database_statements_are_timed_by_kind() {
     let server = metrics_server(ServerOptions::default()).await;
     let alice = server.register("alice").await;

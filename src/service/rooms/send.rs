@@ -120,6 +120,7 @@ impl Rooms {
         let member_target = state_key.filter(|_| kind == "m.room.member");
         let prefetch = common_auth_keys(user, member_target);
         let limited = self.is_rate_limited(sender);
+        let transaction_started = std::time::Instant::now();
         let result = conn
             .transaction::<_, Error, _>(async |conn| {
                 // A retry, a shadow-banned sender, or what limits the sender's rate, is found
@@ -198,7 +199,11 @@ impl Rooms {
             })
             .await;
         if let Ok(Outcome::Sent(_)) = &result {
-            crate::metrics::metrics().events_persisted(sender.origin.metric_label(), 1);
+            let metrics = crate::metrics::metrics();
+            metrics
+                .delivery_commit
+                .observe(transaction_started.elapsed().as_secs_f64());
+            metrics.events_persisted(sender.origin.metric_label(), 1);
         }
         let replayed = |id: String| {
             EventId::parse(id)
