@@ -37,6 +37,17 @@ const WAIT: [f64; 12] = [
 const SIZES: [f64; 10] = [
     256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0,
 ];
+
+/// The statement kinds of `myelin_db_query_seconds`.
+pub const STATEMENTS: [&str; 6] = [
+    "select",
+    "insert",
+    "update",
+    "delete",
+    "transaction",
+    "other",
+];
+
 /// Rooms in one response.
 const ROOMS: [f64; 10] = [0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 500.0, 1000.0];
 
@@ -141,6 +152,24 @@ pub struct CacheLabels {
     pub result: &'static str,
 }
 
+/// Where a persisted event came from.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventOrigin {
+    /// `client` (written here for a client's request, appservices' and admins' included),
+    /// `server` (written here on a user's behalf: a deactivation's leaves, a delayed event) or
+    /// `federation` (another server's: received PDUs and backfill, an invite from another
+    /// server, our users' joins and leaves made through a resident server).
+    pub origin: &'static str,
+}
+
+/// A database statement's kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatementLabel {
+    /// `select`, `insert`, `update`, `delete`, `transaction` (begin, commit, rollback,
+    /// savepoints) or `other` (`WITH ...`, DDL, ...).
+    pub statement: &'static str,
+}
+
 /// What happened to one unit of work.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Outcome {
@@ -168,6 +197,14 @@ pub struct Metrics {
     pub send_requests: Family<SendLabels, Counter>,
     /// Arrival to event committed, for sends that created an event.
     pub send_ack: HistogramFamily<Kind>,
+    /// Events stored, by where they came from (counted once committed).
+    pub events_persisted: Family<EventOrigin, Counter>,
+    /// Delivery, part 1: a send's database transaction, begin to commit.
+    pub delivery_commit: Histogram,
+    /// Delivery, part 2: a notification's arrival at this process to a parked sync resuming.
+    pub delivery_wake: HistogramFamily<ApiLabel>,
+    /// Delivery, part 3: a parked sync resuming to its response body written.
+    pub delivery_respond: HistogramFamily<ApiLabel>,
     /// Syncs by protocol and kind.
     pub sync_requests: Family<SyncLabels, Counter>,
     /// Time computing responses (all computations of one request), excluding the wait.
@@ -192,6 +229,8 @@ pub struct Metrics {
     pub db_pool_waiting: Family<PoolLabel, Gauge>,
     /// Time to check a connection out.
     pub db_pool_wait: HistogramFamily<PoolLabel>,
+    /// Statement times (issued to result) by statement kind.
+    pub db_query: HistogramFamily<StatementLabel>,
     /// `M_LIMIT_EXCEEDED` answers.
     pub rate_limited: Counter,
     /// Transient work dropped under load, by kind (`typing`, `presence`).
@@ -252,6 +291,26 @@ impl Metrics {
                 "Send start to event committed, for sends that created an event",
                 latency_histograms()
             ),
+            events_persisted: reg!(
+                "myelin_events_persisted",
+                "Events stored in a room's stream (outliers aside), once committed, by origin",
+                Family::default()
+            ),
+            delivery_commit: reg!(
+                "myelin_delivery_commit_seconds",
+                "Delivery part 1: a send's database transaction, begin to commit",
+                Histogram::new(LATENCY)
+            ),
+            delivery_wake: reg!(
+                "myelin_delivery_wake_seconds",
+                "Delivery part 2: a commit's notification arriving here to a parked sync resuming",
+                latency_histograms()
+            ),
+            delivery_respond: reg!(
+                "myelin_delivery_respond_seconds",
+                "Delivery part 3: a woken sync resuming to its response body written",
+                latency_histograms()
+            ),
             sync_requests: reg!(
                 "myelin_sync_requests",
                 "Syncs by protocol and kind (initial, incremental, long_poll)",
@@ -310,6 +369,12 @@ impl Metrics {
             db_pool_wait: reg!(
                 "myelin_db_pool_wait_seconds",
                 "Time to check a connection out of a pool",
+                latency_histograms()
+            ),
+            db_query: reg!(
+                "myelin_db_query_seconds",
+                "Database statement times, issued to result (pipelined ones include the wait \
+                 behind earlier statements), by statement kind",
                 latency_histograms()
             ),
             rate_limited: reg!(
@@ -383,6 +448,14 @@ impl Metrics {
                 let _ = self.sync_requests.get_or_create(&SyncLabels { api, kind });
             }
             let _ = self.sync_wait.get_or_create(&ApiLabel { api });
+            let _ = self.delivery_wake.get_or_create(&ApiLabel { api });
+            let _ = self.delivery_respond.get_or_create(&ApiLabel { api });
+        }
+        for origin in ["client", "server", "federation"] {
+            let _ = self.events_persisted.get_or_create(&EventOrigin { origin });
+        }
+        for statement in STATEMENTS {
+            let _ = self.db_query.get_or_create(&StatementLabel { statement });
         }
         for kind in ["typing", "presence"] {
             let _ = self.shed.get_or_create(&Kind { kind });
@@ -473,6 +546,15 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts events stored by a committed transaction.
+    pub fn events_persisted(&self, origin: &'static str, count: u64) {
+        if count > 0 {
+            self.events_persisted
+                .get_or_create(&EventOrigin { origin })
+                .inc_by(count);
+        }
+    }
+
     /// Counts one thing by a single-valued label family.
     pub fn count(family: &Family<Outcome, Counter>, outcome: &'static str) {
         family.get_or_create(&Outcome { outcome }).inc();
@@ -485,6 +567,34 @@ impl Metrics {
             tracing::warn!("encoding metrics: {err}");
         }
         text
+    }
+}
+
+/// When a parked sync resumed from a wake-up for the data it answers with (none when it
+/// answered without parking, at its timeout or at a shutdown), carried to where its body is
+/// written: the last part of the delivery latency.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Resumed(Option<Instant>);
+
+impl Resumed {
+    /// A sync resuming now.
+    pub fn now() -> Self {
+        Resumed(Some(Instant::now()))
+    }
+
+    /// No wake-up to measure from.
+    pub fn none() -> Self {
+        Resumed(None)
+    }
+
+    /// Counts the time since the sync resumed, its body now written (under `api`).
+    pub fn observe_written(self, api: &'static str) {
+        if let Some(resumed) = self.0 {
+            metrics()
+                .delivery_respond
+                .get_or_create(&ApiLabel { api })
+                .observe(resumed.elapsed().as_secs_f64());
+        }
     }
 }
 

@@ -10,10 +10,10 @@
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, LazyLock, Mutex,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use futures_util::{stream, StreamExt};
@@ -40,11 +40,49 @@ pub const FEDERATION_CHANNEL: &str = "myelin_federation";
 /// Channel telling the appservice sender that an appservice is back (a successful ping).
 pub const APPSERVICE_CHANNEL: &str = "myelin_appservice";
 
+/// What a notification's arrival time is counted from (an `Instant` as a number, so a waiter
+/// keeps it in an atomic).
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// What one user's syncs wait on, and when the notification that last woke them arrived here:
+/// the delivery metrics measure a wake-up from it.
+#[derive(Default)]
+pub struct Waiter {
+    notify: Notify,
+    /// Nanoseconds from [`EPOCH`] to the last waking notification's arrival (0: none yet).
+    arrived_ns: AtomicU64,
+}
+
+impl Waiter {
+    /// Resolves at the next wake-up (see [`Notify::notified`]).
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// When the notification that last woke these syncs arrived (a later one may have
+    /// overwritten it by the time a sync resumes: then the wake-up measures shorter).
+    pub fn last_arrival(&self) -> Option<Instant> {
+        match self.arrived_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(*EPOCH + Duration::from_nanos(ns)),
+        }
+    }
+
+    fn wake(&self, arrived: Instant) {
+        let ns = arrived.saturating_duration_since(*EPOCH).as_nanos();
+        self.arrived_ns.store(
+            u64::try_from(ns).unwrap_or(u64::MAX).max(1),
+            Ordering::Relaxed,
+        );
+        self.notify.notify_waiters();
+    }
+}
+
 /// Per-user wake-up handles.
 pub struct Notifier {
     db: Db,
     sessions: Arc<Sessions>,
-    waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    waiters: Mutex<HashMap<String, Arc<Waiter>>>,
     /// Who is typing where (kept in step through [`TYPING_CHANNEL`]).
     pub typing: Typing,
     /// Woken on every room write, for the push sender.
@@ -96,29 +134,29 @@ impl Notifier {
     }
 
     /// The handle a user's syncs wait on.
-    pub fn subscribe(&self, user_id: &str) -> Arc<Notify> {
+    pub fn subscribe(&self, user_id: &str) -> Arc<Waiter> {
         let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
         if waiters.len() > 10_000 {
-            waiters.retain(|_, notify| Arc::strong_count(notify) > 1);
+            waiters.retain(|_, waiter| Arc::strong_count(waiter) > 1);
         }
         waiters.entry(user_id.to_owned()).or_default().clone()
     }
 
-    /// Wakes one user's waiting syncs.
-    pub fn wake_user(&self, user_id: &str) {
+    /// Wakes one user's waiting syncs for a notification that `arrived` at this process.
+    fn wake_user(&self, user_id: &str, arrived: Instant) {
         let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = waiters.get(user_id) {
-            notify.notify_waiters();
+        if let Some(waiter) = waiters.get(user_id) {
+            waiter.wake(arrived);
         }
     }
 
-    fn wake_all(&self) {
+    fn wake_all(&self, arrived: Instant) {
         let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        waiters.values().for_each(|notify| notify.notify_waiters());
+        waiters.values().for_each(|waiter| waiter.wake(arrived));
     }
 
     /// Wakes the syncs of everyone joined to, invited to or knocking on a room.
-    pub async fn wake_room(&self, room_id: &str) {
+    async fn wake_room(&self, room_id: &str, arrived: Instant) {
         let result = async {
             let conn = self.db.conn().await?;
             let memberships = ["join", "invite", "knock"];
@@ -128,17 +166,17 @@ impl Notifier {
         }
         .await;
         match result {
-            Ok(users) => users.iter().for_each(|user| self.wake_user(user)),
+            Ok(users) => users.iter().for_each(|user| self.wake_user(user, arrived)),
             Err(err) => {
                 tracing::warn!("could not look up room members to wake: {err}");
-                self.wake_all();
+                self.wake_all(arrived);
             }
         }
     }
 
     /// Wakes the user and everyone sharing a joined room with them (presence, device lists).
-    async fn wake_room_sharers(&self, user_id: &str) {
-        self.wake_user(user_id);
+    async fn wake_room_sharers(&self, user_id: &str, arrived: Instant) {
+        self.wake_user(user_id, arrived);
         let rooms = async {
             let conn = self.db.conn().await?;
             Ok::<_, crate::error::Error>(store::get_rooms_for_user(&conn, user_id, "join").await?)
@@ -147,19 +185,19 @@ impl Notifier {
         match rooms {
             Ok(rooms) => {
                 for room in rooms {
-                    self.wake_room(&room).await;
+                    self.wake_room(&room, arrived).await;
                 }
             }
             Err(err) => {
                 tracing::warn!("could not look up rooms to wake: {err}");
-                self.wake_all();
+                self.wake_all(arrived);
             }
         }
     }
 
     /// Applies a typing change and wakes the room; typing with a timeout gets a timer that
     /// ends it (and wakes the room again) when it runs out.
-    fn typing_changed(self: &Arc<Self>, payload: &str) {
+    fn typing_changed(self: &Arc<Self>, payload: &str, arrived: Instant) {
         let Some((room_id, user_id, timeout)) = super::typing::decode(payload) else {
             tracing::warn!("malformed typing notification: {payload}");
             return;
@@ -168,14 +206,14 @@ impl Notifier {
         if self.typing.apply(&room_id, user_id, timeout) {
             let notifier = self.clone();
             let room = room_id.clone();
-            tokio::spawn(async move { notifier.wake_room(&room).await });
+            tokio::spawn(async move { notifier.wake_room(&room, arrived).await });
         }
         if let Some(timeout) = timeout {
             let notifier = self.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(timeout + Duration::from_millis(5)).await;
                 if notifier.typing.expire(&room_id) {
-                    notifier.wake_room(&room_id).await;
+                    notifier.wake_room(&room_id, Instant::now()).await;
                 }
             });
         }
@@ -192,7 +230,7 @@ impl Notifier {
                     tracing::warn!("notification listener: {err}; reconnecting");
                 }
                 // Anything may have happened while we were not listening.
-                notifier.wake_all();
+                notifier.wake_all(Instant::now());
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
@@ -210,8 +248,10 @@ impl Notifier {
             while let Some(message) = messages.next().await {
                 match message {
                     Ok(AsyncMessage::Notification(n)) => {
+                        // Stamped on arrival: a wake-up is measured from here.
+                        let arrived = Instant::now();
                         if sender
-                            .send((n.channel().to_owned(), n.payload().to_owned()))
+                            .send((n.channel().to_owned(), n.payload().to_owned(), arrived))
                             .is_err()
                         {
                             break;
@@ -231,19 +271,19 @@ impl Notifier {
             ))
             .await?;
         self.listening.store(true, Ordering::Relaxed);
-        while let Some((channel, payload)) = receiver.recv().await {
+        while let Some((channel, payload, arrived)) = receiver.recv().await {
             let notifier = self.clone();
             if channel == ROOM_CHANNEL {
                 notifier.push_wake.notify_one();
                 notifier.federation_wake.notify_one();
                 notifier.appservice_wake.notify_one();
-                tokio::spawn(async move { notifier.wake_room(&payload).await });
+                tokio::spawn(async move { notifier.wake_room(&payload, arrived).await });
             } else if channel == SHARERS_CHANNEL {
                 // A device-list change: appservices may be sent it (MSC3202).
                 notifier.appservice_wake.notify_one();
-                tokio::spawn(async move { notifier.wake_room_sharers(&payload).await });
+                tokio::spawn(async move { notifier.wake_room_sharers(&payload, arrived).await });
             } else if channel == TYPING_CHANNEL {
-                notifier.typing_changed(&payload);
+                notifier.typing_changed(&payload, arrived);
                 notifier.appservice_wake.notify_one();
             } else if channel == FEDERATION_CHANNEL {
                 notifier.federation_wake.notify_one();
@@ -257,7 +297,7 @@ impl Notifier {
             } else {
                 // Perhaps a to-device message for an appservice's user.
                 notifier.appservice_wake.notify_one();
-                notifier.wake_user(&payload);
+                notifier.wake_user(&payload, arrived);
             }
         }
         match pump.await {

@@ -17,7 +17,7 @@ use super::{
 use crate::{
     config::Config,
     error::{Error, Result},
-    storage::{delayed_events, devices, is_unique_violation, now_ms, users, Db},
+    storage::{admin_users, delayed_events, devices, is_unique_violation, now_ms, users, Db},
 };
 
 /// Largest a whole profile may be, serialized as one JSON object (spec: 64 KiB).
@@ -386,13 +386,14 @@ impl Users {
         Ok(())
     }
 
-    /// Deactivates an account: no more logins, every device and token gone, and with
-    /// `erase_profile` the profile too (Synapse's admin API keeps it unless `erase` is given).
+    /// Deactivates an account: no more logins, every device and token gone. With `erase` (the
+    /// client's and the admin API's flag) the profile goes too and the account is marked
+    /// erased; without it the profile stays, as in Synapse.
     pub async fn deactivate(
         &self,
         user_id: &UserId,
         uia: Option<(&Uia, &Completed)>,
-        erase_profile: bool,
+        erase: bool,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
         let revoked = conn
@@ -401,8 +402,9 @@ impl Users {
                     uia.finish(conn, completed).await?;
                 }
                 users::deactivate_user(conn, user_id.as_str()).await?;
-                if erase_profile {
+                if erase {
                     users::delete_profile_fields(conn, user_id.as_str(), None).await?;
+                    admin_users::set_erased(conn, user_id.as_str()).await?;
                 }
                 // Nothing is sent in the account's name later (MSC4140, as Synapse).
                 delayed_events::cancel_all_for_user(conn, user_id.as_str(), now_ms()).await?;

@@ -27,6 +27,7 @@ pub mod openid;
 pub mod presence;
 pub mod push;
 pub mod pushers;
+mod query_timer;
 pub mod receipts;
 pub mod registration;
 pub mod relations;
@@ -183,8 +184,10 @@ thread_local! {
 impl Db {
     /// Builds pools for `url`: `max_size` connections split evenly between the shared pool and
     /// one pool per HTTP worker, each getting at least 2 (so more than `max_size` in all when
-    /// that is under 2 per thread). Connections are made lazily.
+    /// that is under 2 per thread). Connections are made lazily, each timing its statements
+    /// for the metrics.
     pub fn connect(url: &str, max_size: usize, http_workers: usize) -> Result<Self> {
+        query_timer::install();
         let per_worker = (max_size / (http_workers + 1)).max(2);
         let shared_size = max_size.saturating_sub(per_worker * http_workers).max(2);
         let worker_pools = (0..http_workers)

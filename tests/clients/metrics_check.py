@@ -34,6 +34,11 @@ def main(url):
         "myelin_sync_requests",
         "myelin_sync_build_seconds",
         "myelin_db_pool_wait_seconds",
+        "myelin_db_query_seconds",
+        "myelin_events_persisted",
+        "myelin_delivery_commit_seconds",
+        "myelin_delivery_wake_seconds",
+        "myelin_delivery_respond_seconds",
         "myelin_stream_position",
         "process_cpu_seconds",
         "process_resident_memory_bytes",
@@ -41,7 +46,10 @@ def main(url):
     ]:
         assert name in families, f"{name} missing"
     assert families["myelin_sync_build_seconds"].type == "histogram"
+    assert families["myelin_db_query_seconds"].type == "histogram"
+    assert families["myelin_delivery_commit_seconds"].type == "histogram"
     assert total("myelin_send_requests", outcome="created") > 0, "no send counted"
+    assert total("myelin_events_persisted", origin="client") > 0, "no event counted"
     assert total("myelin_sync_requests") > 0, "no sync counted"
     assert total("myelin_http_requests") > 0, "no request counted"
     for family in families.values():

@@ -366,6 +366,59 @@ async fn deactivated_accounts_cannot_log_in_and_their_tokens_die() {
 }
 
 #[tokio::test]
+async fn deactivation_keeps_the_profile_unless_erase_is_asked() {
+    let server = TestServer::start().await;
+    let kim = server.register("kim").await;
+    let ivan = server.register("ivan").await;
+    let judy = server.register("judy").await;
+    for user in [&ivan, &judy] {
+        let profile = format!("/_matrix/client/v3/profile/{}", enc(&user.user_id));
+        user.put(
+            &format!("{profile}/displayname"),
+            json!({ "displayname": "Someone" }),
+        )
+        .await
+        .ok();
+        user.put(
+            &format!("{profile}/avatar_url"),
+            json!({ "avatar_url": "mxc://example.org/face" }),
+        )
+        .await
+        .ok();
+    }
+    let deactivate = "/_matrix/client/v3/account/deactivate";
+    ivan.post(
+        deactivate,
+        json!({ "auth": ivan.password_auth("password", None) }),
+    )
+    .await
+    .ok();
+    judy.post(
+        deactivate,
+        json!({ "auth": judy.password_auth("password", None), "erase": true }),
+    )
+    .await
+    .ok();
+
+    // Without `erase` the profile stays, as in Synapse.
+    let ivan_profile = format!("/_matrix/client/v3/profile/{}", enc(&ivan.user_id));
+    let kept = kim.get(&ivan_profile).await.ok();
+    assert_eq!(kept["displayname"], "Someone", "{kept}");
+    assert_eq!(kept["avatar_url"], "mxc://example.org/face", "{kept}");
+    // With it the profile is gone and the account marked erased.
+    let judy_profile = format!("/_matrix/client/v3/profile/{}", enc(&judy.user_id));
+    for field in ["displayname", "avatar_url"] {
+        kim.get(&format!("{judy_profile}/{field}"))
+            .await
+            .assert_error(404, "M_NOT_FOUND");
+    }
+    let erased =
+        |user: &str| format!("SELECT count(*) AS n FROM users WHERE user_id = '{user}' AND erased");
+    assert_eq!(server.count(&erased(&ivan.user_id)).await, 0);
+    assert_eq!(server.count(&erased(&judy.user_id)).await, 1);
+}
+
+#[tokio::test]
 async fn deactivation_leaves_every_joined_invited_and_knocked_room() {
     let server = TestServer::start().await;
     let owner = server.register("owner").await;

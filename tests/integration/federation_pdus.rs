@@ -9,7 +9,12 @@ use crate::support::{
 };
 
 /// `/send` with these PDUs from `fake`; answers the `pdus` result map.
-async fn send_pdus(fake: &FakeServer, server: &TestServer, txn: &str, pdus: Vec<Value>) -> Value {
+pub(crate) async fn send_pdus(
+    fake: &FakeServer,
+    server: &TestServer,
+    txn: &str,
+    pdus: Vec<Value>,
+) -> Value {
     let body = json!({
         "origin": fake.name(),
         "origin_server_ts": 1_700_000_000_000u64,

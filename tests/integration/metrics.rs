@@ -358,3 +358,253 @@ async fn the_consistency_sampler_counts_a_corrupted_unread_count() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn persisted_events_are_counted_once_each_by_origin() {
+    let server = metrics_server(ServerOptions::default()).await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let client = [("origin", "client")];
+    let by_server = [("origin", "server")];
+    let persisted = "myelin_events_persisted_total";
+
+    // One request, several events: each is counted.
+    let before = scrape(&server).await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    let state = alice
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/state",
+            crate::support::client::enc(&room)
+        ))
+        .await
+        .ok();
+    let created = state.as_array().unwrap().len() as f64;
+    assert!(created >= 5.0, "{state}");
+    let after_create = scrape(&server).await;
+    assert_eq!(
+        after_create.sum(persisted, &client) - before.sum(persisted, &client),
+        created
+    );
+
+    // A send, its replay, and a refused send (bob is not in the room): one event.
+    alice.send_text(&room, "t1", "hello").await.ok();
+    alice.send_text(&room, "t1", "hello").await.ok();
+    bob.send_text(&room, "t2", "let me in")
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    let after_sends = scrape(&server).await;
+    assert_eq!(
+        after_sends.sum(persisted, &client) - after_create.sum(persisted, &client),
+        1.0
+    );
+
+    // A deactivation's leave is written by the server on bob's behalf.
+    bob.join(&room).await.ok();
+    let joined = scrape(&server).await;
+    assert_eq!(
+        joined.sum(persisted, &client) - after_sends.sum(persisted, &client),
+        1.0
+    );
+    bob.post(
+        "/_matrix/client/v3/account/deactivate",
+        json!({ "auth": bob.password_auth("password", None) }),
+    )
+    .await
+    .ok();
+    let deactivated = scrape(&server).await;
+    assert_eq!(
+        deactivated.sum(persisted, &by_server) - joined.sum(persisted, &by_server),
+        1.0
+    );
+    assert_eq!(
+        deactivated.sum(persisted, &client),
+        joined.sum(persisted, &client)
+    );
+    assert_eq!(deactivated.sum(persisted, &[("origin", "federation")]), 0.0);
+}
+
+#[tokio::test]
+async fn events_from_other_servers_are_counted_when_stored_and_not_when_rejected() {
+    use crate::federation_rooms::{auth_for, join_through_handshake, now_ms};
+    use crate::support::federation::{federated_options, free_port, state_ids, FakeServer};
+
+    let options = federated_options(free_port()).env("MYELIN_METRICS_LISTEN", "127.0.0.1:0");
+    let server = TestServer::start_with(options).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let eve = fake.user_id("eve");
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "room_version": "11" }))
+        .await;
+    let (join_id, depth) = join_through_handshake(&fake, &server, &room, &eve, "11").await;
+    let state = state_ids(&alice, &room).await;
+    let auth = auth_for(&state, "11", &eve);
+    let pdu = |content: serde_json::Value, kind: &str, state_key: Option<&str>, prev: &str, n| {
+        let mut pdu = json!({
+            "room_id": room, "sender": eve, "type": kind, "content": content,
+            "origin_server_ts": now_ms(), "depth": depth + n,
+            "prev_events": [prev], "auth_events": auth,
+        });
+        if let Some(key) = state_key {
+            pdu["state_key"] = json!(key);
+        }
+        fake.sign_pdu(pdu, "11")
+    };
+    let text = |body: &str| json!({ "msgtype": "m.text", "body": body });
+    let (first, m1) = pdu(text("m1"), "m.room.message", None, &join_id, 1);
+    let (second, m2) = pdu(text("m2"), "m.room.message", None, &first, 2);
+    // Eve may not raise herself to admin: rejected, not stored among the room's events.
+    let (rejected, raise) = pdu(
+        json!({ "users": { eve.as_str(): 100 } }),
+        "m.room.power_levels",
+        Some(""),
+        &second,
+        3,
+    );
+
+    let federation = [("origin", "federation")];
+    let before = scrape(&server).await;
+    let answers =
+        crate::federation_pdus::send_pdus(&fake, &server, "metrics", vec![m1, m2, raise]).await;
+    assert_eq!(answers[&first], json!({}), "{answers}");
+    assert_eq!(answers[&second], json!({}), "{answers}");
+    assert!(
+        answers[&rejected]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Rejected")),
+        "{answers}"
+    );
+    let after = scrape(&server).await;
+    assert_eq!(
+        after.sum("myelin_events_persisted_total", &federation)
+            - before.sum("myelin_events_persisted_total", &federation),
+        2.0
+    );
+    assert_eq!(
+        after.sum("myelin_events_persisted_total", &[("origin", "client")]),
+        before.sum("myelin_events_persisted_total", &[("origin", "client")])
+    );
+}
+
+#[tokio::test]
+async fn delivery_is_timed_in_three_parts() {
+    use crate::sliding_sync::{list, pos, sss};
+
+    let server = metrics_server(ServerOptions::default()).await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let token = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let window = list(10, 5, json!([]));
+    let sliding = pos(&sss(&bob, None, 0, window.clone()).await.ok());
+    let before = scrape(&server).await;
+
+    // Bob parks a /sync and a sliding sync; alice sends once both are parked.
+    let (v3, sliding_answer, ()) = tokio::join!(
+        // Presence is filtered out: only the message answers this sync.
+        bob.sync(
+            Some(&token),
+            20_000,
+            Some(r#"{"presence":{"not_types":["*"]}}"#)
+        ),
+        sss(&bob, Some(&sliding), 20_000, window),
+        async {
+            wait_until("both syncs parked", Duration::from_secs(10), || async {
+                scrape(&server).await.sum("myelin_sync_long_polls", &[]) >= 2.0
+            })
+            .await;
+            alice.send_text(&room, "d1", "wake up").await.ok();
+        }
+    );
+    let v3_events = crate::support::client::timeline(&v3, &room);
+    assert!(
+        v3_events.iter().any(|e| e["content"]["body"] == "wake up"),
+        "{v3}"
+    );
+    let sliding_answer = sliding_answer.ok();
+    assert!(
+        sliding_answer["rooms"][&room]["timeline"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|e| e["content"]["body"] == "wake up")),
+        "{sliding_answer}"
+    );
+
+    let after = scrape(&server).await;
+    let grew =
+        |name: &str, labels: &[(&str, &str)]| after.sum(name, labels) - before.sum(name, labels);
+    // Part 1: the send's transaction committed.
+    assert_eq!(grew("myelin_delivery_commit_seconds_count", &[]), 1.0);
+    assert!(grew("myelin_delivery_commit_seconds_sum", &[]) > 0.0);
+    for api in ["v3", "sliding"] {
+        let labels = [("api", api)];
+        // Part 2: each parked sync woke for the notification; part 3: and answered.
+        assert!(
+            grew("myelin_delivery_wake_seconds_count", &labels) >= 1.0,
+            "no {api} wake-up timed"
+        );
+        assert_eq!(
+            grew("myelin_delivery_respond_seconds_count", &labels),
+            1.0,
+            "{api}"
+        );
+        let respond = grew("myelin_delivery_respond_seconds_sum", &labels);
+        assert!(respond > 0.0 && respond < 10.0, "{api}: {respond}");
+        let wake = grew("myelin_delivery_wake_seconds_sum", &labels);
+        assert!(wake > 0.0 && wake < 10.0, "{api}: {wake}");
+    }
+    // Syncs answered without parking have no wake-up to time.
+    bob.sync(Some(&token), 0, None).await;
+    let unparked = scrape(&server).await;
+    assert_eq!(
+        unparked.sum("myelin_delivery_respond_seconds_count", &[("api", "v3")]),
+        after.sum("myelin_delivery_respond_seconds_count", &[("api", "v3")])
+    );
+}
+
+#[tokio::test]
+async fn database_statements_are_timed_by_kind() {
+    let server = metrics_server(ServerOptions::default()).await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    let before = scrape(&server).await;
+    alice.send_text(&room, "s1", "hello").await.ok();
+    alice.sync(None, 0, None).await;
+    let after = scrape(&server).await;
+    let grew = |labels: &[(&str, &str)]| {
+        after.sum("myelin_db_query_seconds_count", labels)
+            - before.sum("myelin_db_query_seconds_count", labels)
+    };
+    // The send inserted in a transaction it began and committed; the sync selected.
+    for statement in ["select", "insert", "transaction"] {
+        assert!(
+            grew(&[("statement", statement)]) >= 1.0,
+            "no {statement} timed"
+        );
+    }
+    let select_time = after.sum("myelin_db_query_seconds_sum", &[("statement", "select")])
+        - before.sum("myelin_db_query_seconds_sum", &[("statement", "select")]);
+    assert!(select_time > 0.0 && select_time < 30.0, "{select_time}");
+    // Only the fixed kinds, never SQL text.
+    let kinds = [
+        "select",
+        "insert",
+        "update",
+        "delete",
+        "transaction",
+        "other",
+    ];
+    for sample in after
+        .samples
+        .iter()
+        .filter(|s| s.name == "myelin_db_query_seconds_count")
+    {
+        assert_eq!(sample.labels.len(), 1, "{sample:?}");
+        let (key, kind) = &sample.labels[0];
+        assert_eq!(key, "statement");
+        assert!(kinds.contains(&kind.as_str()), "{kind}");
+    }
+}

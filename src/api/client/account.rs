@@ -49,7 +49,8 @@ pub async fn change_password_route(
     Ok(change_password::Response::new().into())
 }
 
-/// `POST /_matrix/client/v3/account/deactivate`
+/// `POST /_matrix/client/v3/account/deactivate`: with `"erase": true` the profile goes too
+/// and the account is marked erased, as in Synapse; without it the profile stays.
 pub async fn deactivate_route(
     services: Data<Services>,
     body: Ruma<deactivate::Request>,
@@ -64,7 +65,11 @@ pub async fn deactivate_route(
         .await?;
     services
         .users
-        .deactivate(&caller.user_id, Some((&services.uia, &completed)), true)
+        .deactivate(
+            &caller.user_id,
+            Some((&services.uia, &completed)),
+            body.body.erase,
+        )
         .await?;
     services.rooms.leave_all_rooms(&caller.user_id).await?;
     Ok(deactivate::Response::new(ThirdPartyIdRemovalStatus::NoSupport).into())

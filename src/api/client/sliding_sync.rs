@@ -61,11 +61,11 @@ pub async fn sliding_sync_route(
             .syncing(&caller.user_id, &presence)
             .await?;
     }
-    let response = services
+    let (response, resumed) = services
         .sync
         .sliding_sync(&services.rooms, &request)
         .await?;
-    super::sync::json_counted(&response, "sliding")
+    super::sync::json_counted(&response, "sliding", resumed)
 }
 
 #[derive(Deserialize, Default)]

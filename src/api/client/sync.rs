@@ -16,6 +16,7 @@ use super::rooms::to_raw;
 use crate::{
     api::ruma::{Ruma, RumaResponse},
     error::{Error, Result},
+    metrics::Resumed,
     service::{
         rooms::messages::PageRequest,
         sync::{
@@ -64,20 +65,23 @@ pub async fn sync_route(
         timeout: request.timeout.unwrap_or(Duration::ZERO),
         filter: SyncFilter::from_definition(&definition),
     };
-    let response = services.sync.sync(&services.rooms, &sync).await?;
-    json_counted(&response, "v3")
+    let (response, resumed) = services.sync.sync(&services.rooms, &sync).await?;
+    json_counted(&response, "v3", resumed)
 }
 
-/// A sync response as JSON, its size counted in the metrics under `api`.
+/// A sync response as JSON, its size counted in the metrics under `api`, and the time since
+/// the sync `resumed` for it (the last part of the delivery latency).
 pub(super) fn json_counted(
     response: &impl serde::Serialize,
     api: &'static str,
+    resumed: Resumed,
 ) -> Result<HttpResponse> {
     let body = serde_json::to_vec(response).map_err(Error::internal)?;
     crate::metrics::metrics()
         .sync_response_bytes
         .get_or_create(&crate::metrics::ApiLabel { api })
         .observe(body.len() as f64);
+    resumed.observe_written(api);
     Ok(HttpResponse::Ok()
         .content_type(mime::APPLICATION_JSON)
         .body(body))

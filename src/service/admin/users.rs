@@ -216,8 +216,8 @@ impl Admin {
     }
 
     /// Deactivates an account through the account service's own path (devices, tokens,
-    /// delayed events) and leaves its rooms through the normal membership path; `erase` also
-    /// removes the profile and marks it erased (without it the displayname stays, as in Synapse).
+    /// delayed events; with `erase` the profile, and the erased mark) and leaves its rooms
+    /// through the normal membership path.
     pub async fn deactivate_user(
         &self,
         users: &Users,
@@ -227,10 +227,6 @@ impl Admin {
     ) -> Result<()> {
         self.ensure_exists(user_id).await?;
         users.deactivate(user_id, None, erase).await?;
-        if erase {
-            let conn = self.db.conn().await?;
-            store::set_erased(&conn, user_id.as_str()).await?;
-        }
         rooms.leave_all_rooms(user_id).await
     }
 

@@ -123,7 +123,7 @@ impl Rooms {
     ) -> Result<OwnedRoomId> {
         let server_name = &*self.config.server_name;
         let privileged_creators = rules.authorization.explicitly_privilege_room_creators;
-        conn.transaction::<_, Error, _>(async |conn| {
+        let (room_id, persisted) = conn.transaction::<_, Error, _>(async |conn| {
             let room_id = (!rules.authorization.room_create_event_id_as_room_id).then(|| self.random_room_id());
             // Every event at a provisional position, made real in one step before commit.
             let deferred = DeferredPositions::default();
@@ -209,10 +209,13 @@ impl Rooms {
             if request.public {
                 store::set_room_public(writer.conn(), room_id.as_str(), true).await?;
             }
-            deferred.finish(writer.conn(), &[&room_id]).await?;
-            Ok(room_id)
+            let persisted = deferred.finish(writer.conn(), &[&room_id]).await?;
+            Ok((room_id, persisted))
         })
-        .await
+        .await?;
+        crate::metrics::metrics()
+            .events_persisted(super::send::Origin::Client.metric_label(), persisted);
+        Ok(room_id)
     }
 
     /// Whether an invitee of a new room is invited once the room exists, through their own

@@ -67,6 +67,20 @@ pub enum Received {
     MissingAuthEvents,
 }
 
+impl Received {
+    /// Whether the event went into the room's events (soft-failed ones too; rejected ones are
+    /// kept apart).
+    fn is_persisted(&self) -> bool {
+        matches!(self, Received::Accepted | Received::SoftFailed)
+    }
+}
+
+/// Counts the events a committed transaction took from other servers.
+fn count_persisted<'a>(answers: impl IntoIterator<Item = &'a Received>) {
+    let persisted = answers.into_iter().filter(|r| r.is_persisted()).count();
+    crate::metrics::metrics().events_persisted("federation", persisted as u64);
+}
+
 /// How a PDU reached us.
 #[derive(Debug, Clone, Copy)]
 pub struct Arrival<'a> {
@@ -140,14 +154,17 @@ impl Rooms {
         }
         let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            let conn = &*conn;
-            // The room's advisory lock (and that the room exists) first.
-            RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
-            self.receive_locked(conn, room_id, rules, &pdu, &json, arrival)
-                .await
-        })
-        .await
+        let received = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let conn = &*conn;
+                // The room's advisory lock (and that the room exists) first.
+                RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
+                self.receive_locked(conn, room_id, rules, &pdu, &json, arrival)
+                    .await
+            })
+            .await?;
+        count_persisted([&received]);
+        Ok(received)
     }
 
     /// Takes checked PDUs of one room sent to us as new, in the order given, under one hold of
@@ -167,30 +184,33 @@ impl Rooms {
             .collect::<Result<Vec<_>>>()?;
         let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            let conn = &*conn;
-            RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
-            let mut answers = Vec::with_capacity(parsed.len());
-            for (pdu, json) in &parsed {
-                let received = match pdu.is_in_room(room_id, rules) {
-                    true => {
-                        self.receive_locked(conn, room_id, rules, pdu, json, Arrival::LIVE)
-                            .await?
+        let answers = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let conn = &*conn;
+                RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
+                let mut answers = Vec::with_capacity(parsed.len());
+                for (pdu, json) in &parsed {
+                    let received = match pdu.is_in_room(room_id, rules) {
+                        true => {
+                            self.receive_locked(conn, room_id, rules, pdu, json, Arrival::LIVE)
+                                .await?
+                        }
+                        false => Received::NotTaken("The event is not in this room".into()),
+                    };
+                    let must_fetch = matches!(
+                        received,
+                        Received::MissingAuthEvents | Received::MissingPrevEvents
+                    );
+                    answers.push(received);
+                    if must_fetch {
+                        break;
                     }
-                    false => Received::NotTaken("The event is not in this room".into()),
-                };
-                let must_fetch = matches!(
-                    received,
-                    Received::MissingAuthEvents | Received::MissingPrevEvents
-                );
-                answers.push(received);
-                if must_fetch {
-                    break;
                 }
-            }
-            Ok(answers)
-        })
-        .await
+                Ok(answers)
+            })
+            .await?;
+        count_persisted(&answers);
+        Ok(answers)
     }
 
     /// [`Self::receive`]'s work inside the transaction, the room's locks held.

@@ -64,6 +64,7 @@ impl Rooms {
             store_in(conn, &self.config.server_name, &room, &pdu, &json).await
         })
         .await?;
+        crate::metrics::metrics().events_persisted("federation", 1);
         Ok(())
     }
 }
@@ -215,86 +216,91 @@ impl Rooms {
             .ok_or_else(|| Error::internal("room version without rules"))?;
         let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            let conn = &*conn;
-            lock_room(conn, room_id).await?;
-            let room = room_id.as_str();
-            let invitee = invite
-                .state_key
-                .as_deref()
-                .ok_or_else(|| Error::internal("an invite without a state key"))?;
-            let mut entries: Vec<(String, String, String)> = Vec::new();
-            let mut creator = invite.sender.to_string();
-            for event in state {
-                let Ok(object) = serde_json::from_value::<ruma::CanonicalJsonObject>(event.clone())
-                else {
-                    continue;
-                };
-                let Ok(hash) = ruma::signatures::reference_hash(&object, &rules) else {
-                    continue;
-                };
-                let event_id = format!("${hash}");
-                let kind = event["type"].as_str().unwrap_or_default().to_owned();
-                let key = event["state_key"].as_str().unwrap_or_default().to_owned();
-                if kind == "m.room.member" && key == invitee {
-                    continue;
+        let stored = conn
+            .transaction::<_, Error, _>(async |conn| {
+                let conn = &*conn;
+                lock_room(conn, room_id).await?;
+                let room = room_id.as_str();
+                let invitee = invite
+                    .state_key
+                    .as_deref()
+                    .ok_or_else(|| Error::internal("an invite without a state key"))?;
+                let mut entries: Vec<(String, String, String)> = Vec::new();
+                let mut creator = invite.sender.to_string();
+                for event in state {
+                    let Ok(object) =
+                        serde_json::from_value::<ruma::CanonicalJsonObject>(event.clone())
+                    else {
+                        continue;
+                    };
+                    let Ok(hash) = ruma::signatures::reference_hash(&object, &rules) else {
+                        continue;
+                    };
+                    let event_id = format!("${hash}");
+                    let kind = event["type"].as_str().unwrap_or_default().to_owned();
+                    let key = event["state_key"].as_str().unwrap_or_default().to_owned();
+                    if kind == "m.room.member" && key == invitee {
+                        continue;
+                    }
+                    if kind == "m.room.create" {
+                        creator = event["sender"].as_str().unwrap_or(&creator).to_owned();
+                    }
+                    dag::insert_outlier(conn, &event_id, room, event).await?;
+                    entries.push((kind, key, event_id));
                 }
-                if kind == "m.room.create" {
-                    creator = event["sender"].as_str().unwrap_or(&creator).to_owned();
+                let invite_id = invite.event_id.as_str();
+                entries.push((
+                    "m.room.member".into(),
+                    invitee.to_owned(),
+                    invite_id.to_owned(),
+                ));
+                let refs: Vec<(&str, &str, &str)> = entries
+                    .iter()
+                    .map(|(k, s, e)| (k.as_str(), s.as_str(), e.as_str()))
+                    .collect();
+                let group = state_store::insert_state_group(conn, room, None, &refs).await?;
+                if store::get_room(conn, room).await?.is_none() {
+                    store::insert_room(conn, room, version.as_str(), &creator, group, now_ms())
+                        .await?;
                 }
-                dag::insert_outlier(conn, &event_id, room, event).await?;
-                entries.push((kind, key, event_id));
-            }
-            let invite_id = invite.event_id.as_str();
-            entries.push((
-                "m.room.member".into(),
-                invitee.to_owned(),
-                invite_id.to_owned(),
-            ));
-            let refs: Vec<(&str, &str, &str)> = entries
-                .iter()
-                .map(|(k, s, e)| (k.as_str(), s.as_str(), e.as_str()))
-                .collect();
-            let group = state_store::insert_state_group(conn, room, None, &refs).await?;
-            if store::get_room(conn, room).await?.is_none() {
-                store::insert_room(conn, room, version.as_str(), &creator, group, now_ms()).await?;
-            }
-            let new_event = store::NewEvent {
-                event_id: invite_id,
-                room_id: room,
-                depth: invite.depth,
-                sender: invite.sender.as_str(),
-                event_type: "m.room.member",
-                state_key: Some(invitee),
-                origin_server_ts: i64::from(invite.origin_server_ts.get()),
-                pdu: json,
-                state_group: group,
-            };
-            if dag::event_exists(conn, invite_id).await? {
-                return Ok(());
-            }
-            let content = invite.content_value();
-            tokio::try_join!(
-                streams::next_position(conn, streams::EVENTS),
-                store::insert_event(conn, &new_event, None),
-            )?;
-            let membership = match content.get("membership").and_then(Value::as_str) {
-                Some(membership @ ("invite" | "knock")) => membership,
-                _ => return Err(Error::internal("neither an invite nor a knock")),
-            };
-            store::set_membership(
-                conn,
-                room,
-                invitee,
-                membership,
-                content.get("displayname").and_then(Value::as_str),
-                invite_id,
-            )
+                let new_event = store::NewEvent {
+                    event_id: invite_id,
+                    room_id: room,
+                    depth: invite.depth,
+                    sender: invite.sender.as_str(),
+                    event_type: "m.room.member",
+                    state_key: Some(invitee),
+                    origin_server_ts: i64::from(invite.origin_server_ts.get()),
+                    pdu: json,
+                    state_group: group,
+                };
+                if dag::event_exists(conn, invite_id).await? {
+                    return Ok(false);
+                }
+                let content = invite.content_value();
+                tokio::try_join!(
+                    streams::next_position(conn, streams::EVENTS),
+                    store::insert_event(conn, &new_event, None),
+                )?;
+                let membership = match content.get("membership").and_then(Value::as_str) {
+                    Some(membership @ ("invite" | "knock")) => membership,
+                    _ => return Err(Error::internal("neither an invite nor a knock")),
+                };
+                store::set_membership(
+                    conn,
+                    room,
+                    invitee,
+                    membership,
+                    content.get("displayname").and_then(Value::as_str),
+                    invite_id,
+                )
+                .await?;
+                store::notify(conn, notifier::USER_CHANNEL, invitee).await?;
+                Ok(true)
+            })
             .await?;
-            store::notify(conn, notifier::USER_CHANNEL, invitee).await?;
-            Ok(())
-        })
-        .await
+        crate::metrics::metrics().events_persisted("federation", u64::from(stored));
+        Ok(())
     }
 
     /// `user_id`'s knock (its event ID), when their current membership in a room this server
@@ -425,7 +431,10 @@ impl Rooms {
             let pdu = Pdu::from_json(event_id.as_str(), &json)?;
             store_leave_in_place(conn, room_id, user_id, group, &pdu, &json).await
         })
-        .await
+        .await?;
+        // Written here alone, without another server's part in it.
+        crate::metrics::metrics().events_persisted(super::send::Origin::Client.metric_label(), 1);
+        Ok(())
     }
 }
 
@@ -451,7 +460,9 @@ impl Rooms {
                 .ok_or_else(|| Error::forbidden("You are not in this room"))?;
             store_leave_in_place(conn, room_id, user_id, group, pdu, json).await
         })
-        .await
+        .await?;
+        crate::metrics::metrics().events_persisted("federation", 1);
+        Ok(())
     }
 }
 

@@ -35,6 +35,16 @@ pub enum Origin {
     Server,
 }
 
+impl Origin {
+    /// Its `origin` label in `myelin_events_persisted_total`.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Origin::Client => "client",
+            Origin::Server => "server",
+        }
+    }
+}
+
 /// Who is sending, from which device and transaction.
 #[derive(Debug, Clone, Copy)]
 pub struct Sender<'a> {
@@ -110,6 +120,7 @@ impl Rooms {
         let member_target = state_key.filter(|_| kind == "m.room.member");
         let prefetch = common_auth_keys(user, member_target);
         let limited = self.is_rate_limited(sender);
+        let transaction_started = std::time::Instant::now();
         let result = conn
             .transaction::<_, Error, _>(async |conn| {
                 // A retry, a shadow-banned sender, or what limits the sender's rate, is found
@@ -187,6 +198,13 @@ impl Rooms {
                 Ok(Outcome::Sent(writer.append(event).await?.event_id))
             })
             .await;
+        if let Ok(Outcome::Sent(_)) = &result {
+            let metrics = crate::metrics::metrics();
+            metrics
+                .delivery_commit
+                .observe(transaction_started.elapsed().as_secs_f64());
+            metrics.events_persisted(sender.origin.metric_label(), 1);
+        }
         let replayed = |id: String| {
             EventId::parse(id)
                 .map(|id| (id, "replayed"))

@@ -92,7 +92,7 @@ impl Rooms {
         let profile = self.member_profile(&conn, user_id).await?;
         let server_name = &*self.config.server_name;
 
-        conn.transaction::<_, Error, _>(async |conn| {
+        let (new_room, persisted) = conn.transaction::<_, Error, _>(async |conn| {
             // The replacement room.
             let room_id = (!new_rules.authorization.room_create_event_id_as_room_id).then(|| self.random_room_id());
             // Both rooms' events at provisional positions, made real in one step before commit.
@@ -177,10 +177,13 @@ impl Rooms {
                     tracing::info!(room_id = %old_room, "upgrade: the upgrader cannot restrict the old room's power levels");
                 }
             }
-            deferred.finish(old.conn(), &[&new_room, old_room]).await?;
-            Ok(new_room)
+            let persisted = deferred.finish(old.conn(), &[&new_room, old_room]).await?;
+            Ok((new_room, persisted))
         })
-        .await
+        .await?;
+        crate::metrics::metrics()
+            .events_persisted(super::send::Origin::Client.metric_label(), persisted);
+        Ok(new_room)
     }
 }
 

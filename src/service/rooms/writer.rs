@@ -174,12 +174,12 @@ impl DeferredPositions {
     }
 
     /// Gives every event appended so far in these rooms its real position (call it last in
-    /// the transaction).
-    pub async fn finish(&self, conn: &AsyncPgConnection, room_ids: &[&RoomId]) -> Result<()> {
+    /// the transaction); says how many there were.
+    pub async fn finish(&self, conn: &AsyncPgConnection, room_ids: &[&RoomId]) -> Result<u64> {
         let rooms: Vec<&str> = room_ids.iter().map(|r| r.as_str()).collect();
         let count = self.count.swap(0, Ordering::Relaxed);
         store::renumber_provisional_positions(conn, &rooms, count).await?;
-        Ok(())
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 }
 

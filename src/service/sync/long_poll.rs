@@ -3,7 +3,7 @@
 use std::{future::Future, time::Duration};
 
 use super::{Computed, Sync};
-use crate::{error::Result, storage::streams};
+use crate::{error::Result, metrics::Resumed, storage::streams};
 
 /// Longest long-poll.
 const MAX_TIMEOUT: Duration = Duration::from_secs(60);
@@ -60,7 +60,8 @@ impl Sync {
     /// Computes a response, and while it is empty (and `at_once` is false) computes it again
     /// whenever something of the user's changes, until the timeout or a shutdown (which
     /// answers every parked sync at once with the token it has): the waiter `/sync` and
-    /// sliding sync share. Counts the sync in the metrics under `api`.
+    /// sliding sync share. Counts the sync in the metrics under `api`, and each wake-up's
+    /// delay; the answer comes with when the sync resumed for it, for the delivery metrics.
     pub(super) async fn long_poll<T, F, Fut>(
         &self,
         user_id: &str,
@@ -68,7 +69,7 @@ impl Sync {
         timeout: Duration,
         at_once: bool,
         mut compute: F,
-    ) -> Result<T>
+    ) -> Result<(T, Resumed)>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Computed<T>>>,
@@ -82,7 +83,8 @@ impl Sync {
             timeout.min(MAX_TIMEOUT)
         };
         let deadline = tokio::time::Instant::now() + timeout;
-        let notify = self.notifier.subscribe(user_id);
+        let waiter = self.notifier.subscribe(user_id);
+        let mut resumed = Resumed::none();
         // The positions taken when this sync last started reading after a wake-up, while
         // some of them were not yet persisted: a write it was woken for may be committed but
         // still behind another writer's uncommitted position, whose commit (or rollback, or
@@ -92,15 +94,18 @@ impl Sync {
         let mut recheck = HELD_BACK_RECHECK_FIRST;
         let result = loop {
             // Registered before reading, so a commit between the read and the wait still wakes us.
-            let woken = notify.notified();
+            let woken = waiter.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
             let computed = match timing.build(compute()).await {
                 Ok(computed) => computed,
                 Err(err) => break Err(err),
             };
-            if !computed.empty || at_once || tokio::time::Instant::now() >= deadline {
-                break Ok(computed.response);
+            if !computed.empty {
+                break Ok((computed.response, resumed));
+            }
+            if at_once || tokio::time::Instant::now() >= deadline {
+                break Ok((computed.response, Resumed::none()));
             }
             if fresh {
                 held_below = computed.positions.held_back().then_some(computed.positions);
@@ -120,17 +125,29 @@ impl Sync {
             let _long_poll = crate::metrics::LongPollGuard::new();
             timing.parked = true;
             tokio::select! {
-                _ = woken => fresh = true,
+                _ = woken => {
+                    fresh = true;
+                    resumed = Resumed::now();
+                    if let Some(arrived) = waiter.last_arrival() {
+                        crate::metrics::metrics()
+                            .delivery_wake
+                            .get_or_create(&crate::metrics::ApiLabel { api })
+                            .observe(arrived.elapsed().as_secs_f64());
+                    }
+                }
                 // Stopping: what was computed is a valid, empty answer with a token that loses
                 // nothing.
                 _ = shutdown.wait_for(|stopping| *stopping) => {
                     timing.waited += parked.elapsed();
-                    break Ok(computed.response);
+                    break Ok((computed.response, Resumed::none()));
                 }
                 _ = tokio::time::sleep_until(wake_at) => {
                     if wake_at >= deadline {
                         timing.waited += parked.elapsed();
-                        break timing.build(compute()).await.map(|c| c.response);
+                        break timing
+                            .build(compute())
+                            .await
+                            .map(|c| (c.response, Resumed::none()));
                     }
                     fresh = false;
                 }

@@ -34,6 +34,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
+    metrics::Resumed,
     storage::{
         account_data as account_store, e2ee as e2ee_store,
         push::{self as push_store, UnreadCounts},
@@ -151,10 +152,15 @@ impl Sync {
         self.index.check_sample(&conn, sample).await
     }
 
-    /// Runs a sync, waiting up to the timeout for something to report.
-    pub async fn sync(&self, rooms: &Rooms, request: &SyncRequest<'_>) -> Result<SyncResponse> {
+    /// Runs a sync, waiting up to the timeout for something to report; says when it resumed
+    /// from a wake-up for what it answers (see [`Resumed`]).
+    pub async fn sync(
+        &self,
+        rooms: &Rooms,
+        request: &SyncRequest<'_>,
+    ) -> Result<(SyncResponse, Resumed)> {
         let at_once = request.since.is_none() || request.full_state;
-        let response = self
+        let (response, resumed) = self
             .long_poll(
                 request.user_id.as_str(),
                 "v3",
@@ -167,7 +173,7 @@ impl Sync {
             .sync_rooms
             .get_or_create(&crate::metrics::ApiLabel { api: "v3" })
             .observe(response.room_count() as f64);
-        Ok(response)
+        Ok((response, resumed))
     }
 
     /// Builds one response.

@@ -31,6 +31,7 @@ use self::{
 use super::{token::SyncToken, Computed, Sync, ROOMS_IN_FLIGHT};
 use crate::{
     error::Result,
+    metrics::Resumed,
     service::rooms::Rooms,
     storage::{
         account_data as account_store, e2ee as e2ee_store, push as push_store, receipts,
@@ -56,8 +57,13 @@ struct Sliding {
 }
 
 impl Sync {
-    /// Serves one sliding sync request, long-polling while there is nothing to say.
-    pub async fn sliding_sync(&self, rooms: &Rooms, request: &SlidingRequest) -> Result<Value> {
+    /// Serves one sliding sync request, long-polling while there is nothing to say; says when
+    /// it resumed from a wake-up for what it answers (see [`Resumed`]).
+    pub async fn sliding_sync(
+        &self,
+        rooms: &Rooms,
+        request: &SlidingRequest,
+    ) -> Result<(Value, Resumed)> {
         let pos = request.pos.as_deref().map(Pos::parse).transpose()?;
         let stateful = !request.lists.is_empty() || !request.subscriptions.is_empty();
         let connection = connection::open(
@@ -72,7 +78,7 @@ impl Sync {
             stateful,
         )
         .await?;
-        let computed = self
+        let (computed, resumed) = self
             .long_poll(
                 request.user_id.as_str(),
                 "sliding",
@@ -105,7 +111,7 @@ impl Sync {
         if let Some(txn_id) = &request.txn_id {
             body.insert("txn_id".into(), Value::String(txn_id.clone()));
         }
-        Ok(Value::Object(body))
+        Ok((Value::Object(body), resumed))
     }
 
     async fn compute_sliding(
