@@ -124,17 +124,18 @@ impl Typing {
     /// `up_to`, the position the response reports (initial sync: `None`, rooms where someone
     /// is typing). A change after `up_to` waits for the next sync: reported now, it would be
     /// reported again from the token this response hands out.
-    pub fn changed_since(
+    pub fn changed_since<R: AsRef<str>>(
         &self,
-        room_ids: &[String],
+        room_ids: impl IntoIterator<Item = R>,
         since: Option<i64>,
         up_to: i64,
     ) -> HashMap<String, Vec<String>> {
         let rooms = self.rooms.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         room_ids
-            .iter()
+            .into_iter()
             .filter_map(|room_id| {
+                let room_id = room_id.as_ref();
                 let room = rooms.get(room_id)?;
                 let mut users: Vec<String> = room
                     .users
@@ -147,7 +148,7 @@ impl Typing {
                     None => !users.is_empty(),
                 };
                 users.sort();
-                report.then(|| (room_id.clone(), users))
+                report.then(|| (room_id.to_owned(), users))
             })
             .collect()
     }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::schema::{
     event_txns, events, room_aliases, room_current_state, room_memberships, rooms,
-    server_signing_keys,
+    server_signing_keys, user_membership_versions,
 };
 
 /// SQL: the `events` row is served to clients. It is not an outlier (it has a place in the
@@ -966,6 +966,21 @@ pub async fn get_state_group_at(
         .await
         .optional()?;
     Ok(first.and_then(|row| row.state_group))
+}
+
+/// The counter that moves with every change to a user's memberships (0: none since the
+/// counter was introduced; a trigger on `room_memberships` keeps it).
+pub async fn get_user_membership_version(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<i64> {
+    user_membership_versions::table
+        .find(user_id)
+        .select(user_membership_versions::version)
+        .first(&mut conn)
+        .await
+        .optional()
+        .map(Option::unwrap_or_default)
 }
 
 /// Every room a user has a membership in: `(room_id, membership, event_id, stream_ordering)`.

@@ -656,6 +656,13 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    user_membership_versions (user_id) {
+        user_id -> Text,
+        version -> Int8,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     access_tokens,
     admin_history_purges,
@@ -716,6 +723,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     to_device_inbox,
     to_device_txns,
     uia_sessions,
+    user_membership_versions,
     user_reports,
     users,
 );

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::pushers::{Behaviour, Gateway};
+use crate::sliding_sync::{list, sss};
 use crate::support::{
     client::{enc, timeline},
     spawn_server_capturing_log, wait_until, Client, ExtraProcess, ServerOptions, TestDb,
@@ -160,6 +161,66 @@ async fn a_long_poll_parked_on_one_process_wakes_for_a_send_on_the_other_and_tok
     alice_on_b.send_text(&room, "z", "z").await.ok();
     let woken = parked.await.unwrap();
     assert_eq!(bodies(&timeline(&woken, &room)), ["z"], "{woken}");
+}
+
+/// Each process keeps users' membership lists between syncs. A change written through the
+/// other process must show in the very next sync here: a join, a kick, and forgetting a room
+/// (which writes no event at all).
+#[tokio::test]
+async fn membership_lists_kept_by_one_process_follow_changes_made_through_the_other() {
+    let TwoProcesses {
+        a,
+        b: _b,
+        alice,
+        bob_on_b,
+        room,
+    } = two_processes(ServerOptions::default()).await;
+    let bob_on_a = {
+        let mut bob = bob_on_b.clone();
+        bob.base = a.base_url.clone();
+        bob
+    };
+    // Bob's room list on B, each time from a fresh connection.
+    let listed_on_b = || async {
+        let response = sss(&bob_on_b, None, 0, list(99, 0, json!([]))).await.ok();
+        let mut ids: Vec<String> = response["lists"]["all"]["ops"][0]["room_ids"]
+            .as_array()
+            .map(|ids| {
+                ids.iter()
+                    .map(|id| id.as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    };
+    assert_eq!(listed_on_b().await, [room.as_str()]);
+
+    let second = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob_on_a.join(&second).await.ok();
+    let mut both = vec![room.clone(), second.clone()];
+    both.sort();
+    assert_eq!(listed_on_b().await, both, "joined through A");
+
+    // Kicked: still listed.
+    alice
+        .post(
+            &format!("/_matrix/client/v3/rooms/{}/kick", enc(&room)),
+            json!({ "user_id": bob_on_b.user_id }),
+        )
+        .await
+        .ok();
+    assert_eq!(listed_on_b().await, both, "kicked through A");
+
+    // Forgotten: gone, although no event was written.
+    bob_on_a
+        .post(
+            &format!("/_matrix/client/v3/rooms/{}/forget", enc(&room)),
+            json!({}),
+        )
+        .await
+        .ok();
+    assert_eq!(listed_on_b().await, [second], "forgotten through A");
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 
 pub mod filter;
 mod long_poll;
+pub mod memberships;
 pub mod room_index;
 pub mod sliding;
 pub mod token;
@@ -81,6 +82,8 @@ pub struct Sync {
     connections: sliding::connection::Cache,
     /// Rooms' facts the sliding sync filters read, kept while the rooms do not change.
     room_meta: sliding::lists::MetaCache,
+    /// Users' membership lists, kept while they do not change.
+    memberships: memberships::MembershipCache,
     notifier: Arc<Notifier>,
     presence: Arc<Presence>,
 }
@@ -134,6 +137,7 @@ impl Sync {
             index: RoomIndex::default(),
             connections: Default::default(),
             room_meta: Default::default(),
+            memberships: Default::default(),
             db,
             notifier,
             presence,
@@ -235,7 +239,7 @@ impl Sync {
                 .await?)
             },
             crate::service::account_data::ignored_users(conn, user),
-            async { Ok(store::get_user_memberships(conn, user).await?) },
+            self.memberships.get(conn, user),
         )?;
         let mut global_data = Vec::new();
         let mut room_data: HashMap<String, Vec<Value>> = HashMap::new();
@@ -300,7 +304,7 @@ impl Sync {
         // What each room needs, decided in order; then the sections are built concurrently
         // on the one connection, so their queries share round trips.
         let mut jobs = Vec::new();
-        for (room_id, membership, event_id, membership_position) in &memberships {
+        for (room_id, membership, event_id, membership_position) in memberships.iter() {
             if !request.filter.wants_room(room_id) {
                 continue;
             }

@@ -1,15 +1,21 @@
 //! Sliding sync extensions: thin adapters over what `/sync` already serves (to-device inbox,
 //! key counts and device lists, account data, receipts, typing).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, HashMap, HashSet},
+};
 
 use diesel_async::AsyncPgConnection;
 use ruma::push::Ruleset;
 use serde_json::{json, Map, Value};
 
-use super::{model::SlidingRequest, scoped};
+use super::{
+    model::{self, SlidingRequest},
+    scoped,
+};
 use crate::{
-    error::Result,
+    error::{Error, Result},
     service::{
         e2ee::{
             keys::{device_list_delta, one_time_key_counts},
@@ -51,10 +57,23 @@ impl Sync {
         let user = request.user_id.as_str();
         let device = request.device_id.as_str();
         let wanted = &request.extensions;
-        let mut out = Map::new();
-        let mut empty = true;
+        // Extensions usually all cover everything: that set is made once.
+        let everything = [&wanted.account_data, &wanted.receipts, &wanted.typing]
+            .into_iter()
+            .flatten()
+            .any(model::Scope::covers_everything)
+            .then(|| scoped(&model::Scope::default(), scopes.windows, scopes.subscribed));
+        let in_scope = |scope: &model::Scope| match &everything {
+            Some(all) if scope.covers_everything() => Cow::Borrowed(all),
+            _ => Cow::Owned(scoped(scope, scopes.windows, scopes.subscribed)),
+        };
 
-        if let Some(ext) = &wanted.to_device {
+        // The extensions that read the database go out together, pipelined on `conn`; each
+        // gives its JSON and whether it carries nothing.
+        let to_device = async {
+            let Some(ext) = &wanted.to_device else {
+                return Ok::<_, Error>(None);
+            };
             let up_to = positions.persisted(to_device_store::TO_DEVICE);
             let since_td = ext.since.unwrap_or(0);
             let (events, reached) = if since_td > up_to {
@@ -64,14 +83,14 @@ impl Sync {
                 // At most `limit` (100 at most) per response.
                 to_device::take_up_to(conn, (user, device), (since_td, up_to), ext.limit).await?
             };
-            empty &= events.is_empty();
-            out.insert(
-                "to_device".into(),
-                json!({ "next_batch": reached.to_string(), "events": events }),
-            );
-        }
+            let value = json!({ "next_batch": reached.to_string(), "events": events });
+            Ok(Some((value, events.is_empty())))
+        };
 
-        if wanted.e2ee {
+        let e2ee = async {
+            if !wanted.e2ee {
+                return Ok::<_, Error>(None);
+            }
             let (counts, fallback) =
                 tokio::try_join!(one_time_key_counts(conn, user, device), async {
                     Ok(e2ee_store::get_unused_fallback_algorithms(conn, user, device).await?)
@@ -80,6 +99,7 @@ impl Sync {
                 "device_one_time_keys_count": counts,
                 "device_unused_fallback_key_types": fallback,
             });
+            let mut empty = true;
             if let Some(since) = since {
                 let (changed, left) = device_list_delta(
                     conn,
@@ -95,14 +115,17 @@ impl Sync {
                     ),
                 )
                 .await?;
-                empty &= changed.is_empty() && left.is_empty();
+                empty = changed.is_empty() && left.is_empty();
                 e2ee["device_lists"] = json!({ "changed": changed, "left": left });
             }
-            out.insert("e2ee".into(), e2ee);
-        }
+            Ok(Some((e2ee, empty)))
+        };
 
-        if let Some(scope) = &wanted.account_data {
-            let rooms = scoped(scope, scopes.windows, scopes.subscribed);
+        let account_data = async {
+            let Some(scope) = &wanted.account_data else {
+                return Ok::<_, Error>(None);
+            };
+            let rooms = in_scope(scope);
             let from = since.map_or(0, |s| s.account_data);
             let mut entries = if from < next.account_data {
                 account_store::get_account_data_changed(conn, user, from, next.account_data).await?
@@ -136,20 +159,19 @@ impl Sync {
             if since.is_none() && !global.iter().any(|e| e["type"] == PUSH_RULES_TYPE) {
                 global.push(push_rules_event(&Ruleset::server_default(&request.user_id)));
             }
-            empty &= global.is_empty() && by_room.is_empty();
-            out.insert(
-                "account_data".into(),
-                json!({ "global": global, "rooms": by_room }),
-            );
-        }
+            let empty = global.is_empty() && by_room.is_empty();
+            Ok(Some((json!({ "global": global, "rooms": by_room }), empty)))
+        };
 
-        if let Some(scope) = &wanted.receipts {
-            let rooms = scoped(scope, scopes.windows, scopes.subscribed);
+        let receipts = async {
+            let Some(scope) = &wanted.receipts else {
+                return Ok::<_, Error>(None);
+            };
+            let rooms = in_scope(scope);
             let (fresh, live): (Vec<&str>, Vec<&str>) = rooms
                 .iter()
                 .partition(|r| since.is_none() || scopes.sent.get(*r).is_some_and(|(f, _)| *f));
             let fresh: Vec<String> = fresh.into_iter().map(str::to_owned).collect();
-            let live: Vec<String> = live.into_iter().map(str::to_owned).collect();
             let mut by_room = Map::new();
             // A room sent afresh: the receipts on its timeline and the user's own.
             let fresh_receipts = match fresh.is_empty() {
@@ -187,6 +209,7 @@ impl Sync {
                 by_room.insert(room_id, event);
             }
             if let Some(since) = since.filter(|s| s.receipts < next.receipts) {
+                let live: Vec<String> = live.into_iter().map(str::to_owned).collect();
                 for (room_id, event) in self
                     .receipts(conn, &live, since.receipts, next.receipts, user)
                     .await?
@@ -194,20 +217,34 @@ impl Sync {
                     by_room.insert(room_id, event);
                 }
             }
-            empty &= by_room.is_empty();
-            out.insert("receipts".into(), json!({ "rooms": by_room }));
+            let empty = by_room.is_empty();
+            Ok(Some((json!({ "rooms": by_room }), empty)))
+        };
+
+        let (to_device, e2ee, account_data, receipts) =
+            tokio::try_join!(to_device, e2ee, account_data, receipts)?;
+        let mut out = Map::new();
+        let mut empty = true;
+        for (name, part) in [
+            ("to_device", to_device),
+            ("e2ee", e2ee),
+            ("account_data", account_data),
+            ("receipts", receipts),
+        ] {
+            if let Some((value, part_empty)) = part {
+                empty &= part_empty;
+                out.insert(name.into(), value);
+            }
         }
 
         if let Some(scope) = &wanted.typing {
             // Rooms sent afresh get who is typing now; the others what changed since `pos`.
-            let (fresh, live): (Vec<String>, Vec<String>) =
-                scoped(scope, scopes.windows, scopes.subscribed)
-                    .into_iter()
-                    .map(str::to_owned)
-                    .partition(|r| scopes.sent.get(r.as_str()).is_some_and(|(f, _)| *f));
+            let (fresh, live): (Vec<&str>, Vec<&str>) = in_scope(scope)
+                .iter()
+                .partition(|r| scopes.sent.get(*r).is_some_and(|(f, _)| *f));
             let typing = &self.notifier.typing;
-            let mut changed = typing.changed_since(&fresh, None, next.typing);
-            changed.extend(typing.changed_since(&live, since.map(|s| s.typing), next.typing));
+            let mut changed = typing.changed_since(fresh, None, next.typing);
+            changed.extend(typing.changed_since(live, since.map(|s| s.typing), next.typing));
             let mut by_room = Map::new();
             for (room_id, users) in changed {
                 let users: Vec<String> =

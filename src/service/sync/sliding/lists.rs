@@ -14,19 +14,19 @@ use serde_json::Value;
 use super::model::{ListFilters, ListRequest};
 use crate::{
     error::Result,
-    service::sync::{room_index::LastChange, token::SyncToken},
+    service::sync::{memberships::Membership, room_index::LastChange, token::SyncToken},
     storage::{account_data as account_store, sliding_sync as sliding_store},
 };
 
-/// One room the user has a membership in.
+/// One room the user has a membership in (borrowing from the user's membership list).
 #[derive(Debug, Clone)]
-pub struct UserRoom {
+pub struct UserRoom<'m> {
     /// The room.
-    pub room_id: String,
+    pub room_id: &'m str,
     /// `join`, `invite`, `knock`, `leave` or `ban`.
-    pub membership: String,
+    pub membership: &'m str,
     /// The membership event.
-    pub event_id: String,
+    pub event_id: &'m str,
     /// Its position.
     pub membership_position: i64,
     /// Position of the newest event the user may see (the membership's for non-joined rooms).
@@ -36,23 +36,27 @@ pub struct UserRoom {
     /// Whether it may be listed (a room the user left themselves before the `pos` may still
     /// be subscribed to, but is no longer listed).
     pub listed: bool,
+    /// Facts from its current state, when a list's filters need them (`None`: not loaded,
+    /// or no state here).
+    pub meta: Option<Arc<RoomMeta>>,
 }
 
 /// The user's rooms, with what lists need to order them: `memberships` are `(room, membership,
 /// event ID, position)` and `changes` where each of those rooms last changed.
-pub fn user_rooms(
-    memberships: Vec<(String, String, String, i64)>,
+pub fn user_rooms<'m>(
+    memberships: &'m [Membership],
     senders: &HashMap<String, String>,
     changes: &[LastChange],
     user: &str,
     ignored: &HashSet<String>,
     since: Option<&SyncToken>,
-) -> Vec<UserRoom> {
+) -> Vec<UserRoom<'m>> {
     memberships
-        .into_iter()
+        .iter()
         .zip(changes)
         .filter_map(|((room_id, membership, event_id, position), last)| {
-            let sender = senders.get(&event_id).map(String::as_str);
+            let position = *position;
+            let sender = senders.get(event_id).map(String::as_str);
             let listed = match membership.as_str() {
                 "join" | "knock" | "ban" => true,
                 "invite" => !sender.is_some_and(|s| ignored.contains(s)),
@@ -78,6 +82,7 @@ pub fn user_rooms(
                 activity,
                 bump_stamp: bump_stamp.max(0),
                 listed,
+                meta: None,
             })
         })
         .collect()
@@ -88,8 +93,6 @@ pub fn user_rooms(
 pub struct FilterFacts {
     /// Rooms in the user's `m.direct`.
     pub direct: HashSet<String>,
-    /// Room ID -> `(encrypted, type, name)`.
-    pub meta: HashMap<String, Arc<RoomMeta>>,
     /// Space ID -> child room IDs.
     pub space_children: HashMap<String, HashSet<String>>,
     /// Room ID -> tags.
@@ -146,11 +149,11 @@ impl Default for MetaCache {
 /// Rooms whose filter facts one process keeps.
 const META_CACHED: usize = 100_000;
 
-/// Loads what the requested filters need.
+/// Loads what the requested filters need (the rooms' own facts into `rooms`).
 pub async fn load_facts(
     conn: &AsyncPgConnection,
     user: &str,
-    rooms: &[UserRoom],
+    rooms: &mut [UserRoom<'_>],
     lists: impl Iterator<Item = &ListRequest> + Clone,
     (direct, account_data_position): (HashSet<String>, i64),
     cache: &MetaCache,
@@ -171,19 +174,23 @@ pub async fn load_facts(
             Some(meta) if meta.known => needs_name || (needs_encryption && !meta.encrypted),
             _ => true,
         };
-        let stale: Vec<&UserRoom> = {
+        // One pass over the cache: a current entry fills its room in, the rest are read.
+        let mut stale: Vec<usize> = Vec::new();
+        {
             let mut cached = cache.0.lock().unwrap_or_else(|e| e.into_inner());
-            rooms
-                .iter()
-                // Only a joined room's activity follows its every event.
-                .filter(|r| {
-                    r.membership != "join"
-                        || cached
-                            .get(&r.room_id)
-                            .is_none_or(|(at, meta)| *at != r.activity && may_have_changed(meta))
-                })
-                .collect()
-        };
+            for (i, room) in rooms.iter_mut().enumerate() {
+                match cached.get(room.room_id) {
+                    // Only a joined room's activity follows its every event.
+                    Some((at, meta))
+                        if room.membership == "join"
+                            && (*at == room.activity || !may_have_changed(meta)) =>
+                    {
+                        room.meta = meta.clone();
+                    }
+                    _ => stale.push(i),
+                }
+            }
+        }
         let metrics = crate::metrics::metrics();
         metrics
             .cache_requests
@@ -199,7 +206,7 @@ pub async fn load_facts(
                 result: "hit",
             })
             .inc_by((rooms.len() - stale.len()) as u64);
-        let stale_ids: Vec<String> = stale.iter().map(|r| r.room_id.clone()).collect();
+        let stale_ids: Vec<String> = stale.iter().map(|&i| rooms[i].room_id.to_owned()).collect();
         let mut spaces: Vec<String> = lists
             .clone()
             .filter_map(|l| l.filters.spaces.clone())
@@ -207,7 +214,7 @@ pub async fn load_facts(
             .filter(|space| {
                 rooms
                     .iter()
-                    .any(|r| &r.room_id == space && r.membership == "join")
+                    .any(|r| r.room_id == space && r.membership == "join")
             })
             .collect();
         spaces.sort();
@@ -251,14 +258,10 @@ pub async fn load_facts(
             }
         }
         let mut cached = cache.0.lock().unwrap_or_else(|e| e.into_inner());
-        for room in stale {
-            let meta = loaded.remove(&room.room_id).map(Arc::new);
-            cached.put(room.room_id.clone(), (room.activity, meta));
-        }
-        for room in rooms {
-            if let Some((_, Some(meta))) = cached.get(&room.room_id) {
-                facts.meta.insert(room.room_id.clone(), meta.clone());
-            }
+        for i in stale {
+            let room = &mut rooms[i];
+            room.meta = loaded.remove(room.room_id).map(Arc::new);
+            cached.put(room.room_id.to_owned(), (room.activity, room.meta.clone()));
         }
     }
     if needs_tags {
@@ -279,12 +282,12 @@ pub async fn load_facts(
 }
 
 /// Whether a room passes a list's filters.
-pub fn passes(room: &UserRoom, filters: &ListFilters, facts: &FilterFacts) -> bool {
+pub fn passes(room: &UserRoom<'_>, filters: &ListFilters, facts: &FilterFacts) -> bool {
     if !room.listed {
         return false;
     }
     if let Some(is_dm) = filters.is_dm {
-        if facts.direct.contains(&room.room_id) != is_dm {
+        if facts.direct.contains(room.room_id) != is_dm {
             return false;
         }
     }
@@ -293,7 +296,7 @@ pub fn passes(room: &UserRoom, filters: &ListFilters, facts: &FilterFacts) -> bo
             return false;
         }
     }
-    let meta = facts.meta.get(&room.room_id);
+    let meta = room.meta.as_deref();
     if let Some(is_encrypted) = filters.is_encrypted {
         // A room with unknown state (no create event here) is dropped when filtered on.
         match meta {
@@ -330,12 +333,12 @@ pub fn passes(room: &UserRoom, filters: &ListFilters, facts: &FilterFacts) -> bo
             facts
                 .space_children
                 .get(space)
-                .is_some_and(|children| children.contains(&room.room_id))
+                .is_some_and(|children| children.contains(room.room_id))
         }) {
             return false;
         }
     }
-    let tags = facts.tags.get(&room.room_id);
+    let tags = facts.tags.get(room.room_id);
     if let Some(wanted) = &filters.tags {
         if !wanted
             .iter()
@@ -357,25 +360,25 @@ pub fn passes(room: &UserRoom, filters: &ListFilters, facts: &FilterFacts) -> bo
 /// One list's rooms in order (latest activity first, then room ID) and its windows.
 pub struct ListResult<'r> {
     /// Every matching room, in order.
-    pub rooms: Vec<&'r UserRoom>,
+    pub rooms: Vec<&'r UserRoom<'r>>,
     /// `(start, end, rooms)` per requested range, the end capped at the list's last room.
-    pub windows: Vec<(u64, u64, Vec<&'r UserRoom>)>,
+    pub windows: Vec<(u64, u64, Vec<&'r UserRoom<'r>>)>,
 }
 
 /// Filters, orders and windows one list.
 pub fn build_list<'r>(
-    rooms: &'r [UserRoom],
+    rooms: &'r [UserRoom<'r>],
     list: &ListRequest,
     facts: &FilterFacts,
 ) -> ListResult<'r> {
-    let mut matching: Vec<&UserRoom> = rooms
+    let mut matching: Vec<&UserRoom<'_>> = rooms
         .iter()
         .filter(|r| passes(r, &list.filters, facts))
         .collect();
     matching.sort_by(|a, b| {
         b.activity
             .cmp(&a.activity)
-            .then_with(|| a.room_id.cmp(&b.room_id))
+            .then_with(|| a.room_id.cmp(b.room_id))
     });
     let count = matching.len() as u64;
     let ranges = match &list.ranges {
@@ -401,7 +404,7 @@ pub fn build_list<'r>(
 /// The senders of membership events (who invited, who kicked), for the non-joined rooms.
 pub async fn membership_senders(
     conn: &AsyncPgConnection,
-    memberships: &[(String, String, String, i64)],
+    memberships: &[Membership],
 ) -> Result<HashMap<String, String>> {
     let ids: Vec<String> = memberships
         .iter()

@@ -34,8 +34,7 @@ use crate::{
     metrics::Resumed,
     service::rooms::Rooms,
     storage::{
-        account_data as account_store, e2ee as e2ee_store, push as push_store, receipts,
-        rooms as store, streams,
+        account_data as account_store, e2ee as e2ee_store, push as push_store, receipts, streams,
     },
 };
 
@@ -155,7 +154,7 @@ impl Sync {
         let user = request.user_id.as_str();
 
         let (memberships, ignored, direct) = tokio::try_join!(
-            async { Ok(store::get_user_memberships(conn, user).await?) },
+            self.memberships.get(conn, user),
             crate::service::account_data::ignored_users(conn, user),
             async {
                 Ok(
@@ -175,8 +174,8 @@ impl Sync {
             memberships.iter().any(|m| m.3 > since.events)
                 || last_changes.iter().any(|c| c.membership > since.events)
         });
-        let user_rooms = lists::user_rooms(
-            memberships,
+        let mut user_rooms = lists::user_rooms(
+            &memberships,
             &senders,
             &last_changes,
             user,
@@ -186,14 +185,14 @@ impl Sync {
         let facts = lists::load_facts(
             conn,
             user,
-            &user_rooms,
+            &mut user_rooms,
             request.lists.values(),
             (lists::direct_rooms(direct.as_ref()), next.account_data),
             &self.room_meta,
         )
         .await?;
-        let by_id: HashMap<&str, &UserRoom> =
-            user_rooms.iter().map(|r| (r.room_id.as_str(), r)).collect();
+        let by_id: HashMap<&str, &UserRoom<'_>> =
+            user_rooms.iter().map(|r| (r.room_id, r)).collect();
 
         // Lists, their windows, and every room they and the subscriptions want, with the
         // combined config.
@@ -214,7 +213,7 @@ impl Sync {
             let mut ops = Vec::new();
             let window = windows.entry(name.as_str()).or_default();
             for (start, end, rooms_in) in &built.windows {
-                let ids: Vec<&str> = rooms_in.iter().map(|r| r.room_id.as_str()).collect();
+                let ids: Vec<&str> = rooms_in.iter().map(|r| r.room_id).collect();
                 ops.push(json!({ "op": "SYNC", "range": [start, end], "room_ids": ids }));
                 for id in ids {
                     window.push(id);
@@ -235,9 +234,9 @@ impl Sync {
             let Some(room) = by_id.get(room_id.as_str()) else {
                 continue;
             };
-            subscribed.push(room.room_id.as_str());
+            subscribed.push(room.room_id);
             relevant
-                .entry(room.room_id.as_str())
+                .entry(room.room_id)
                 .and_modify(|c| Arc::make_mut(c).combine(config))
                 .or_insert_with(|| Arc::new(config.clone()));
         }
@@ -282,9 +281,9 @@ impl Sync {
                 None => (true, None),
                 Some(status) => {
                     let from = status.events_from.or(live_from);
-                    let membership_moved = status.membership != room.membership
+                    let membership_moved = status.membership.as_str() != room.membership
                         && (room.membership == "join"
-                            || matches!(room.membership.as_str(), "invite" | "knock"));
+                            || matches!(room.membership, "invite" | "knock"));
                     if membership_moved || from.is_none() {
                         (true, None)
                     } else {
@@ -311,7 +310,7 @@ impl Sync {
                 continue;
             }
             let new_status = RoomStatus {
-                membership: room.membership.clone(),
+                membership: room.membership.to_owned(),
                 events_from: None,
                 config: config.clone(),
             };
@@ -345,7 +344,7 @@ impl Sync {
                 if room.activity > since.events
                     || own_receipts.contains(room_id)
                     || changed_room_data.contains(room_id)
-                    || room.membership != status.membership
+                    || room.membership != status.membership.as_str()
                 {
                     changes.push((
                         room_id.clone(),
@@ -363,7 +362,7 @@ impl Sync {
         let counted: Vec<String> = jobs
             .iter()
             .filter(|j| j.room.membership == "join")
-            .map(|j| j.room.room_id.clone())
+            .map(|j| j.room.room_id.to_owned())
             .collect();
         let ctx = RoomContext {
             rooms,
@@ -391,7 +390,7 @@ impl Sync {
                 .map(|job| {
                     let ctx = &ctx;
                     async move {
-                        let room_id = job.room.room_id.clone();
+                        let room_id = job.room.room_id.to_owned();
                         let fresh = job.replay_extensions;
                         let built = self.sliding_room(conn, ctx, job).await?;
                         Ok::<_, crate::error::Error>((room_id, fresh, built))

@@ -174,6 +174,18 @@ pub struct Scope {
     pub rooms: Option<Vec<String>>,
 }
 
+impl Scope {
+    /// Whether it covers every list's window and every subscription (absent or `*`).
+    pub fn covers_everything(&self) -> bool {
+        let all = |names: &Option<Vec<String>>| {
+            names
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == "*"))
+        };
+        all(&self.lists) && all(&self.rooms)
+    }
+}
+
 /// The `to_device` extension.
 #[derive(Debug, Clone, Default)]
 pub struct ToDeviceExtension {

@@ -19,7 +19,7 @@ use crate::{
 /// One room to build.
 pub struct RoomJob<'r> {
     /// The room and the user's membership in it.
-    pub room: &'r UserRoom,
+    pub room: &'r UserRoom<'r>,
     /// First time on this connection (or joined since).
     pub initial: bool,
     /// Send events after this position (`None`: the newest `timeline_limit`, whatever their
@@ -77,8 +77,8 @@ impl Sync {
             result.insert("initial".into(), Value::Bool(true));
         }
         result.insert("bump_stamp".into(), json!(room.bump_stamp));
-        if matches!(room.membership.as_str(), "invite" | "knock") {
-            let stripped = self.stripped_state(conn, &room.event_id).await?;
+        if matches!(room.membership, "invite" | "knock") {
+            let stripped = self.stripped_state(conn, room.event_id).await?;
             result.insert("invite_state".into(), Value::Array(stripped));
             return Ok(BuiltRoom {
                 value: Value::Object(result),
@@ -96,26 +96,21 @@ impl Sync {
         let delta_from = job.from.filter(|_| !job.initial);
         // For a delta, the state group the last response ended with: a joined room whose
         // current group is still that one has the same state, and neither state is read.
-        let (room_row, mut rows, group_before) =
-            tokio::try_join!(
-                async { Ok::<_, Error>(store::get_room(conn, &room.room_id).await?) },
-                async {
-                    Ok(store::get_room_events_desc(
-                        conn,
-                        &room.room_id,
-                        after,
-                        up_to,
-                        limit as i64 + 1,
-                    )
-                    .await?)
-                },
-                async {
-                    Ok(match delta_from {
-                        Some(from) => store::get_state_group_at(conn, &room.room_id, from).await?,
-                        None => None,
-                    })
-                },
-            )?;
+        let (room_row, mut rows, group_before) = tokio::try_join!(
+            async { Ok::<_, Error>(store::get_room(conn, room.room_id).await?) },
+            async {
+                Ok(
+                    store::get_room_events_desc(conn, room.room_id, after, up_to, limit as i64 + 1)
+                        .await?,
+                )
+            },
+            async {
+                Ok(match delta_from {
+                    Some(from) => store::get_state_group_at(conn, room.room_id, from).await?,
+                    None => None,
+                })
+            },
+        )?;
         let room_row = room_row.ok_or_else(|| Error::internal("membership in unknown room"))?;
         let state_unchanged = room.membership == "join"
             && job.previous_config.is_none()
@@ -132,13 +127,13 @@ impl Sync {
             tokio::try_join!(
                 async {
                     Ok::<state_store::StateIds, Error>(if room.membership == "join" {
-                        store::get_current_state_ids(conn, &room.room_id)
+                        store::get_current_state_ids(conn, room.room_id)
                             .await?
                             .into_iter()
                             .map(|(kind, key, id)| ((kind, key), id))
                             .collect()
                     } else {
-                        state_at(conn, &room.room_id, up_to).await?
+                        state_at(conn, room.room_id, up_to).await?
                     })
                 },
                 async {
@@ -157,7 +152,7 @@ impl Sync {
         rows.truncate(limit);
         rows.reverse();
         let mut visibility = Visibility::new(ctx.user);
-        visibility.know_membership(&room.room_id, &room.membership, room.membership_position);
+        visibility.know_membership(room.room_id, room.membership, room.membership_position);
         let mut timeline = Vec::new();
         for row in rows {
             if !ctx.ignored.contains(&row.sender) && visibility.can_see(conn, &row).await? {
@@ -231,7 +226,7 @@ impl Sync {
         let (mut state_rows, mut timeline_events) = tokio::try_join!(
             async {
                 Ok::<_, Error>(if state_unchanged {
-                    store::get_current_state_events(conn, &room.room_id, &lazy_keys).await?
+                    store::get_current_state_events(conn, room.room_id, &lazy_keys).await?
                 } else {
                     store::get_state_events(conn, &wanted).await?
                 })
@@ -302,7 +297,7 @@ impl Sync {
             current.contains_key(&key("m.room.name")) && (name.is_some() || !name_changed);
         if room.membership == "join" && members_changed {
             let (joined, invited, heroes) = self
-                .members_summary(conn, &room.room_id, user, &current)
+                .members_summary(conn, room.room_id, user, &current)
                 .await?;
             result.insert("joined_count".into(), json!(joined));
             result.insert("invited_count".into(), json!(invited));

@@ -1,0 +1,4 @@
+DROP TRIGGER room_memberships_version_update ON room_memberships;
+DROP TRIGGER room_memberships_version_insert_delete ON room_memberships;
+DROP FUNCTION bump_user_membership_version();
+DROP TABLE user_membership_versions;
