@@ -39,6 +39,8 @@ pub struct UserRoom<'m> {
     /// Facts from its current state, when a list's filters need them (`None`: not loaded,
     /// or no state here).
     pub meta: Option<Arc<RoomMeta>>,
+    /// Its place in the user's rooms (what [`user_rooms`] returned).
+    pub index: usize,
 }
 
 /// The user's rooms, with what lists need to order them: `memberships` are `(room, membership,
@@ -83,8 +85,11 @@ pub fn user_rooms<'m>(
                 bump_stamp: bump_stamp.max(0),
                 listed,
                 meta: None,
+                index: 0,
             })
         })
+        .enumerate()
+        .map(|(index, room)| UserRoom { index, ..room })
         .collect()
 }
 

@@ -198,7 +198,14 @@ impl Sync {
         // combined config.
         let mut lists_json = Map::new();
         // Configs are shared, copied only where a room's lists and subscriptions combine.
-        let mut relevant: BTreeMap<&str, Arc<RoomConfig>> = BTreeMap::new();
+        // Indexed like `user_rooms`.
+        let mut relevant: Vec<Option<Arc<RoomConfig>>> = vec![None; user_rooms.len()];
+        let mut want = |room: &UserRoom<'_>, config: &RoomConfig, shared: &Arc<RoomConfig>| {
+            match &mut relevant[room.index] {
+                Some(combined) => Arc::make_mut(combined).combine(config),
+                none => *none = Some(shared.clone()),
+            }
+        };
         let mut windows: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (name, list) in &request.lists {
             let built = lists::build_list(&user_rooms, list, &facts);
@@ -215,12 +222,9 @@ impl Sync {
             for (start, end, rooms_in) in &built.windows {
                 let ids: Vec<&str> = rooms_in.iter().map(|r| r.room_id).collect();
                 ops.push(json!({ "op": "SYNC", "range": [start, end], "room_ids": ids }));
-                for id in ids {
-                    window.push(id);
-                    relevant
-                        .entry(id)
-                        .and_modify(|c| Arc::make_mut(c).combine(&list.config))
-                        .or_insert_with(|| list_config.clone());
+                for room in rooms_in {
+                    window.push(room.room_id);
+                    want(room, &list.config, &list_config);
                 }
             }
             lists_json.insert(
@@ -235,10 +239,7 @@ impl Sync {
                 continue;
             };
             subscribed.push(room.room_id);
-            relevant
-                .entry(room.room_id)
-                .and_modify(|c| Arc::make_mut(c).combine(config))
-                .or_insert_with(|| Arc::new(config.clone()));
+            want(room, config, &Arc::new(config.clone()));
         }
 
         // Rooms whose unread counts moved because the user's own receipts did.
@@ -273,9 +274,13 @@ impl Sync {
         // What to send of each wanted room, and what the connection will know afterwards.
         let mut jobs = Vec::new();
         let mut changes = Vec::new();
-        for (room_id, config) in &relevant {
-            let room = by_id[room_id];
-            let status = connection.rooms.get(*room_id);
+        let wanted = user_rooms
+            .iter()
+            .zip(&relevant)
+            .filter_map(|(room, config)| Some((room, config.as_ref()?)));
+        for (room, config) in wanted {
+            let room_id = room.room_id;
+            let status = connection.rooms.get(room_id);
             let live_from = since.map(|s| s.events);
             let (initial, from) = match status {
                 None => (true, None),
@@ -302,7 +307,7 @@ impl Sync {
                 (Some(from), Some(previous)) => {
                     room.activity > from
                         || previous.events_from.is_some()
-                        || own_receipts.contains(*room_id)
+                        || own_receipts.contains(room_id)
                 }
                 _ => true,
             };
@@ -326,7 +331,7 @@ impl Sync {
                     .filter(|_| state_grew)
                     .map(|s| RoomConfig::clone(&s.config)),
                 expanded_timeline,
-                is_dm: facts.direct.contains(*room_id),
+                is_dm: facts.direct.contains(room_id),
                 replay_extensions: initial
                     || expanded_timeline
                     || status.is_some_and(|s| s.events_from.is_some()),
@@ -335,12 +340,15 @@ impl Sync {
         // Rooms sent before that changed while out of every window: their updates wait.
         if let Some(since) = since {
             for (room_id, status) in connection.rooms.iter() {
-                if relevant.contains_key(room_id.as_str()) || status.events_from.is_some() {
+                if status.events_from.is_some() {
                     continue;
                 }
                 let Some(room) = by_id.get(room_id.as_str()) else {
                     continue;
                 };
+                if relevant[room.index].is_some() {
+                    continue;
+                }
                 if room.activity > since.events
                     || own_receipts.contains(room_id)
                     || changed_room_data.contains(room_id)
