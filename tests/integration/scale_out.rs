@@ -27,6 +27,13 @@ fn via(client: &Client, process: &ExtraProcess) -> Client {
     moved
 }
 
+/// The same client talking to the first process.
+fn on_a(client: &Client, a: &TestServer) -> Client {
+    let mut moved = client.clone();
+    moved.base = a.base_url.clone();
+    moved
+}
+
 /// Long-polls from `since` until `found` holds for a response, failing unless that happens
 /// within [`PROMPTLY`]: a wake-up that does not cross processes leaves the poll parked for
 /// [`LONG_POLL_MS`]. Returns the matching response.
@@ -119,11 +126,7 @@ async fn a_long_poll_parked_on_one_process_wakes_for_a_send_on_the_other_and_tok
 
     // B's token used on A, and A's on B: nothing lost, nothing repeated.
     let alice_on_b = via(&alice, &b);
-    let bob_on_a = {
-        let mut bob = bob_on_b.clone();
-        bob.base = a.base_url.clone();
-        bob
-    };
+    let bob_on_a = on_a(&bob_on_b, &a);
     for (n, sender) in [&alice, &alice_on_b, &alice, &alice_on_b]
         .iter()
         .enumerate()
@@ -175,11 +178,7 @@ async fn membership_lists_kept_by_one_process_follow_changes_made_through_the_ot
         bob_on_b,
         room,
     } = two_processes(ServerOptions::default()).await;
-    let bob_on_a = {
-        let mut bob = bob_on_b.clone();
-        bob.base = a.base_url.clone();
-        bob
-    };
+    let bob_on_a = on_a(&bob_on_b, &a);
     // Bob's room list on B, each time from a fresh connection.
     let listed_on_b = || async {
         let response = sss(&bob_on_b, None, 0, list(99, 0, json!([]))).await.ok();
@@ -232,11 +231,7 @@ async fn typing_receipts_to_device_account_data_and_presence_set_on_one_process_
         bob_on_b,
         room,
     } = two_processes(ServerOptions::default()).await;
-    let bob_on_a = {
-        let mut bob = bob_on_b.clone();
-        bob.base = a.base_url.clone();
-        bob
-    };
+    let bob_on_a = on_a(&bob_on_b, &a);
     let mut since = next_batch(&bob_on_b.sync(None, 0, None).await);
 
     // Typing, held in memory by each process, set on A.
@@ -514,11 +509,7 @@ async fn a_room_created_on_one_process_and_written_on_both_reads_in_one_order_on
     let bob_on_b = via(&a.register("bob").await, &b);
     bob_on_b.join(&room).await.ok();
     let alice_on_b = via(&alice, &b);
-    let bob_on_a = {
-        let mut bob = bob_on_b.clone();
-        bob.base = a.base_url.clone();
-        bob
-    };
+    let bob_on_a = on_a(&bob_on_b, &a);
     // Interleaved and concurrent sends through both processes.
     let mut tasks = Vec::new();
     for (name, client) in [
