@@ -16,8 +16,8 @@ use crate::{error::Result, storage::rooms as store};
 /// One membership: `(room_id, membership, event_id, stream_ordering)`.
 pub type Membership = (String, String, String, i64);
 
-/// Users whose lists one process keeps.
-const USERS_CACHED: usize = 4096;
+/// Users whose lists one process keeps (a list is about 200 bytes a room).
+const USERS_CACHED: usize = 1024;
 
 /// A user's list and the counter it was read at.
 type Versioned = (i64, Arc<Vec<Membership>>);
