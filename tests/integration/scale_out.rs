@@ -58,6 +58,22 @@ async fn sync_until(
     }
 }
 
+/// Polls `path` until it is refused with `status` and `errcode`, failing unless that happens
+/// within 2 s: well under the access-token cache's 10 s lifetime, so the change that refuses
+/// it must have been announced to this process, not waited out.
+async fn refused_soon(client: &Client, path: &str, (status, errcode): (u16, &str), what: &str) {
+    let started = Instant::now();
+    loop {
+        let response = client.get(path).await;
+        if response.status == status {
+            response.assert_error(status, errcode);
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn next_batch(sync: &Value) -> String {
     sync["next_batch"].as_str().expect("next_batch").to_owned()
 }
@@ -203,22 +219,13 @@ async fn membership_lists_kept_by_one_process_follow_changes_made_through_the_ot
 
     // Kicked: still listed.
     alice
-        .post(
-            &format!("/_matrix/client/v3/rooms/{}/kick", enc(&room)),
-            json!({ "user_id": bob_on_b.user_id }),
-        )
+        .room_action(&room, "kick", json!({ "user_id": bob_on_b.user_id }))
         .await
         .ok();
     assert_eq!(listed_on_b().await, both, "kicked through A");
 
     // Forgotten: gone, although no event was written.
-    bob_on_a
-        .post(
-            &format!("/_matrix/client/v3/rooms/{}/forget", enc(&room)),
-            json!({}),
-        )
-        .await
-        .ok();
+    bob_on_a.room_action(&room, "forget", json!({})).await.ok();
     assert_eq!(listed_on_b().await, [second], "forgotten through A");
 }
 
@@ -456,19 +463,13 @@ async fn a_token_from_one_process_works_on_the_other_until_logged_out_there() {
         .post("/_matrix/client/v3/logout", json!({}))
         .await
         .ok();
-    let started = Instant::now();
-    loop {
-        let response = carol_on_a.get("/_matrix/client/v3/account/whoami").await;
-        if response.status == 401 {
-            response.assert_error(401, "M_UNKNOWN_TOKEN");
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "A still accepts a token logged out on B"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    refused_soon(
+        &carol_on_a,
+        "/_matrix/client/v3/account/whoami",
+        (401, "M_UNKNOWN_TOKEN"),
+        "A still accepts a token logged out on B",
+    )
+    .await;
     carol_on_b
         .get("/_matrix/client/v3/account/whoami")
         .await
@@ -485,19 +486,13 @@ async fn a_token_from_one_process_works_on_the_other_until_logged_out_there() {
         .post("/_matrix/client/v3/logout/all", json!({}))
         .await
         .ok();
-    let started = Instant::now();
-    while phone_on_b
-        .get("/_matrix/client/v3/account/whoami")
-        .await
-        .status
-        != 401
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "B still accepts a token after logout/all on A"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    refused_soon(
+        &phone_on_b,
+        "/_matrix/client/v3/account/whoami",
+        (401, "M_UNKNOWN_TOKEN"),
+        "B still accepts a token after logout/all on A",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -667,20 +662,13 @@ async fn an_admin_demoted_through_one_process_loses_admin_rights_on_the_other_at
     )
     .await
     .ok();
-    let started = Instant::now();
-    loop {
-        let response = deputy_on_b.get("/_synapse/admin/v2/users?limit=1").await;
-        if response.status == 403 {
-            response.assert_error(403, "M_FORBIDDEN");
-            break;
-        }
-        // Well under the token cache's 10 s lifetime: the change must have been announced.
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "B still treats a demoted admin as an admin"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    refused_soon(
+        &deputy_on_b,
+        "/_synapse/admin/v2/users?limit=1",
+        (403, "M_FORBIDDEN"),
+        "B still treats a demoted admin as an admin",
+    )
+    .await;
 }
 
 /// A deployment starts its processes together, on a new database or after an upgrade: each
