@@ -225,8 +225,9 @@ async fn warn_without_autovacuum(db: &Db) {
     };
     if let Ok(false) = storage::autovacuum_is_on(&conn).await {
         tracing::warn!(
-            "PostgreSQL's autovacuum is off: run ANALYZE on the database regularly (for \
-             example daily), or queries slow down as tables grow"
+            "PostgreSQL's autovacuum is off: Myelin refreshes the planner statistics of its \
+             tables itself, but nothing reclaims the space of deleted rows; run VACUUM on the \
+             database regularly (for example daily)"
         );
     }
 }
@@ -290,6 +291,7 @@ async fn run(
                 .map_err(|e| e.to_string())?;
             services.appservice_sender.start();
             myelin::service::delayed_events::DelayedEvents::start(services.clone());
+            myelin::service::statistics::start(services.db.clone());
             services.presence.start_sweeper();
             if let Some(every) = services.config.ops.consistency_sample_every {
                 myelin::service::consistency::start(services.clone(), every);

@@ -249,6 +249,8 @@ pub struct Metrics {
     pub federation_transactions: Family<Outcome, Counter>,
     /// Consistency checks by check and result.
     pub consistency_checks: Family<CheckLabels, Counter>,
+    /// Tables whose planner statistics this process refreshed (`ANALYZE`).
+    pub statistics_refreshes: Counter,
     /// Routes seen through `match_pattern` (not ruma's static templates), kept once each.
     routes: RwLock<HashSet<&'static str>>,
 }
@@ -421,6 +423,11 @@ impl Metrics {
                 "myelin_consistency_checks",
                 "Derived state recomputed from facts by the sampler, by check and result",
                 Family::default()
+            ),
+            statistics_refreshes: reg!(
+                "myelin_statistics_refreshes",
+                "Tables whose planner statistics this process refreshed (ANALYZE)",
+                Counter::default()
             ),
             routes: RwLock::default(),
             registry,

@@ -26,6 +26,7 @@ pub mod rooms;
 pub mod sending;
 pub mod sessions;
 pub mod spaces;
+pub mod statistics;
 pub mod sync;
 pub mod typing;
 pub mod uia;

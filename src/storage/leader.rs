@@ -30,6 +30,11 @@ impl Leadership {
         Ok(locked.locked.then_some(Leadership { conn }))
     }
 
+    /// The lock's own connection, for work only the leader does.
+    pub fn conn(&mut self) -> &mut AsyncPgConnection {
+        &mut self.conn
+    }
+
     /// Fails when the lock's connection has died (and the lock with it).
     pub async fn check(&mut self) -> Result<()> {
         cached_sql("SELECT 1").execute(&mut self.conn).await?;

@@ -39,6 +39,7 @@ pub mod schema;
 pub mod search;
 pub mod sliding_sync;
 pub mod state;
+pub mod statistics;
 pub mod streams;
 pub mod summaries;
 pub mod to_device;

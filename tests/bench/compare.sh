@@ -9,12 +9,15 @@
 # Usage: tests/bench/compare.sh [smoke|full] [SCENARIOS]     (default: full, all scenarios)
 # SCENARIOS (comma-separated, as myelin-bench --only) compares a subset; its report goes to a
 # scratch directory, not BENCHMARKS.md, which always holds a whole run.
+# NO_ANALYZE=1 skips myelin-bench's ANALYZE after each set-up (plans on the statistics each
+# server keeps, as on a server just filled); its report also goes to the scratch directory.
 # Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres), pgbench.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scale="${1:-full}"
 only=()
 [ -n "${2:-}" ] && only=(--only "$2")
+[ -n "${NO_ANALYZE:-}" ] && only+=(--no-analyze)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
 export PGHOST="${PGHOST:-127.0.0.1}" PGUSER="${PGUSER:-postgres}"
 work="$(mktemp -d /tmp/myelin-compare.XXXXXX)"

@@ -608,3 +608,36 @@ async fn database_statements_are_timed_by_kind() {
         assert!(kinds.contains(&kind.as_str()), "{kind}");
     }
 }
+
+/// A table filled after its last `ANALYZE` gets fresh planner statistics from the server
+/// within seconds, whether or not autovacuum runs (it is off on the CI machine's
+/// PostgreSQL), and the refresh is counted.
+#[tokio::test]
+async fn tables_filled_since_their_last_analyze_get_fresh_statistics() {
+    let server = metrics_server(ServerOptions::default()).await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    for i in 0..120 {
+        alice
+            .send_text(&room, &format!("t{i}"), "filling the events table")
+            .await
+            .ok();
+    }
+    // PostgreSQL publishes a session's row counts up to ten seconds after the fact; the
+    // server then looks every five. Its last `ANALYZE` may come before the last sends, but
+    // not before the table held (126 - 50) / 1.1 rows, or what came after would exceed the
+    // threshold: so the planner ends up counting at least 69.
+    let planned_rows = "SELECT reltuples::bigint AS n FROM pg_class WHERE relname = 'events'";
+    wait_until(
+        "the planner counts the events table's rows",
+        Duration::from_secs(40),
+        || async { server.count(planned_rows).await >= 69 },
+    )
+    .await;
+    assert!(
+        scrape(&server)
+            .await
+            .sum("myelin_statistics_refreshes_total", &[])
+            >= 1.0
+    );
+}

@@ -65,6 +65,10 @@ struct Cli {
     /// fanout, sliding), for profiling one of them; the default runs all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Leave planner statistics as the server keeps them: no `ANALYZE` after each scenario's
+    /// set-up (what a server just filled sees, before any autovacuum).
+    #[arg(long)]
+    no_analyze: bool,
 }
 
 struct Counts {
@@ -122,14 +126,15 @@ struct Bench {
     http: reqwest::Client,
     url: String,
     prefix: String,
-    /// The server's database, when given.
+    /// The server's database, when given and statistics are to be refreshed after set-ups.
     database_url: Option<String>,
 }
 
 impl Bench {
     /// Refreshes the planner statistics of the server's database after a scenario's set-up,
     /// as autovacuum would on a default PostgreSQL (a machine with autovacuum off would
-    /// otherwise measure plans made for empty tables). Does nothing without `--database-url`.
+    /// otherwise measure plans made for empty tables). Does nothing without `--database-url`
+    /// or with `--no-analyze`.
     async fn analyze(&self) {
         let Some(url) = &self.database_url else {
             return;
@@ -630,7 +635,7 @@ async fn main() -> ExitCode {
             .expect("HTTP client"),
         url: cli.url.trim_end_matches('/').to_owned(),
         prefix: format!("b{:x}", rand::random::<u32>()),
-        database_url: cli.database_url.clone(),
+        database_url: cli.database_url.clone().filter(|_| !cli.no_analyze),
     };
     let idle_rss = rss_kib(cli.pid, "VmRSS:");
     let db_before = database_size(cli.database_url.as_deref()).await;

@@ -1,0 +1,49 @@
+//! Planner statistics of Myelin's own tables: which have changed enough since their last
+//! `ANALYZE` (by anyone: this process, autovacuum or an operator) to need another.
+
+use diesel::sql_types::Text;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::cached_sql;
+
+#[derive(diesel::QueryableByName)]
+struct Table {
+    #[diesel(sql_type = Text)]
+    name: String,
+}
+
+/// Tables of the current schema whose rows changed by more than 50 plus a tenth of their
+/// row count at the last `ANALYZE` (autovacuum's default threshold), or that hold data but
+/// were never analysed (a restore, a crash that reset the change counters).
+pub async fn stale_tables(conn: &mut AsyncPgConnection) -> diesel::QueryResult<Vec<String>> {
+    let tables: Vec<Table> = cached_sql(
+        "SELECT s.relname AS name \
+         FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
+         WHERE s.schemaname = current_schema() \
+           AND (s.n_mod_since_analyze > 50 + 0.1 * GREATEST(c.reltuples, 0) \
+                OR (c.reltuples < 0 AND pg_relation_size(s.relid) > 0)) \
+         ORDER BY s.n_mod_since_analyze DESC",
+    )
+    .load(conn)
+    .await?;
+    Ok(tables.into_iter().map(|t| t.name).collect())
+}
+
+/// Refreshes one table's statistics. The name comes from [`stale_tables`] and is quoted as an
+/// identifier, so it cannot be anything but a table name.
+pub async fn analyze(conn: &mut AsyncPgConnection, table: &str) -> diesel::QueryResult<()> {
+    let quoted = format!("\"{}\"", table.replace('"', "\"\""));
+    diesel::sql_query(format!("ANALYZE {quoted}"))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Makes this session give up on a lock after a second instead of queueing behind it (an
+/// `ANALYZE` waits for a running autovacuum of the same table otherwise).
+pub async fn bound_lock_waits(conn: &mut AsyncPgConnection) -> diesel::QueryResult<()> {
+    diesel::sql_query("SET lock_timeout = '1s'")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
