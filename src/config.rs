@@ -248,6 +248,7 @@ struct FileConfig {
     log_format: Option<String>,
     consistency_sample_minutes: Option<toml::Value>,
     shutdown_grace: Option<toml::Value>,
+    statistics_refresh: Option<toml::Value>,
     appservices: Option<String>,
 }
 
@@ -733,6 +734,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         log_format,
         consistency_sample_minutes,
         shutdown_grace,
+        statistics_refresh,
         appservices,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
@@ -803,6 +805,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("log_format", s(log_format)),
         ("consistency_sample_minutes", consistency_sample_minutes),
         ("shutdown_grace", shutdown_grace),
+        ("statistics_refresh", statistics_refresh),
         ("appservices", s(appservices)),
     ];
     Ok(entries

@@ -3,7 +3,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use super::{bad, integer, ConfigError, Sources};
+use super::{bad, integer, switch, ConfigError, Sources};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,7 +15,8 @@ pub enum LogFormat {
 }
 
 /// Settings for running the server in production (`MYELIN_METRICS_LISTEN`,
-/// `MYELIN_LOG_FORMAT`, `MYELIN_CONSISTENCY_SAMPLE_MINUTES`, `MYELIN_SHUTDOWN_GRACE`).
+/// `MYELIN_LOG_FORMAT`, `MYELIN_CONSISTENCY_SAMPLE_MINUTES`, `MYELIN_SHUTDOWN_GRACE`,
+/// `MYELIN_STATISTICS_REFRESH`).
 #[derive(Debug, Clone)]
 pub struct OpsConfig {
     /// Where Prometheus metrics are served (`GET /metrics`); `None`: not at all.
@@ -26,6 +27,8 @@ pub struct OpsConfig {
     pub consistency_sample_every: Option<Duration>,
     /// How long a shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
+    /// Whether the server refreshes the planner statistics of tables that changed.
+    pub statistics_refresh: bool,
 }
 
 /// Reads the operations settings.
@@ -64,11 +67,13 @@ pub(super) fn ops_config(src: &Sources) -> Result<OpsConfig, ConfigError> {
         },
     };
     let shutdown_grace = Duration::from_secs(integer(src, "shutdown_grace", 10)?);
+    let statistics_refresh = switch(src, "statistics_refresh", true)?;
     Ok(OpsConfig {
         metrics_listen,
         log_format,
         consistency_sample_every,
         shutdown_grace,
+        statistics_refresh,
     })
 }
 
@@ -94,12 +99,14 @@ mod tests {
         assert_eq!(ops.log_format, LogFormat::Text);
         assert_eq!(ops.consistency_sample_every, None);
         assert_eq!(ops.shutdown_grace, Duration::from_secs(10));
+        assert!(ops.statistics_refresh);
 
         let ops = load(&[
             ("MYELIN_METRICS_LISTEN", "127.0.0.1:9108"),
             ("MYELIN_LOG_FORMAT", "json"),
             ("MYELIN_CONSISTENCY_SAMPLE_MINUTES", "0.5"),
             ("MYELIN_SHUTDOWN_GRACE", "3"),
+            ("MYELIN_STATISTICS_REFRESH", "off"),
         ])
         .unwrap()
         .ops;
@@ -107,6 +114,7 @@ mod tests {
         assert_eq!(ops.log_format, LogFormat::Json);
         assert_eq!(ops.consistency_sample_every, Some(Duration::from_secs(30)));
         assert_eq!(ops.shutdown_grace, Duration::from_secs(3));
+        assert!(!ops.statistics_refresh);
     }
 
     #[test]
@@ -116,6 +124,7 @@ mod tests {
             ("MYELIN_LOG_FORMAT", "xml"),
             ("MYELIN_CONSISTENCY_SAMPLE_MINUTES", "-1"),
             ("MYELIN_SHUTDOWN_GRACE", "0"),
+            ("MYELIN_STATISTICS_REFRESH", "sometimes"),
         ] {
             let err = load(&[(key, value)]).unwrap_err();
             assert_eq!(err.setting, key, "{err}");
