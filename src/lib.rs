@@ -8,6 +8,7 @@ pub mod config;
 pub mod embedded_pg;
 pub mod error;
 pub mod healthcheck;
+pub mod limits;
 pub mod metrics;
 pub mod net;
 pub mod server;

@@ -154,6 +154,9 @@ async fn serve_or_run() -> (ExitCode, Option<Database>) {
         );
     }
     init_logging(config.ops.log_format);
+    if let Some((from, to)) = myelin::limits::raise_open_files_limit() {
+        tracing::debug!(from, to, "raised the open files limit");
+    }
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
@@ -291,7 +294,9 @@ async fn run(
                 .map_err(|e| e.to_string())?;
             services.appservice_sender.start();
             myelin::service::delayed_events::DelayedEvents::start(services.clone());
-            myelin::service::statistics::start(services.db.clone());
+            if services.config.ops.statistics_refresh {
+                myelin::service::statistics::start(services.db.clone());
+            }
             services.presence.start_sweeper();
             if let Some(every) = services.config.ops.consistency_sample_every {
                 myelin::service::consistency::start(services.clone(), every);

@@ -161,6 +161,11 @@ rows = [
     ("9 sliding sync, incremental, nothing changed: p50 ms", "sliding.incremental_nothing_changed.p50_ms", False),
     ("9 sliding sync, incremental, one room changed: p50 ms", "sliding.incremental_one_room_changed.p50_ms", False),
     ("9 sliding sync, long-poll wake-up after the send's answer: p50 ms", "sliding.long_poll_wake_up.p50_ms", False),
+    ("10 parked long-polls: connections", "parked.connections", True),
+    ("10 parked long-polls: server memory per connection, KiB", "parked.kib_per_parked_connection", False),
+    ("10 parked long-polls: delivery to one client, alone: p50 ms", "parked.delivery_alone.p50_ms", False),
+    ("10 parked long-polls: delivery to one client, while they wait: p50 ms", "parked.delivery_while_parked.p50_ms", False),
+    ("10 parked long-polls: delivery while they wait: max ms", "parked.delivery_while_parked.max_ms", False),
 ]
 print(f"# Benchmarks: Myelin and Synapse side by side\n")
 print(f"One run of `tests/bench/compare.sh {scale}` at commit `{commit}` on this machine "

@@ -55,11 +55,9 @@ pub async fn sliding_sync_route(
         Some("unavailable") => PresenceState::Unavailable,
         Some(_) => return Err(Error::invalid_param("Unknown set_presence")),
     };
+    // Boxed, as on `/sync`: this future stays allocated while the request is parked.
     if !caller.shadow_banned {
-        services
-            .presence
-            .syncing(&caller.user_id, &presence)
-            .await?;
+        Box::pin(services.presence.syncing(&caller.user_id, &presence)).await?;
     }
     let (response, resumed) = services
         .sync

@@ -31,31 +31,37 @@ use crate::{
 const MAX_PAGE: usize = 1_000;
 
 /// `GET /_matrix/client/v3/sync`
+///
+/// What stays alive while the sync is parked is kept small: the awaits before it are boxed,
+/// so that this future (allocated once per request, at the size of its largest await) holds
+/// little more than the parked sync's own state. Ten thousand parked clients are ten
+/// thousand of these.
 pub async fn sync_route(
     services: Data<Services>,
     body: Ruma<sync_events::Request>,
 ) -> Result<HttpResponse> {
-    let caller = body.caller()?;
-    let request = &body.body;
-    let definition = match &request.filter {
-        None => FilterDefinition::default(),
-        Some(Filter::FilterDefinition(definition)) => definition.clone(),
+    let caller = body.caller()?.clone();
+    let request = body.body;
+    let filter = match request.filter {
+        None => SyncFilter::from_definition(&FilterDefinition::default()),
+        Some(Filter::FilterDefinition(definition)) => SyncFilter::from_definition(&definition),
         Some(Filter::FilterId(id)) => {
-            let stored = services
-                .account_data
-                .get_filter(&caller.user_id, id)
-                .await?;
-            serde_json::from_value(stored).map_err(Error::internal)?
+            let stored = Box::pin(services.account_data.get_filter(&caller.user_id, &id)).await?;
+            let definition: FilterDefinition =
+                serde_json::from_value(stored).map_err(Error::internal)?;
+            SyncFilter::from_definition(&definition)
         }
         Some(_) => return Err(Error::invalid_param("Unsupported filter")),
     };
     let since = request.since.as_deref().map(SyncToken::parse).transpose()?;
     // A shadow-banned user's presence is never shared (here or with other servers).
     if !caller.shadow_banned {
-        services
-            .presence
-            .syncing(&caller.user_id, &request.set_presence)
-            .await?;
+        Box::pin(
+            services
+                .presence
+                .syncing(&caller.user_id, &request.set_presence),
+        )
+        .await?;
     }
     let sync = SyncRequest {
         user_id: &caller.user_id,
@@ -63,7 +69,7 @@ pub async fn sync_route(
         since,
         full_state: request.full_state,
         timeout: request.timeout.unwrap_or(Duration::ZERO),
-        filter: SyncFilter::from_definition(&definition),
+        filter,
     };
     let (response, resumed) = services.sync.sync(&services.rooms, &sync).await?;
     json_counted(&response, "v3", resumed)

@@ -4,11 +4,12 @@
 //! Scenarios (counts by `--scale`): sequential sends, concurrent sends with completeness
 //! checked by receivers, end-to-end delivery to a long-polling receiver, initial and
 //! incremental sync, history paging, fan-out to many long-pollers, the server's footprint, and
-//! simplified sliding sync for a user in many rooms.
+//! simplified sliding sync for a user in many rooms, and many idle long-polling connections.
 //! Writes a JSON report and a table; exits non-zero when any message was lost, duplicated or
 //! reordered.
 
 mod client;
+mod parked;
 mod sliding;
 mod stats;
 
@@ -62,7 +63,7 @@ struct Cli {
     #[arg(long, default_value = "server")]
     label: String,
     /// Run only these scenarios (comma-separated: send, concurrent, delivery, sync, history,
-    /// fanout, sliding), for profiling one of them; the default runs all.
+    /// fanout, sliding, parked), for profiling one of them; the default runs all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Leave planner statistics as the server keeps them: no `ANALYZE` after each scenario's
@@ -84,6 +85,8 @@ struct Counts {
     fanout_members: usize,
     fanout_pollers: usize,
     sliding_rooms: usize,
+    parked_connections: usize,
+    parked_users: usize,
 }
 
 impl Counts {
@@ -102,6 +105,8 @@ impl Counts {
                 fanout_members: 20,
                 fanout_pollers: 5,
                 sliding_rooms: 30,
+                parked_connections: 50,
+                parked_users: 5,
             },
             Scale::Full => Counts {
                 sequential: 1000,
@@ -116,6 +121,8 @@ impl Counts {
                 fanout_members: 2000,
                 fanout_pollers: 200,
                 sliding_rooms: 1000,
+                parked_connections: 10_000,
+                parked_users: 100,
             },
         }
     }
@@ -622,12 +629,24 @@ fn print_table(label: &str, report: &Value) {
     ] {
         row(name, &report["sliding"][key]);
     }
+    let parked = &report["parked"];
+    println!(
+        "  10 parked connections: {} open, {} KiB each",
+        parked["connections"], parked["kib_per_parked_connection"]
+    );
+    row("10 delivery, alone", &parked["delivery_alone"]);
+    row(
+        "10 delivery, while parked",
+        &parked["delivery_while_parked"],
+    );
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let counts = Counts::of(cli.scale);
+    // One socket per parked connection of scenario 10.
+    myelin::limits::raise_open_files_limit();
     let bench = Bench {
         http: reqwest::Client::builder()
             .pool_max_idle_per_host(256)
@@ -683,6 +702,16 @@ async fn main() -> ExitCode {
         if runs("sliding") {
             eprintln!("9: sliding sync");
             report["sliding"] = sliding::sliding_sync(&bench, counts.sliding_rooms).await?;
+        }
+        if runs("parked") {
+            eprintln!("10: parked connections");
+            report["parked"] = parked::parked_connections(
+                &bench,
+                cli.pid,
+                counts.parked_connections,
+                counts.parked_users,
+            )
+            .await?;
         }
         report["footprint"] = json!({
             "idle_rss_mib": idle_rss.map(|k| round(k as f64 / 1024.0)),

@@ -97,7 +97,9 @@ impl Sync {
             let woken = waiter.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let computed = match timing.build(compute()).await {
+            // Boxed (here and below): the computation's state, many KiB, would otherwise be
+            // part of this future's, and so of every parked sync's memory while it waits.
+            let computed = match timing.build(Box::pin(compute())).await {
                 Ok(computed) => computed,
                 Err(err) => break Err(err),
             };
@@ -145,7 +147,7 @@ impl Sync {
                     if wake_at >= deadline {
                         timing.waited += parked.elapsed();
                         break timing
-                            .build(compute())
+                            .build(Box::pin(compute()))
                             .await
                             .map(|c| (c.response, Resumed::none()));
                     }
