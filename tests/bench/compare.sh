@@ -113,10 +113,12 @@ echo "INSERT INTO one_insert (body) VALUES ('x');" >"$work/insert.sql"
 tps() { pgbench -n -d pgbench_ref -f "$work/insert.sql" -c "$1" -j "$2" -T 10 2>/dev/null | awk '/^tps/ {print int($3); exit}'; }
 pg1=$(tps 1 1); pg50=$(tps 50 2)
 
-# tests/bench/federation.sh writes its own section of BENCHMARKS.md: kept across this rewrite.
-federation_section=""
+# tests/bench/federation.sh writes its own section of BENCHMARKS.md, and the measurements at
+# scale have theirs (Myelin-only runs, both ways of keeping statistics): kept across this rewrite.
+kept_sections=""
 [ -f "$out/BENCHMARKS.md" ] &&
-    federation_section=$(sed -n '/^<!-- federation:/,/^<!-- \/federation -->/p' "$out/BENCHMARKS.md")
+    kept_sections=$(sed -n -e '/^<!-- scale:/,/^<!-- \/scale -->/p' \
+        -e '/^<!-- federation:/,/^<!-- \/federation -->/p' "$out/BENCHMARKS.md")
 "$venv/bin/python" - "$work/myelin.json" "$work/synapse.json" "$pg1" "$pg50" "$scale" "$synapse_version" \
     >"$out/BENCHMARKS.md" <<'PY'
 import json, platform, subprocess, sys
@@ -185,7 +187,7 @@ print(f"\nPhysical reference: `pgbench`, one `INSERT` per transaction on the sam
 print("Delivery latency distributions: `delivery-myelin.svg`, `delivery-synapse.svg`.\n")
 print("Reproduce: `tests/bench/compare.sh full` (or `smoke` for a quick check).")
 PY
-[ -n "$federation_section" ] && printf '\n%s\n' "$federation_section" >>"$out/BENCHMARKS.md"
+[ -n "$kept_sections" ] && printf '\n%s\n' "$kept_sections" >>"$out/BENCHMARKS.md"
 echo "== wrote $out/BENCHMARKS.md"
 cat "$out/BENCHMARKS.md"
 if [ ${#incomplete[@]} -gt 0 ]; then

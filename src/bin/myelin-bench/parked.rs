@@ -79,19 +79,21 @@ pub async fn parked_connections(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let mut rss_parked = rss_kib(pid, "VmRSS:");
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = rss_kib(pid, "VmRSS:");
-        if now
-            .zip(rss_parked)
-            .is_none_or(|(now, then)| now <= then + then / 100)
-        {
-            rss_parked = now.max(rss_parked);
-            break;
-        }
-        rss_parked = now;
+    // Three readings a second apart within 1% of each other: the server has taken them all.
+    let settled = |readings: &[u64]| {
+        let last = &readings[readings.len().saturating_sub(3)..];
+        let (low, high) = (last.iter().min(), last.iter().max());
+        last.len() == 3
+            && low
+                .zip(high)
+                .is_some_and(|(low, high)| high - low <= high / 100)
+    };
+    let mut readings: Vec<u64> = rss_kib(pid, "VmRSS:").into_iter().collect();
+    while pid.is_some() && !settled(&readings) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        readings.extend(rss_kib(pid, "VmRSS:"));
     }
+    let rss_parked = readings.last().copied();
     let open_s = opened.elapsed().as_secs_f64();
 
     let mut during = Samples::default();
