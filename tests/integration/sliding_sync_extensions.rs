@@ -282,9 +282,19 @@ async fn account_data_receipts_and_typing() {
     )
     .await
     .ok();
-    let delta = sss(&alice, Some(&pos(&first)), 0, body(json!(["all"])))
-        .await
-        .ok();
+    // Typing reaches each process's memory through PostgreSQL's notification, the sender's
+    // own included, a moment after the PUT is answered: the same request is asked again
+    // until it shows.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let delta = loop {
+        let delta = sss(&alice, Some(&pos(&first)), 0, body(json!(["all"])))
+            .await
+            .ok();
+        if !delta["extensions"]["typing"]["rooms"][&room].is_null() || Instant::now() > deadline {
+            break delta;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let ext = &delta["extensions"];
     let global: Vec<&str> = ext["account_data"]["global"]
         .as_array()
