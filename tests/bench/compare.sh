@@ -15,15 +15,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scale="${1:-full}"
-only=()
-[ -n "${2:-}" ] && only=(--only "$2")
-[ -n "${NO_ANALYZE:-}" ] && only+=(--no-analyze)
+# Benchmark arguments beyond the counts: a subset of scenarios, no ANALYZE.
+bench_args=()
+[ -n "${2:-}" ] && bench_args=(--only "$2")
+[ -n "${NO_ANALYZE:-}" ] && bench_args+=(--no-analyze)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
 export PGHOST="${PGHOST:-127.0.0.1}" PGUSER="${PGUSER:-postgres}"
 work="$(mktemp -d /tmp/myelin-compare.XXXXXX)"
 venv="${SYNAPSE_VENV:-/var/tmp/synapse-venv}"
 out="tests/bench"
-[ ${#only[@]} -gt 0 ] && out="$work"
+[ ${#bench_args[@]} -gt 0 ] && out="$work"
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT
@@ -99,11 +100,11 @@ wait_up "http://127.0.0.1:$synapse_port"
 # the completeness rate; the script then fails at the end.
 incomplete=()
 echo "== benchmark Myelin"
-"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$myelin_port" --scale "$scale" "${only[@]}" \
+"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$myelin_port" --scale "$scale" "${bench_args[@]}" \
     --pid "$myelin_pid" --database-url "postgres://$PGUSER@$PGHOST/myelin_bench" --label Myelin \
     --out "$work/myelin.json" --plot "$out/delivery-myelin.svg" || { [ $? -eq 3 ] && incomplete+=(Myelin); }
 echo "== benchmark Synapse"
-"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$synapse_port" --scale "$scale" "${only[@]}" \
+"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$synapse_port" --scale "$scale" "${bench_args[@]}" \
     --pid "$synapse_pid" --database-url "postgres://$PGUSER@$PGHOST/synapse_bench" --label Synapse \
     --out "$work/synapse.json" --plot "$out/delivery-synapse.svg" || { [ $? -eq 3 ] && incomplete+=(Synapse); }
 

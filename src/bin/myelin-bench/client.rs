@@ -170,6 +170,11 @@ impl User {
     }
 }
 
+/// A sync response's `next_batch`, where the next sync starts.
+pub fn next_batch(sync: &Value) -> String {
+    sync["next_batch"].as_str().unwrap_or_default().to_owned()
+}
+
 /// The timeline events of every joined room in a sync response: `(room, event_id, body)`.
 pub fn timeline_events(sync: &Value) -> Vec<(String, String, String)> {
     let mut found = Vec::new();

@@ -22,7 +22,7 @@ use std::{
 };
 
 use clap::{Parser, ValueEnum};
-use client::{register, timeline_events, Failure, User};
+use client::{next_batch, register, timeline_events, Failure, User};
 use serde_json::{json, Map, Value};
 use stats::{cdf_svg, round, Samples};
 
@@ -156,6 +156,17 @@ impl Bench {
         }
     }
 
+    /// Two new users, a sender and a receiver, both in a public room the sender made.
+    async fn pair_in_room(&self, role: &str) -> Result<(User, User, String), Failure> {
+        let mut users = self.users(role, 2).await?;
+        let (sender, receiver) = (users.remove(0), users.remove(0));
+        let room = sender
+            .create_room(json!({ "preset": "public_chat" }))
+            .await?;
+        receiver.join(&room).await?;
+        Ok((sender, receiver, room))
+    }
+
     async fn users(&self, role: &str, n: usize) -> Result<Vec<User>, Failure> {
         let mut users = Vec::with_capacity(n);
         // Registration hashes passwords: a few at a time keeps setup quick without starving
@@ -220,16 +231,13 @@ async fn follow(
     deadline: Instant,
 ) -> Result<HashMap<String, Vec<String>>, Failure> {
     let filter = json!({ "room": { "timeline": { "limit": 100 } } }).to_string();
-    let mut since = receiver.sync(None, Duration::ZERO, Some(&filter)).await?["next_batch"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let mut since = next_batch(&receiver.sync(None, Duration::ZERO, Some(&filter)).await?);
     let mut seen: HashMap<String, Vec<String>> = HashMap::new();
     while seen.values().map(Vec::len).sum::<usize>() < expected && Instant::now() < deadline {
         let sync = receiver
             .sync(Some(&since), Duration::from_secs(5), Some(&filter))
             .await?;
-        since = sync["next_batch"].as_str().unwrap_or_default().to_owned();
+        since = next_batch(&sync);
         for (room_id, room) in sync["rooms"]["join"].as_object().into_iter().flatten() {
             let events = seen.entry(room_id.clone()).or_default();
             if room["timeline"]["limited"] == true {
@@ -370,24 +378,16 @@ async fn concurrent_sends(bench: &Bench, counts: &Counts) -> Result<(Value, Valu
 /// Scenario 3: time from the start of the sender's PUT until the long-polling receiver has
 /// the event.
 async fn delivery(bench: &Bench, n: usize) -> Result<(Value, Samples), Failure> {
-    let mut users = bench.users("dlv", 2).await?;
-    let (sender, receiver) = (users.remove(0), users.remove(0));
-    let room = sender
-        .create_room(json!({ "preset": "public_chat" }))
-        .await?;
-    receiver.join(&room).await?;
+    let (sender, receiver, room) = bench.pair_in_room("dlv").await?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     let poller = tokio::spawn(async move {
-        let mut since = receiver.sync(None, Duration::ZERO, None).await?["next_batch"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let mut since = next_batch(&receiver.sync(None, Duration::ZERO, None).await?);
         loop {
             let sync = receiver
                 .sync(Some(&since), Duration::from_secs(30), None)
                 .await?;
             let arrived = Instant::now();
-            since = sync["next_batch"].as_str().unwrap_or_default().to_owned();
+            since = next_batch(&sync);
             for (_, _, body) in timeline_events(&sync) {
                 if tx.send((body, arrived)).is_err() {
                     return Ok::<_, Failure>(());
@@ -463,10 +463,7 @@ async fn syncs(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
         }
         results.insert(name.into(), samples.summary());
     }
-    let mut since = syncer.sync(None, Duration::ZERO, Some(&lazy)).await?["next_batch"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let mut since = next_batch(&syncer.sync(None, Duration::ZERO, Some(&lazy)).await?);
     let mut samples = Samples::default();
     for i in 0..20 {
         members[0]
@@ -477,7 +474,7 @@ async fn syncs(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
             .sync(Some(&since), Duration::ZERO, Some(&lazy))
             .await?;
         samples.push(t.elapsed());
-        since = sync["next_batch"].as_str().unwrap_or_default().to_owned();
+        since = next_batch(&sync);
     }
     results.insert("incremental_one_room_changed".into(), samples.summary());
     results.insert(
@@ -530,12 +527,7 @@ async fn fanout(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
     let pollers: Vec<User> = members.into_iter().take(counts.fanout_pollers).collect();
     let mut tokens = Vec::new();
     for poller in &pollers {
-        tokens.push(
-            poller.sync(None, Duration::ZERO, None).await?["next_batch"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-        );
+        tokens.push(next_batch(&poller.sync(None, Duration::ZERO, None).await?));
     }
     let started = Arc::new(tokio::sync::OnceCell::<Instant>::new());
     let waits: Vec<_> = pollers
@@ -548,7 +540,7 @@ async fn fanout(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
                     let sync = poller
                         .sync(Some(&since), Duration::from_secs(30), None)
                         .await?;
-                    since = sync["next_batch"].as_str().unwrap_or_default().to_owned();
+                    since = next_batch(&sync);
                     if timeline_events(&sync)
                         .iter()
                         .any(|(_, _, b)| b == "fan-out")

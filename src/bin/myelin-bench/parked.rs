@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::{
-    client::{timeline_events, Failure, User},
+    client::{next_batch, timeline_events, Failure, User},
     rss_kib,
     stats::{round, Samples},
     Bench,
@@ -25,12 +25,7 @@ pub async fn parked_connections(
     users: usize,
 ) -> Result<Value, Failure> {
     let idlers = bench.users("idle", users).await?;
-    let mut pair = bench.users("pk", 2).await?;
-    let (sender, receiver) = (pair.remove(0), pair.remove(0));
-    let room = sender
-        .create_room(json!({ "preset": "public_chat" }))
-        .await?;
-    receiver.join(&room).await?;
+    let (sender, receiver, room) = bench.pair_in_room("pk").await?;
     let mut since = next_batch(&receiver.sync(None, Duration::ZERO, None).await?);
 
     let mut before = Samples::default();
@@ -120,10 +115,6 @@ pub async fn parked_connections(
     }))
 }
 
-fn next_batch(sync: &Value) -> String {
-    sync["next_batch"].as_str().unwrap_or_default().to_owned()
-}
-
 /// One message from `sender` to a `receiver` parked in `/sync`: the time from the start of
 /// the send until the receiver's long-poll returns with it, and the receiver's next token.
 async fn deliver(
@@ -164,7 +155,7 @@ async fn deliver(
 /// Established TCP connections whose local port is `port`: the server's side of them, as
 /// the kernel lists them.
 fn established_to(port: u16) -> usize {
-    let local = format!(":{port:04X} ");
+    let local = format!(":{port:04X}");
     ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|path| std::fs::read_to_string(path).ok())
@@ -174,9 +165,7 @@ fn established_to(port: u16) -> usize {
                 .skip(1)
                 .filter(|line| {
                     let fields: Vec<&str> = line.split_whitespace().collect();
-                    fields.len() > 3
-                        && format!("{} ", fields[1]).ends_with(&local)
-                        && fields[3] == "01"
+                    fields.len() > 3 && fields[1].ends_with(&local) && fields[3] == "01"
                 })
                 .count()
         })
