@@ -275,7 +275,8 @@ pub struct EventToSend {
 
 /// The events after position `after` up to `up_to` (at most `limit`, in stream order) that
 /// clients are served and whose sender's ID ends in `:{server}` (the caller confirms the
-/// server with a parser: a suffix is not a server name).
+/// server with a parser: a suffix is not a server name). The bounds are sub-selects so that
+/// one generic plan serves every call (see `rooms::get_rooms_changed_between`).
 pub async fn get_events_to_send(
     mut conn: &AsyncPgConnection,
     after: i64,
@@ -286,7 +287,8 @@ pub async fn get_events_to_send(
     super::cached_sql(format!(
         "SELECT stream_ordering, event_id, sender, event_type, state_key, state_group, pdu \
          FROM events \
-         WHERE stream_ordering > $1 AND stream_ordering <= $2 AND sender LIKE $3 \
+         WHERE stream_ordering > (SELECT $1::BIGINT) AND stream_ordering <= (SELECT $2::BIGINT) \
+           AND sender LIKE $3 \
            AND {SERVED_TO_CLIENTS} \
          ORDER BY stream_ordering LIMIT $4"
     ))

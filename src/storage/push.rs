@@ -200,30 +200,48 @@ pub(super) const AFTER_READ_POSITION: &str = "a.stream_ordering > COALESCE((
           AND r.thread_id IN ('', CASE WHEN a.thread_id = '' THEN 'main' ELSE a.thread_id END)
     ), 0)";
 
-/// A user's unread counts in the given rooms, per thread, over events up to `up_to`. Counted at read time from the push
-/// actions after the read position, so they are exact whatever order receipts and events
-/// commit in.
+/// A user's unread counts in the given rooms, per thread, over events up to `up_to`. Counted
+/// at read time from the push actions after the read position, so they are exact whatever
+/// order receipts and events commit in.
 pub async fn get_unread_counts(
     mut conn: &AsyncPgConnection,
     user_id: &str,
     room_ids: &[String],
     up_to: i64,
 ) -> QueryResult<Vec<UnreadCounts>> {
-    diesel::sql_query(format!(
+    // One room (an incremental sync's usual case) is a prepared statement: planning the
+    // statement afresh cost more than running it. Many rooms stay `sql_query`, whose plan
+    // follows the number of rooms (see `cached_sql`).
+    if let [room_id] = room_ids {
+        static ONE_ROOM: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| unread_counts_sql("a.room_id = $2"));
+        return super::cached_sql(ONE_ROOM.as_str())
+            .bind::<Text, _>(user_id)
+            .bind::<Text, _>(room_id)
+            .bind::<BigInt, _>(up_to)
+            .load(&mut conn)
+            .await;
+    }
+    diesel::sql_query(unread_counts_sql("a.room_id = ANY($2)"))
+        .bind::<Text, _>(user_id)
+        .bind::<Array<Text>, _>(room_ids)
+        .bind::<BigInt, _>(up_to)
+        .load(&mut conn)
+        .await
+}
+
+/// The unread-counts query with its room condition (`$2`).
+fn unread_counts_sql(rooms: &str) -> String {
+    format!(
         "SELECT a.room_id, a.thread_id,
                 COUNT(*) FILTER (WHERE a.notify) AS notifications,
                 COUNT(*) FILTER (WHERE a.highlight) AS highlights,
                 COUNT(*) FILTER (WHERE a.unread) AS unread
          FROM event_push_actions a
-         WHERE a.user_id = $1 AND a.room_id = ANY($2) AND a.stream_ordering <= $3
+         WHERE a.user_id = $1 AND {rooms} AND a.stream_ordering <= $3
            AND {AFTER_READ_POSITION}
          GROUP BY a.room_id, a.thread_id"
-    ))
-    .bind::<Text, _>(user_id)
-    .bind::<Array<Text>, _>(room_ids)
-    .bind::<BigInt, _>(up_to)
-    .load(&mut conn)
-    .await
+    )
 }
 
 /// One entry of a user's notification history.

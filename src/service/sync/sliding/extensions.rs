@@ -91,30 +91,35 @@ impl Sync {
             if !wanted.e2ee {
                 return Ok::<_, Error>(None);
             }
-            let (counts, fallback) =
-                tokio::try_join!(one_time_key_counts(conn, user, device), async {
-                    Ok(e2ee_store::get_unused_fallback_algorithms(conn, user, device).await?)
-                },)?;
+            // Key counts, fallback keys and the device-list delta, read together.
+            let (counts, fallback, delta) = tokio::try_join!(
+                one_time_key_counts(conn, user, device),
+                async { Ok(e2ee_store::get_unused_fallback_algorithms(conn, user, device).await?) },
+                async {
+                    let Some(since) = since else {
+                        return Ok(None);
+                    };
+                    let memberships_to = if scopes.memberships_moved {
+                        next.events
+                    } else {
+                        since.events
+                    };
+                    device_list_delta(
+                        conn,
+                        user,
+                        (since.device_lists, next.device_lists),
+                        (since.events, memberships_to),
+                    )
+                    .await
+                    .map(Some)
+                },
+            )?;
             let mut e2ee = json!({
                 "device_one_time_keys_count": counts,
                 "device_unused_fallback_key_types": fallback,
             });
             let mut empty = true;
-            if let Some(since) = since {
-                let (changed, left) = device_list_delta(
-                    conn,
-                    user,
-                    (since.device_lists, next.device_lists),
-                    (
-                        since.events,
-                        if scopes.memberships_moved {
-                            next.events
-                        } else {
-                            since.events
-                        },
-                    ),
-                )
-                .await?;
+            if let Some((changed, left)) = delta {
                 empty = changed.is_empty() && left.is_empty();
                 e2ee["device_lists"] = json!({ "changed": changed, "left": left });
             }

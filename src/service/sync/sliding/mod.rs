@@ -122,7 +122,19 @@ impl Sync {
     ) -> Result<Computed<Sliding>> {
         let pooled = self.db.conn().await?;
         let conn: &AsyncPgConnection = &pooled;
-        let positions = streams::positions(conn).await?;
+        let user = request.user_id.as_str();
+        // Positions and the user's room list read together: neither depends on the other.
+        let (positions, memberships, ignored, direct) = tokio::try_join!(
+            async { Ok::<_, crate::error::Error>(streams::positions(conn).await?) },
+            self.memberships.get(conn, user),
+            crate::service::account_data::ignored_users(conn, user),
+            async {
+                Ok(
+                    account_store::get_account_data(conn, user, account_store::GLOBAL, "m.direct")
+                        .await?,
+                )
+            },
+        )?;
         let events_position = self
             .index
             .refresh(conn, positions.persisted(streams::EVENTS))
@@ -151,18 +163,7 @@ impl Sync {
                 return Err(unknown_pos("Position from the future"));
             }
         }
-        let user = request.user_id.as_str();
 
-        let (memberships, ignored, direct) = tokio::try_join!(
-            self.memberships.get(conn, user),
-            crate::service::account_data::ignored_users(conn, user),
-            async {
-                Ok(
-                    account_store::get_account_data(conn, user, account_store::GLOBAL, "m.direct")
-                        .await?,
-                )
-            },
-        )?;
         let senders = lists::membership_senders(conn, &memberships).await?;
         let last_changes = self
             .index
@@ -242,34 +243,45 @@ impl Sync {
             want(room, config, &Arc::new(config.clone()));
         }
 
-        // Rooms whose unread counts moved because the user's own receipts did.
-        let own_receipts: HashSet<String> = match since {
-            Some(since) if since.receipts < next.receipts => {
-                receipts::get_user_receipt_rooms_changed(conn, user, since.receipts, next.receipts)
-                    .await?
-                    .into_iter()
-                    .collect()
-            }
-            _ => HashSet::new(),
-        };
-        // Rooms whose room account data changed: one out of every window gets it (all of
-        // it) when it comes back.
-        let changed_room_data: HashSet<String> = match since {
-            Some(since) if since.account_data < next.account_data => {
-                account_store::get_account_data_changed(
-                    conn,
-                    user,
-                    since.account_data,
-                    next.account_data,
-                )
-                .await?
-                .into_iter()
-                .map(|(room_id, _, _)| room_id)
-                .filter(|room_id| !room_id.is_empty())
-                .collect()
-            }
-            _ => HashSet::new(),
-        };
+        // Rooms whose unread counts moved because the user's own receipts did, and rooms whose
+        // room account data changed (one out of every window gets it, all of it, when it
+        // comes back); read together.
+        let (own_receipts, changed_room_data) = tokio::try_join!(
+            async {
+                Ok::<HashSet<String>, crate::error::Error>(match since {
+                    Some(since) if since.receipts < next.receipts => {
+                        receipts::get_user_receipt_rooms_changed(
+                            conn,
+                            user,
+                            since.receipts,
+                            next.receipts,
+                        )
+                        .await?
+                        .into_iter()
+                        .collect()
+                    }
+                    _ => HashSet::new(),
+                })
+            },
+            async {
+                Ok(match since {
+                    Some(since) if since.account_data < next.account_data => {
+                        account_store::get_account_data_changed(
+                            conn,
+                            user,
+                            since.account_data,
+                            next.account_data,
+                        )
+                        .await?
+                        .into_iter()
+                        .map(|(room_id, _, _)| room_id)
+                        .filter(|room_id| !room_id.is_empty())
+                        .collect()
+                    }
+                    _ => HashSet::new(),
+                })
+            },
+        )?;
 
         // What to send of each wanted room, and what the connection will know afterwards.
         let mut jobs = Vec::new();
