@@ -14,7 +14,11 @@ struct Table {
 
 /// Tables of the current schema whose rows changed by more than 50 plus a tenth of their
 /// row count at the last `ANALYZE` (autovacuum's default threshold), or that hold data but
-/// were never analysed (a restore, a crash that reset the change counters).
+/// were never analysed (a restore, a crash that reset the change counters). A table analysed
+/// in the last minute waits for the next (autovacuum's own pace) unless it changed by more
+/// than its whole size: tables whose rows come and go (sliding sync's per-connection rows)
+/// would otherwise be analysed every few seconds, and each `ANALYZE` makes every session plan
+/// its statements on that table afresh.
 pub async fn stale_tables(conn: &mut AsyncPgConnection) -> diesel::QueryResult<Vec<String>> {
     let tables: Vec<Table> = cached_sql(
         "SELECT s.relname AS name \
@@ -22,6 +26,9 @@ pub async fn stale_tables(conn: &mut AsyncPgConnection) -> diesel::QueryResult<V
          WHERE s.schemaname = current_schema() \
            AND (s.n_mod_since_analyze > 50 + 0.1 * GREATEST(c.reltuples, 0) \
                 OR (c.reltuples < 0 AND pg_relation_size(s.relid) > 0)) \
+           AND (s.n_mod_since_analyze > GREATEST(c.reltuples, 0) \
+                OR COALESCE(GREATEST(s.last_analyze, s.last_autoanalyze), '-infinity') \
+                   < now() - interval '1 minute') \
          ORDER BY s.n_mod_since_analyze DESC",
     )
     .load(conn)
