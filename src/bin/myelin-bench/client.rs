@@ -84,6 +84,16 @@ impl User {
         .await
     }
 
+    /// `GET` of a path under the server's base URL.
+    pub async fn get(&self, path: &str) -> Result<Value, Failure> {
+        self.request(reqwest::Method::GET, path, None).await
+    }
+
+    /// `POST` of a JSON body to a path under the server's base URL.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, Failure> {
+        self.request(reqwest::Method::POST, path, Some(body)).await
+    }
+
     /// `POST /createRoom`.
     pub async fn create_room(&self, body: Value) -> Result<String, Failure> {
         let answer = self

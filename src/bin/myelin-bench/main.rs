@@ -4,11 +4,13 @@
 //! Scenarios (counts by `--scale`): sequential sends, concurrent sends with completeness
 //! checked by receivers, end-to-end delivery to a long-polling receiver, initial and
 //! incremental sync, history paging, fan-out to many long-pollers, the server's footprint, and
-//! simplified sliding sync for a user in many rooms, and many idle long-polling connections.
+//! simplified sliding sync for a user in many rooms, many idle long-polling connections, and a
+//! room with a long history (loaded through SQL, so Myelin only, with `--database-url`).
 //! Writes a JSON report and a table; exits non-zero when any message was lost, duplicated or
 //! reordered.
 
 mod client;
+mod long_history;
 mod parked;
 mod sliding;
 mod stats;
@@ -63,7 +65,7 @@ struct Cli {
     #[arg(long, default_value = "server")]
     label: String,
     /// Run only these scenarios (comma-separated: send, concurrent, delivery, sync, history,
-    /// fanout, sliding, parked), for profiling one of them; the default runs all.
+    /// fanout, sliding, parked, long_history), for profiling one of them; the default runs all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Leave planner statistics as the server keeps them: no `ANALYZE` after each scenario's
@@ -87,6 +89,8 @@ struct Counts {
     sliding_rooms: usize,
     parked_connections: usize,
     parked_users: usize,
+    /// Events in the room of scenario 11.
+    long_history: usize,
 }
 
 impl Counts {
@@ -107,6 +111,7 @@ impl Counts {
                 sliding_rooms: 30,
                 parked_connections: 50,
                 parked_users: 5,
+                long_history: 2_000,
             },
             Scale::Full => Counts {
                 sequential: 1000,
@@ -123,6 +128,7 @@ impl Counts {
                 sliding_rooms: 1000,
                 parked_connections: 10_000,
                 parked_users: 100,
+                long_history: 1_000_000,
             },
         }
     }
@@ -135,6 +141,8 @@ struct Bench {
     prefix: String,
     /// The server's database, when given and statistics are to be refreshed after set-ups.
     database_url: Option<String>,
+    /// The server's database, when given: scenario 11 loads its history through it.
+    loader_url: Option<String>,
 }
 
 impl Bench {
@@ -631,6 +639,25 @@ fn print_table(label: &str, report: &Value) {
         "10 delivery, while parked",
         &parked["delivery_while_parked"],
     );
+    let long = &report["long_history"];
+    if let Some(skipped) = long["skipped"].as_str() {
+        println!("  11 long history: skipped ({skipped})");
+    }
+    for (name, key) in [
+        ("11 long history, newest page", "newest_page"),
+        ("11 long history, /context", "context"),
+        ("11 long history, middle page", "middle_page"),
+        ("11 long history, oldest page", "oldest_page"),
+        ("11 long history, timestamp_to_event", "timestamp_to_event"),
+        ("11 long history, search rare word", "search_rare"),
+        ("11 long history, search common word", "search_common"),
+        (
+            "11 long history, search common, recent",
+            "search_common_recent",
+        ),
+    ] {
+        row(name, &long[key]);
+    }
 }
 
 #[tokio::main]
@@ -647,6 +674,7 @@ async fn main() -> ExitCode {
         url: cli.url.trim_end_matches('/').to_owned(),
         prefix: format!("b{:x}", rand::random::<u32>()),
         database_url: cli.database_url.clone().filter(|_| !cli.no_analyze),
+        loader_url: cli.database_url.clone(),
     };
     let idle_rss = rss_kib(cli.pid, "VmRSS:");
     let db_before = database_size(cli.database_url.as_deref()).await;
@@ -704,6 +732,10 @@ async fn main() -> ExitCode {
                 counts.parked_users,
             )
             .await?;
+        }
+        if runs("long_history") {
+            eprintln!("11: long history");
+            report["long_history"] = long_history::long_history(&bench, counts.long_history).await?;
         }
         report["footprint"] = json!({
             "idle_rss_mib": idle_rss.map(|k| round(k as f64 / 1024.0)),
