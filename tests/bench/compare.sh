@@ -169,6 +169,15 @@ rows = [
     ("10 parked long-polls: delivery to one client, alone: p50 ms", "parked.delivery_alone.p50_ms", False),
     ("10 parked long-polls: delivery to one client, while they wait: p50 ms", "parked.delivery_while_parked.p50_ms", False),
     ("10 parked long-polls: delivery while they wait: max ms", "parked.delivery_while_parked.max_ms", False),
+    # Scenario 11 loads its history through SQL in Myelin's schema: Synapse's column stays empty.
+    ("11 long history: /messages, newest page: p50 ms", "long_history.newest_page.p50_ms", False),
+    ("11 long history: /messages, middle page: p50 ms", "long_history.middle_page.p50_ms", False),
+    ("11 long history: /messages, oldest page: p50 ms", "long_history.oldest_page.p50_ms", False),
+    ("11 long history: /context: p50 ms", "long_history.context.p50_ms", False),
+    ("11 long history: timestamp_to_event: p50 ms", "long_history.timestamp_to_event.p50_ms", False),
+    ("11 long history: search, rare word: p50 ms", "long_history.search_rare.p50_ms", False),
+    ("11 long history: search, common word, best first: p50 ms", "long_history.search_common.p50_ms", False),
+    ("11 long history: search, common word, newest first: p50 ms", "long_history.search_common_recent.p50_ms", False),
 ]
 print(f"# Benchmarks: Myelin and Synapse side by side\n")
 print(f"One run of `tests/bench/compare.sh {scale}` at commit `{commit}` on this machine "
