@@ -228,14 +228,31 @@ pub async fn trim_unsent_pdus(
     .await
 }
 
-/// How far the event stream has been queued; locks the cursor until the transaction ends, so
-/// two processes that both believe they lead cannot queue the same events.
-pub async fn lock_pdu_cursor(mut conn: &AsyncPgConnection) -> QueryResult<i64> {
-    federation_pdu_cursor::table
-        .select(federation_pdu_cursor::stream_ordering)
-        .for_update()
-        .first(&mut conn)
-        .await
+/// The advisory lock the queuing transaction holds on the cursor.
+const PDU_CURSOR_LOCK: i64 = 0x6d79_656c_7064_7563; // "myelpduc"
+
+/// How far the event stream has been queued; holds the cursor's advisory lock until the
+/// transaction ends, so two processes that both believe they lead cannot queue the same
+/// events. An advisory lock, not a row lock: a row lock writes to the row, and a transaction
+/// that writes waits at commit for its log to reach the disk, once for every event sent even
+/// when nothing is queued. The lock and the read go out together, the read after the lock.
+pub async fn lock_pdu_cursor(conn: &AsyncPgConnection) -> QueryResult<i64> {
+    let lock = async {
+        let mut conn = conn;
+        super::cached_sql("SELECT pg_advisory_xact_lock($1)")
+            .bind::<BigInt, _>(PDU_CURSOR_LOCK)
+            .execute(&mut conn)
+            .await
+    };
+    let read = async {
+        let mut conn = conn;
+        federation_pdu_cursor::table
+            .select(federation_pdu_cursor::stream_ordering)
+            .first(&mut conn)
+            .await
+    };
+    let (_, cursor) = futures_util::try_join!(lock, read)?;
+    Ok(cursor)
 }
 
 /// Moves the cursor (inside the transaction that queued the events up to `position`).

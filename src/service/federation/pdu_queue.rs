@@ -18,9 +18,12 @@
 //! - **What.** The stored PDU, signed, without `unsigned` (nothing local such as the
 //!   client's `transaction_id` leaves the server; the form `/event` serves).
 //! - **Durable and ordered.** The cursor moves in the database transaction that queues the
-//!   events it passes, and that transaction locks the cursor row, so a crash queues nothing
-//!   twice and skips nothing, and two processes that both believe they lead cannot queue the
-//!   same events. Each destination's PDUs are queued, and so leave, in stream order.
+//!   events it passes, and that transaction holds the cursor's advisory lock, so a crash
+//!   queues nothing twice and skips nothing, and two processes that both believe they lead
+//!   cannot queue the same events. Past events that queue nothing (rooms without other
+//!   servers) it moves in memory, stored only every thousand positions or two seconds: a
+//!   transaction that writes nothing does not wait for the disk at commit. Each destination's
+//!   PDUs are queued, and so leave, in stream order.
 //! - **Bounded.** A destination that stays down keeps about `max_queued_pdus` unsent PDUs at
 //!   most: beyond that the oldest are dropped (and logged). When it is back it gets the newer ones,
 //!   whose `prev_events` lead back into the gap, and fills it from us with
@@ -31,6 +34,7 @@ use std::{
     collections::{BTreeSet, HashMap},
     num::NonZeroUsize,
     sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
@@ -62,7 +66,23 @@ pub struct PduQueue {
     origin: OwnedServerName,
     servers: Mutex<LruCache<i64, Servers>>,
     queued_since_trim: Mutex<HashMap<String, u64>>,
+    /// Where the cursor has gone past events that queued nothing, ahead of the stored one:
+    /// (the stored cursor it started from, how far it went, since when).
+    unstored: Mutex<Option<Unstored>>,
 }
+
+/// A cursor that moved past events with nothing to queue, not yet stored.
+#[derive(Clone, Copy)]
+struct Unstored {
+    stored: i64,
+    reached: i64,
+    since: Instant,
+}
+
+/// How far ahead of the stored cursor, in positions, or for how long, the cursor may run
+/// over events that queue nothing before it is stored: the events a restart reads again.
+const STORE_AFTER_POSITIONS: i64 = 1000;
+const STORE_AFTER: Duration = Duration::from_secs(2);
 
 impl PduQueue {
     /// Creates the queue for events of `origin` (this server).
@@ -75,6 +95,7 @@ impl PduQueue {
                 NonZeroUsize::new(CACHED_GROUPS).expect("non-zero"),
             )),
             queued_since_trim: Mutex::default(),
+            unstored: Mutex::default(),
         }
     }
 
@@ -96,9 +117,23 @@ impl PduQueue {
     async fn queue_batch(&self) -> Result<(usize, bool)> {
         let mut conn = self.db.conn().await?;
         conn.transaction::<_, Error, _>(async |conn| {
-            let cursor = store::lock_pdu_cursor(conn).await?;
+            let stored = store::lock_pdu_cursor(conn).await?;
+            // Ahead of the stored cursor when this process passed events that queued nothing
+            // since (and no other process moved it meanwhile).
+            let unstored = *self.unstored.lock().unwrap_or_else(|e| e.into_inner());
+            let cursor = match unstored {
+                Some(ahead) if ahead.stored == stored => ahead.reached,
+                _ => stored,
+            };
             let up_to = streams::persisted(conn, streams::EVENTS).await?;
             if up_to <= cursor {
+                // Nothing new: a cursor left ahead in memory is stored once it is due.
+                if let Some(ahead) = unstored.filter(|a| a.stored == stored) {
+                    if ahead.since.elapsed() >= STORE_AFTER {
+                        store::set_pdu_cursor(conn, ahead.reached).await?;
+                        *self.unstored.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    }
+                }
                 return Ok((0, false));
             }
             let events =
@@ -135,7 +170,25 @@ impl PduQueue {
                     tracing::warn!(%destination, dropped, "too many events queued for a server that is down; dropped the oldest (it fetches them with get_missing_events)");
                 }
             }
-            store::set_pdu_cursor(conn, reached).await?;
+            // Stored with what it queued; past events that queued nothing, only now and
+            // then: storing it is the one write such a transaction would make, and a write
+            // waits at commit for the disk. Events passed and not stored are read again after a
+            // restart, and again queue nothing.
+            let since = unstored
+                .filter(|ahead| ahead.stored == stored)
+                .map_or_else(Instant::now, |ahead| ahead.since);
+            let store_now = !rows.is_empty()
+                || reached - stored >= STORE_AFTER_POSITIONS
+                || since.elapsed() >= STORE_AFTER;
+            if store_now {
+                store::set_pdu_cursor(conn, reached).await?;
+            }
+            *self.unstored.lock().unwrap_or_else(|e| e.into_inner()) =
+                (!store_now).then_some(Unstored {
+                    stored,
+                    reached,
+                    since,
+                });
             Ok((rows.len(), more))
         })
         .await
