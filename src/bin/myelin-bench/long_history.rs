@@ -197,11 +197,16 @@ pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure
     Ok(Value::Object(report))
 }
 
-/// The event ID of loaded event `n` (1-based) in `room`.
+/// The event ID of loaded event `n` (1-based) in `room`; the loader's SQL builds the same.
 fn loaded_id(room: &str, n: usize) -> String {
-    // Event IDs are opaque; a room-derived suffix keeps them unique across runs.
-    let suffix: String = room.chars().filter(char::is_ascii_alphanumeric).collect();
-    format!("$long{n}_{suffix}")
+    format!("$long{n}{}", id_suffix(room))
+}
+
+/// What follows the number in a loaded event's ID: event IDs are opaque, and a room-derived
+/// suffix keeps them unique across runs.
+fn id_suffix(room: &str) -> String {
+    let room: String = room.chars().filter(char::is_ascii_alphanumeric).collect();
+    format!("_{room}")
 }
 
 /// Inserts `n` copies of the template message after it, in one transaction: the events, each
@@ -220,7 +225,7 @@ async fn load(
     }) {
         return Err(format!("unexpected characters in {room} or {template}"));
     }
-    let suffix = loaded_id(room, 0).trim_start_matches("$long0").to_owned();
+    let suffix = id_suffix(room);
     let sql = format!(
         "BEGIN;
          CREATE TEMP TABLE long_template ON COMMIT DROP AS

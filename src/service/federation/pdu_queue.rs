@@ -120,20 +120,17 @@ impl PduQueue {
             let stored = store::lock_pdu_cursor(conn).await?;
             // Ahead of the stored cursor when this process passed events that queued nothing
             // since (and no other process moved it meanwhile).
-            let unstored = *self.unstored.lock().unwrap_or_else(|e| e.into_inner());
-            let cursor = match unstored {
-                Some(ahead) if ahead.stored == stored => ahead.reached,
-                _ => stored,
-            };
+            let ahead = self
+                .unstored
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .filter(|ahead| ahead.stored == stored);
+            let cursor = ahead.map_or(stored, |ahead| ahead.reached);
+            let since = ahead.map_or_else(Instant::now, |ahead| ahead.since);
             let up_to = streams::persisted(conn, streams::EVENTS).await?;
             if up_to <= cursor {
                 // Nothing new: a cursor left ahead in memory is stored once it is due.
-                if let Some(ahead) = unstored.filter(|a| a.stored == stored) {
-                    if ahead.since.elapsed() >= STORE_AFTER {
-                        store::set_pdu_cursor(conn, ahead.reached).await?;
-                        *self.unstored.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                    }
-                }
+                self.move_cursor(conn, stored, (cursor, since), false).await?;
                 return Ok((0, false));
             }
             let events =
@@ -170,28 +167,38 @@ impl PduQueue {
                     tracing::warn!(%destination, dropped, "too many events queued for a server that is down; dropped the oldest (it fetches them with get_missing_events)");
                 }
             }
-            // Stored with what it queued; past events that queued nothing, only now and
-            // then: storing it is the one write such a transaction would make, and a write
-            // waits at commit for the disk. Events passed and not stored are read again after a
-            // restart, and again queue nothing.
-            let since = unstored
-                .filter(|ahead| ahead.stored == stored)
-                .map_or_else(Instant::now, |ahead| ahead.since);
-            let store_now = !rows.is_empty()
-                || reached - stored >= STORE_AFTER_POSITIONS
-                || since.elapsed() >= STORE_AFTER;
-            if store_now {
-                store::set_pdu_cursor(conn, reached).await?;
-            }
-            *self.unstored.lock().unwrap_or_else(|e| e.into_inner()) =
-                (!store_now).then_some(Unstored {
-                    stored,
-                    reached,
-                    since,
-                });
+            self.move_cursor(conn, stored, (reached, since), !rows.is_empty())
+                .await?;
             Ok((rows.len(), more))
         })
         .await
+    }
+
+    /// Moves the cursor from `stored` to `reached` (ahead in memory since `since`): in the
+    /// database with what it `queued`, else only once it is due. Storing it is the one write
+    /// a transaction that queued nothing would make, and a write waits at commit for the
+    /// disk; events passed and not stored are read again after a restart, and again queue
+    /// nothing.
+    async fn move_cursor(
+        &self,
+        conn: &AsyncPgConnection,
+        stored: i64,
+        (reached, since): (i64, Instant),
+        queued: bool,
+    ) -> Result<()> {
+        let due =
+            queued || reached - stored >= STORE_AFTER_POSITIONS || since.elapsed() >= STORE_AFTER;
+        let store_now = reached != stored && due;
+        if store_now {
+            store::set_pdu_cursor(conn, reached).await?;
+        }
+        *self.unstored.lock().unwrap_or_else(|e| e.into_inner()) =
+            (reached != stored && !store_now).then_some(Unstored {
+                stored,
+                reached,
+                since,
+            });
+        Ok(())
     }
 
     /// The destinations among `rows` whose backlog is due a trim: one per tenth of
