@@ -218,20 +218,30 @@ impl Sync {
                 .find(|config| ***config == list.config)
                 .cloned()
                 .unwrap_or_else(|| Arc::new(list.config.clone()));
-            let mut ops = Vec::new();
             let window = windows.entry(name.as_str()).or_default();
-            for (start, end, rooms_in) in &built.windows {
-                let ids: Vec<&str> = rooms_in.iter().map(|r| r.room_id).collect();
-                ops.push(json!({ "op": "SYNC", "range": [start, end], "room_ids": ids }));
+            for (_, _, rooms_in) in &built.windows {
                 for room in rooms_in {
                     window.push(room.room_id);
                     want(room, &list.config, &list_config);
                 }
             }
-            lists_json.insert(
-                name.clone(),
-                json!({ "count": built.rooms.len(), "ops": ops }),
-            );
+            let mut list_json = Map::new();
+            list_json.insert("count".into(), json!(built.rooms.len()));
+            // MSC4186 has no `ops` and no client reads them (they order rooms by
+            // `bump_stamp`): a connection's first response shows its windows, for people
+            // reading responses; later ones would repeat every window's room IDs each time.
+            if pos.is_none() {
+                let ops: Vec<Value> = built
+                    .windows
+                    .iter()
+                    .map(|(start, end, rooms_in)| {
+                        let ids: Vec<&str> = rooms_in.iter().map(|r| r.room_id).collect();
+                        json!({ "op": "SYNC", "range": [start, end], "room_ids": ids })
+                    })
+                    .collect();
+                list_json.insert("ops".into(), Value::Array(ops));
+            }
+            lists_json.insert(name.clone(), Value::Object(list_json));
         }
         let mut subscribed: Vec<&str> = Vec::new();
         for (room_id, config) in &request.subscriptions {
