@@ -86,10 +86,14 @@ namespaces:
     - exclusive: true
       regex: '@echo_.*'
 EOF
+# myelin-bench's big room (scenario 12) registers its members through an application service
+# of its own, with no URL (nothing is pushed to it).
+bench_as_token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+bash tests/bench/bench-registration.sh "$bench_as_token" >"$workdir/bench-registration.yaml"
 MYELIN_DATA_DIR="$workdir/data" MYELIN_LISTEN="127.0.0.1:$port" MYELIN_REGISTRATION=open \
     MYELIN_METRICS_LISTEN="127.0.0.1:$metrics_port" \
     MYELIN_SERVER_NAME=localhost:8448 MYELIN_RATE_LIMITS=off MYELIN_MAX_EVENT_DELAY_MS=86400000 \
-    MYELIN_APPSERVICES="$workdir/echo-registration.yaml" \
+    MYELIN_APPSERVICES="$workdir/echo-registration.yaml,$workdir/bench-registration.yaml" \
     RUST_LOG=warn "$CARGO_TARGET_DIR/debug/myelin" serve >"$workdir/server.log" 2>&1 &
 server=$!
 stop_server() {
@@ -150,4 +154,5 @@ ECHO_REGISTRATION="$workdir/echo-registration.yaml" AS_TOKEN="$as_token" HS_TOKE
 echo "== myelin-bench (smoke)"
 "$CARGO_TARGET_DIR/debug/myelin-bench" --url "http://127.0.0.1:$port" --scale smoke \
     --server-name localhost:8448 --pid "$server" --label "myelin (debug, smoke)" \
+    --appservice-token "$bench_as_token" \
     --out "$workdir/bench.json" --plot "$workdir/bench.svg" || { cat "$workdir/server.log"; exit 1; }

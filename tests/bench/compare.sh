@@ -53,10 +53,16 @@ wait_up() {
     echo "server at $1 did not start"; return 1
 }
 
+# The big room's members (scenario 12) are registered through an application service, on
+# both servers with the same registration.
+bench_as_token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+bash tests/bench/bench-registration.sh "$bench_as_token" >"$work/bench-registration.yaml"
+
 echo "== start Myelin"
 myelin_port=$(free_port)
 DATABASE_URL="postgres://$PGUSER@$PGHOST/myelin_bench" MYELIN_DATA_DIR="$work/myelin" \
     MYELIN_LISTEN="127.0.0.1:$myelin_port" MYELIN_REGISTRATION=open MYELIN_RATE_LIMITS=off \
+    MYELIN_APPSERVICES="$work/bench-registration.yaml" \
     RUST_LOG=warn "$CARGO_TARGET_DIR/release/myelin" serve >"$work/myelin.log" 2>&1 &
 myelin_pid=$!; pids+=("$myelin_pid")
 wait_up "http://127.0.0.1:$myelin_port"
@@ -67,9 +73,10 @@ mkdir -p "$work/synapse"
 "$venv/bin/python" -m synapse.app.homeserver --server-name localhost \
     --config-path "$work/synapse/homeserver.yaml" --data-directory "$work/synapse" \
     --generate-config --report-stats=no >/dev/null
-"$venv/bin/python" - "$work/synapse/homeserver.yaml" "$synapse_port" "$PGUSER" "$PGHOST" <<'PY'
+"$venv/bin/python" - "$work/synapse/homeserver.yaml" "$synapse_port" "$PGUSER" "$PGHOST" \
+    "$work/bench-registration.yaml" <<'PY'
 import sys, yaml
-path, port, user, host = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+path, port, user, host, registration = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 config = yaml.safe_load(open(path))
 config["listeners"] = [{"port": port, "bind_addresses": ["127.0.0.1"], "type": "http", "tls": False,
                         "x_forwarded": False, "resources": [{"names": ["client"], "compress": False}]}]
@@ -89,6 +96,7 @@ config["rc_joins"] = {"local": unlimited, "remote": unlimited}
 config["rc_invites"] = {"per_room": unlimited, "per_user": unlimited, "per_issuer": unlimited}
 config["federation_domain_whitelist"] = []
 config["trusted_key_servers"] = []
+config["app_service_config_files"] = [registration]
 yaml.safe_dump(config, open(path, "w"))
 PY
 "$venv/bin/python" -m synapse.app.homeserver --config-path "$work/synapse/homeserver.yaml" \
@@ -101,11 +109,11 @@ wait_up "http://127.0.0.1:$synapse_port"
 incomplete=()
 echo "== benchmark Myelin"
 "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$myelin_port" --scale "$scale" "${bench_args[@]}" \
-    --pid "$myelin_pid" --database-url "postgres://$PGUSER@$PGHOST/myelin_bench" --label Myelin \
+    --appservice-token "$bench_as_token" --pid "$myelin_pid" --database-url "postgres://$PGUSER@$PGHOST/myelin_bench" --label Myelin \
     --out "$work/myelin.json" --plot "$out/delivery-myelin.svg" || { [ $? -eq 3 ] && incomplete+=(Myelin); }
 echo "== benchmark Synapse"
 "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$synapse_port" --scale "$scale" "${bench_args[@]}" \
-    --pid "$synapse_pid" --database-url "postgres://$PGUSER@$PGHOST/synapse_bench" --label Synapse \
+    --appservice-token "$bench_as_token" --pid "$synapse_pid" --database-url "postgres://$PGUSER@$PGHOST/synapse_bench" --label Synapse \
     --out "$work/synapse.json" --plot "$out/delivery-synapse.svg" || { [ $? -eq 3 ] && incomplete+=(Synapse); }
 
 echo "== pgbench: commit rate of a single-row insert"
@@ -178,6 +186,16 @@ rows = [
     ("11 long history: search, rare word: p50 ms", "long_history.search_rare.p50_ms", False),
     ("11 long history: search, common word, best first: p50 ms", "long_history.search_common.p50_ms", False),
     ("11 long history: search, common word, newest first: p50 ms", "long_history.search_common_recent.p50_ms", False),
+    ("12 big room: members", "big_room.joins.members", True),
+    ("12 big room: joins through the API, all of them: s", "big_room.joins.total_s", False),
+    ("12 big room: joins per second", "big_room.joins.per_s", True),
+    ("12 big room: one join, last tenth: p50 ms", "big_room.last_tenth_of_joins.p50_ms", False),
+    ("12 big room: database growth per member, bytes", "big_room.db_bytes_per_member", False),
+    ("12 big room: send: p50 ms", "big_room.send.p50_ms", False),
+    ("12 big room: time until every long-poller (1,000 at full scale) has it: ms", "big_room.fan_out.all_received_ms", False),
+    ("12 big room: /members: p50 ms", "big_room.members.p50_ms", False),
+    ("12 big room: /joined_members: p50 ms", "big_room.joined_members.p50_ms", False),
+    ("12 big room: a member's first sync, lazy members: p50 ms", "big_room.initial_sync_lazy.p50_ms", False),
 ]
 print(f"# Benchmarks: Myelin and Synapse side by side\n")
 print(f"One run of `tests/bench/compare.sh {scale}` at commit `{commit}` on this machine "

@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// One logged-in user.
+/// One logged-in user, or a user an application service acts as.
 #[derive(Clone)]
 pub struct User {
     http: reqwest::Client,
     base: String,
     token: String,
+    /// For an application service's user: whom its token acts as (`?user_id=`).
+    acts_as: Option<String>,
 }
 
 /// Percent-encodes a path segment.
@@ -64,6 +66,40 @@ pub async fn register(http: &reqwest::Client, base: &str, name: &str) -> Result<
             .as_str()
             .unwrap_or_default()
             .to_owned(),
+        acts_as: None,
+    })
+}
+
+/// Registers a user in an application service's namespace with its token (no password, no
+/// login); the user then acts through that token.
+pub async fn register_as_appservice(
+    http: &reqwest::Client,
+    base: &str,
+    as_token: &str,
+    name: &str,
+) -> Result<User, Failure> {
+    let body = json!({
+        "type": "m.login.application_service",
+        "username": name,
+        "inhibit_login": true,
+    });
+    let url = format!("{base}/_matrix/client/v3/register");
+    let answer = call(
+        http,
+        reqwest::Method::POST,
+        url,
+        Some(as_token),
+        Some(&body),
+    )
+    .await?;
+    let user_id = answer["user_id"]
+        .as_str()
+        .ok_or_else(|| format!("registration of {name} named no user: {answer}"))?;
+    Ok(User {
+        http: http.clone(),
+        base: base.to_owned(),
+        token: as_token.to_owned(),
+        acts_as: Some(user_id.to_owned()),
     })
 }
 
@@ -74,14 +110,12 @@ impl User {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, Failure> {
-        call(
-            &self.http,
-            method,
-            format!("{}{path}", self.base),
-            Some(&self.token),
-            body,
-        )
-        .await
+        let mut url = format!("{}{path}", self.base);
+        if let Some(user_id) = &self.acts_as {
+            let separator = if path.contains('?') { '&' } else { '?' };
+            url.push_str(&format!("{separator}user_id={}", enc(user_id)));
+        }
+        call(&self.http, method, url, Some(&self.token), body).await
     }
 
     /// `GET` of a path under the server's base URL.

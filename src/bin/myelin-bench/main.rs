@@ -4,11 +4,13 @@
 //! Scenarios (counts by `--scale`): sequential sends, concurrent sends with completeness
 //! checked by receivers, end-to-end delivery to a long-polling receiver, initial and
 //! incremental sync, history paging, fan-out to many long-pollers, the server's footprint, and
-//! simplified sliding sync for a user in many rooms, many idle long-polling connections, and a
-//! room with a long history (loaded through SQL, so Myelin only, with `--database-url`).
+//! simplified sliding sync for a user in many rooms, many idle long-polling connections, a
+//! room with a long history (loaded through SQL, so Myelin only, with `--database-url`), and
+//! a room with many members (an application service's users, with `--appservice-token`).
 //! Writes a JSON report and a table; exits non-zero when any message was lost, duplicated or
 //! reordered.
 
+mod big_room;
 mod client;
 mod long_history;
 mod parked;
@@ -25,6 +27,7 @@ use std::{
 
 use clap::{Parser, ValueEnum};
 use client::{next_batch, register, timeline_events, Failure, User};
+use futures_util::{StreamExt, TryStreamExt};
 use serde_json::{json, Map, Value};
 use stats::{cdf_svg, round, Samples};
 
@@ -65,13 +68,18 @@ struct Cli {
     #[arg(long, default_value = "server")]
     label: String,
     /// Run only these scenarios (comma-separated: send, concurrent, delivery, sync, history,
-    /// fanout, sliding, parked, long_history), for profiling one of them; the default runs all.
+    /// fanout, sliding, parked, long_history, big_room), for profiling one of them; the
+    /// default runs all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Leave planner statistics as the server keeps them: no `ANALYZE` after each scenario's
     /// set-up (what a server just filled sees, before any autovacuum).
     #[arg(long)]
     no_analyze: bool,
+    /// The `as_token` of an application service whose users namespace (non-exclusive) holds
+    /// the big room's members, `@{prefix}big{n}`: scenario 12 registers them through it.
+    #[arg(long)]
+    appservice_token: Option<String>,
 }
 
 struct Counts {
@@ -91,6 +99,9 @@ struct Counts {
     parked_users: usize,
     /// Events in the room of scenario 11.
     long_history: usize,
+    /// Members of the room of scenario 12, and how many of them long-poll.
+    big_room_members: usize,
+    big_room_pollers: usize,
 }
 
 impl Counts {
@@ -112,6 +123,8 @@ impl Counts {
                 parked_connections: 50,
                 parked_users: 5,
                 long_history: 2_000,
+                big_room_members: 100,
+                big_room_pollers: 20,
             },
             Scale::Full => Counts {
                 sequential: 1000,
@@ -129,6 +142,8 @@ impl Counts {
                 parked_connections: 10_000,
                 parked_users: 100,
                 long_history: 1_000_000,
+                big_room_members: 20_000,
+                big_room_pollers: 1_000,
             },
         }
     }
@@ -533,26 +548,50 @@ async fn fanout(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
     }
     bench.analyze().await;
     let pollers: Vec<User> = members.into_iter().take(counts.fanout_pollers).collect();
-    let mut tokens = Vec::new();
-    for poller in &pollers {
-        tokens.push(next_batch(&poller.sync(None, Duration::ZERO, None).await?));
-    }
+    let samples = reach_pollers(
+        pollers,
+        None,
+        || sender.send(&room, "fan", "fan-out"),
+        "fan-out",
+    )
+    .await?;
+    let mut summary = samples.summary();
+    summary["members"] = json!(counts.fanout_members);
+    summary["pollers"] = json!(counts.fanout_pollers);
+    summary["all_received_ms"] = summary["max_ms"].clone();
+    Ok(summary)
+}
+
+/// Time from the start of a send until each of `pollers`, long-polling `/sync` (with
+/// `filter`, from where an initial sync left them), has the message whose body is `body`.
+async fn reach_pollers<F: std::future::Future<Output = Result<String, Failure>>>(
+    pollers: Vec<User>,
+    filter: Option<String>,
+    send: impl FnOnce() -> F,
+    body: &'static str,
+) -> Result<Samples, Failure> {
+    let tokens: Vec<String> = futures_util::stream::iter(&pollers)
+        .map(|poller| async {
+            Ok::<_, Failure>(next_batch(
+                &poller.sync(None, Duration::ZERO, filter.as_deref()).await?,
+            ))
+        })
+        .buffered(8)
+        .try_collect()
+        .await?;
     let started = Arc::new(tokio::sync::OnceCell::<Instant>::new());
     let waits: Vec<_> = pollers
         .into_iter()
         .zip(tokens)
         .map(|(poller, mut since)| {
-            let started = started.clone();
+            let (started, filter) = (started.clone(), filter.clone());
             tokio::spawn(async move {
                 loop {
                     let sync = poller
-                        .sync(Some(&since), Duration::from_secs(30), None)
+                        .sync(Some(&since), Duration::from_secs(30), filter.as_deref())
                         .await?;
                     since = next_batch(&sync);
-                    if timeline_events(&sync)
-                        .iter()
-                        .any(|(_, _, b)| b == "fan-out")
-                    {
+                    if timeline_events(&sync).iter().any(|(_, _, b)| b == body) {
                         let start = *started.get().ok_or("arrived before it was sent")?;
                         return Ok::<_, Failure>(start.elapsed());
                     }
@@ -560,9 +599,10 @@ async fn fanout(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
             })
         })
         .collect();
+    // Every poller parked before the send.
     tokio::time::sleep(Duration::from_secs(1)).await;
     started.set(Instant::now()).ok();
-    sender.send(&room, "fan", "fan-out").await?;
+    send().await?;
     let mut samples = Samples::default();
     for wait in waits {
         let elapsed = tokio::time::timeout(Duration::from_secs(60), wait)
@@ -571,11 +611,7 @@ async fn fanout(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
             .map_err(|e| e.to_string())??;
         samples.push(elapsed);
     }
-    let mut summary = samples.summary();
-    summary["members"] = json!(counts.fanout_members);
-    summary["pollers"] = json!(counts.fanout_pollers);
-    summary["all_received_ms"] = summary["max_ms"].clone();
-    Ok(summary)
+    Ok(samples)
 }
 
 fn print_table(label: &str, report: &Value) {
@@ -658,6 +694,29 @@ fn print_table(label: &str, report: &Value) {
     ] {
         row(name, &long[key]);
     }
+    let big = &report["big_room"];
+    if let Some(skipped) = big["skipped"].as_str() {
+        println!("  12 big room: skipped ({skipped})");
+    } else if !big.is_null() {
+        println!(
+            "  12 big room: {} joins in {} s ({}/s), {} bytes of database per member",
+            big["joins"]["members"],
+            big["joins"]["total_s"],
+            big["joins"]["per_s"],
+            big["db_bytes_per_member"]
+        );
+    }
+    for (name, key) in [
+        ("12 big room, one join", "joins"),
+        ("12 big room, last tenth of joins", "last_tenth_of_joins"),
+        ("12 big room, send", "send"),
+        ("12 big room, fan-out, all pollers", "fan_out"),
+        ("12 big room, /members", "members"),
+        ("12 big room, /joined_members", "joined_members"),
+        ("12 big room, first sync, lazy", "initial_sync_lazy"),
+    ] {
+        row(name, &big[key]);
+    }
 }
 
 #[tokio::main]
@@ -736,6 +795,16 @@ async fn main() -> ExitCode {
         if runs("long_history") {
             eprintln!("11: long history");
             report["long_history"] = long_history::long_history(&bench, counts.long_history).await?;
+        }
+        if runs("big_room") {
+            eprintln!("12: big room");
+            report["big_room"] = big_room::big_room(
+                &bench,
+                cli.appservice_token.as_deref(),
+                counts.big_room_members,
+                counts.big_room_pollers,
+            )
+            .await?;
         }
         report["footprint"] = json!({
             "idle_rss_mib": idle_rss.map(|k| round(k as f64 / 1024.0)),

@@ -1,0 +1,173 @@
+//! Scenario 12: one room with many members (20,000 at full scale), joined through the API:
+//! how long the joins take, then a send's latency, the time until 1,000 long-polling members
+//! have a message, the member lists (`/members`, `/joined_members`), a member's initial sync
+//! with lazy-loaded members, and how much the joins grew the database.
+//!
+//! The members are an application service's users (`--appservice-token`): registered without
+//! a password and acting through its token, as a bridge's are. Registering 20,000 users
+//! through ordinary registration would spend the run hashing passwords. Without a token the
+//! scenario says it was skipped.
+
+use std::time::{Duration, Instant};
+
+use futures_util::{StreamExt, TryStreamExt};
+use serde_json::{json, Value};
+
+use crate::{
+    client::{enc, register_as_appservice, Failure, User},
+    database_size, reach_pollers,
+    stats::{round, Samples},
+    Bench,
+};
+
+/// Requests in flight while the room fills (registrations, joins, initial syncs).
+const IN_FLIGHT: usize = 8;
+/// Samples of each member-list measure.
+const SAMPLES: usize = 5;
+/// Sequential sends measured in the full room.
+const SENDS: usize = 20;
+
+/// A `/sync` filter with lazy-loaded members and one timeline event, as Element asks.
+fn lazy_filter() -> String {
+    json!({ "room": { "state": { "lazy_load_members": true }, "timeline": { "limit": 1 } } })
+        .to_string()
+}
+
+pub async fn big_room(
+    bench: &Bench,
+    appservice_token: Option<&str>,
+    members: usize,
+    pollers: usize,
+) -> Result<Value, Failure> {
+    let Some(as_token) = appservice_token else {
+        return Ok(json!({ "skipped": "needs --appservice-token to register the members" }));
+    };
+    let names: Vec<String> = (0..=members)
+        .map(|i| format!("{}big{i}", bench.prefix))
+        .collect();
+    let mut users: Vec<User> = futures_util::stream::iter(&names)
+        .map(|name| register_as_appservice(&bench.http, &bench.url, as_token, name))
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let owner = users.remove(0);
+    let room = owner
+        .create_room(json!({ "preset": "public_chat", "name": "big room" }))
+        .await?;
+    let db_before = database_size(bench.loader_url.as_deref()).await;
+
+    // The joins, timed one by one; the last tenth is the room near its full size.
+    let started = Instant::now();
+    let join_times: Vec<Duration> = futures_util::stream::iter(&users)
+        .map(|user| async {
+            let t = Instant::now();
+            user.join(&room).await?;
+            Ok::<_, Failure>(t.elapsed())
+        })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let joining = started.elapsed();
+    let db_after = database_size(bench.loader_url.as_deref()).await;
+    bench.analyze().await;
+    let mut all_joins = Samples::default();
+    let mut last_joins = Samples::default();
+    for (i, elapsed) in join_times.iter().enumerate() {
+        all_joins.push(*elapsed);
+        if i >= members - members / 10 {
+            last_joins.push(*elapsed);
+        }
+    }
+
+    let mut sends = Samples::default();
+    for i in 0..SENDS {
+        let t = Instant::now();
+        owner
+            .send(&room, &format!("big{i}"), &format!("message {i}"))
+            .await?;
+        sends.push(t.elapsed());
+    }
+
+    let reached = reach_pollers(
+        users.iter().take(pollers).cloned().collect(),
+        Some(lazy_filter()),
+        || owner.send(&room, "big-fan", "big-room fan-out"),
+        "big-room fan-out",
+    )
+    .await?;
+    let mut fan_out = reached.summary();
+    fan_out["pollers"] = json!(pollers.min(members));
+    fan_out["all_received_ms"] = fan_out["max_ms"].clone();
+
+    // The member lists, each answer checked for every member.
+    let everyone = members + 1;
+    let mut member_events = Samples::default();
+    let mut joined_members = Samples::default();
+    for _ in 0..SAMPLES {
+        let t = Instant::now();
+        let listed = owner
+            .get(&format!("/_matrix/client/v3/rooms/{}/members", enc(&room)))
+            .await?;
+        member_events.push(t.elapsed());
+        let joined = listed["chunk"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["content"]["membership"] == "join")
+            .count();
+        if joined != everyone {
+            return Err(format!("/members lists {joined} joined of {everyone}"));
+        }
+        let t = Instant::now();
+        let listed = owner
+            .get(&format!(
+                "/_matrix/client/v3/rooms/{}/joined_members",
+                enc(&room)
+            ))
+            .await?;
+        joined_members.push(t.elapsed());
+        let joined = listed["joined"].as_object().map_or(0, |j| j.len());
+        if joined != everyone {
+            return Err(format!("/joined_members lists {joined} of {everyone}"));
+        }
+    }
+
+    // A member's first sync with lazy-loaded members: the room with only the members its
+    // timeline needs (members other than the pollers, whose first sync is behind them).
+    let mut lazy = Samples::default();
+    let mut members_sent = 0;
+    for user in users.iter().rev().take(SAMPLES) {
+        let t = Instant::now();
+        let sync = user
+            .sync(None, Duration::ZERO, Some(&lazy_filter()))
+            .await?;
+        lazy.push(t.elapsed());
+        let state = &sync["rooms"]["join"][&room]["state"]["events"];
+        let Some(state) = state.as_array() else {
+            return Err(format!("a member's first sync lacks the big room: {sync}"));
+        };
+        members_sent = state
+            .iter()
+            .filter(|e| e["type"] == "m.room.member")
+            .count();
+    }
+
+    let mut joins = all_joins.summary();
+    joins["members"] = json!(members);
+    joins["total_s"] = json!(round(joining.as_secs_f64()));
+    joins["per_s"] = json!(round(members as f64 / joining.as_secs_f64()));
+    let mut lazy_sync = lazy.summary();
+    lazy_sync["member_events"] = json!(members_sent);
+    Ok(json!({
+        "joins": joins,
+        "last_tenth_of_joins": last_joins.summary(),
+        "send": sends.summary(),
+        "fan_out": fan_out,
+        "members": member_events.summary(),
+        "joined_members": joined_members.summary(),
+        "initial_sync_lazy": lazy_sync,
+        "db_bytes_per_member": db_before
+            .zip(db_after)
+            .map(|(before, after)| (after - before) / members.max(1) as i64),
+    }))
+}
