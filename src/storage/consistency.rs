@@ -7,7 +7,10 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::rooms::{RoomChange, BUMP_TYPES, SERVED_TO_CLIENTS};
+use super::{
+    room_index::{RoomChange, BUMP_TYPES},
+    rooms::SERVED_TO_CLIENTS,
+};
 
 #[derive(QueryableByName)]
 struct UserRow {

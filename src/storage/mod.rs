@@ -33,6 +33,7 @@ pub mod registration;
 pub mod relations;
 pub mod remote_devices;
 pub mod reports;
+pub mod room_index;
 pub mod room_servers;
 pub mod rooms;
 pub mod schema;

@@ -855,57 +855,6 @@ pub async fn move_aliases(mut conn: &AsyncPgConnection, from: &str, to: &str) ->
         .map(drop)
 }
 
-/// A room with events in a range of positions.
-#[derive(QueryableByName)]
-pub struct RoomChange {
-    /// The room.
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    pub room_id: String,
-    /// Its latest event's position.
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    pub last_event: i64,
-    /// Its latest membership event's position, if it had one in the range.
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
-    pub last_membership: Option<i64>,
-    /// Its latest "bump" event's position (a message-like event, see [`BUMP_TYPES`]), if
-    /// it had one in the range.
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
-    pub last_bump: Option<i64>,
-}
-
-/// Event types that move a room up a client's list (sliding sync's `bump_stamp`).
-pub const BUMP_TYPES: &str = "'m.room.create', 'm.room.message', 'm.room.encrypted', \
-    'm.sticker', 'm.call.invite', 'm.poll.start', 'm.beacon_info', \
-    'org.matrix.msc3381.poll.start', 'org.matrix.msc3672.beacon_info'";
-
-/// Rooms with served events at positions in `(after, up_to]`. The bounds are sub-selects so
-/// that the planner estimates every range alike and settles on one generic plan (an index
-/// range scan) instead of planning each call afresh, which cost more than running it.
-pub async fn get_rooms_changed_between(
-    mut conn: &AsyncPgConnection,
-    after: i64,
-    up_to: i64,
-) -> QueryResult<Vec<RoomChange>> {
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT room_id, MAX(stream_ordering) AS last_event,
-                    MAX(stream_ordering) FILTER (WHERE event_type = 'm.room.member')
-                        AS last_membership,
-                    MAX(stream_ordering) FILTER (WHERE event_type IN ({BUMP_TYPES}))
-                        AS last_bump
-             FROM events
-             WHERE stream_ordering > (SELECT $1::BIGINT) AND stream_ordering <= (SELECT $2::BIGINT)
-               AND {SERVED_TO_CLIENTS}
-             GROUP BY room_id"
-        )
-    });
-    crate::storage::cached_sql(SQL.as_str())
-        .bind::<diesel::sql_types::BigInt, _>(after)
-        .bind::<diesel::sql_types::BigInt, _>(up_to)
-        .load(&mut conn)
-        .await
-}
-
 /// Up to `limit` served events of a room in `(after, up_to]` in stream order, newest first.
 pub async fn get_room_events_desc(
     mut conn: &AsyncPgConnection,

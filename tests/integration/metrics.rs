@@ -286,6 +286,10 @@ async fn the_consistency_sampler_counts_a_corrupted_unread_count() {
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
     alice.send_text(&room, "t1", "hello bob").await.ok();
+    // An incremental sync asks the room-change index about bob's room: it holds it from now
+    // on (it holds only the rooms asked about), so the sampler checks it.
+    let first = bob.sync(None, 0, None).await;
+    bob.sync(first["next_batch"].as_str(), 0, None).await;
     let unread_ok = [("check", "unread_counts"), ("result", "ok")];
     let unread_bad = [("check", "unread_counts"), ("result", "mismatch")];
     let index_ok = [("check", "room_index"), ("result", "ok")];

@@ -551,6 +551,57 @@ async fn receivers_continue_from_their_tokens_across_a_server_restart() {
     );
 }
 
+/// The room-change index starts empty after a restart and reads a room whole when first asked
+/// about it: a token from before the restart still learns of a join that happened before it
+/// (a device-list change found through the membership alone), even after the index kept up
+/// past later events of that room for a user not in it.
+#[tokio::test]
+async fn a_membership_from_before_a_restart_reaches_an_old_token() {
+    let mut server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let carol = server.register("carol").await;
+    let dave = server.register("dave").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&room).await.ok();
+    let since = bob.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    carol.join(&room).await.ok();
+    server.restart().await;
+    let (mut alice, mut bob, mut dave) = (alice, bob, dave);
+    for user in [&mut alice, &mut bob, &mut dave] {
+        user.base = server.base_url.clone();
+    }
+    // Dave, in no room, starts the index, and it keeps up past a new message in the room.
+    let dave_since = dave.sync(None, 0, None).await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    alice
+        .send_text(&room, "after", "after the restart")
+        .await
+        .ok();
+    dave.sync(Some(&dave_since), 0, None).await;
+
+    let view = bob.sync(Some(&since), 0, None).await;
+    assert_eq!(
+        view["device_lists"]["changed"],
+        json!([carol.user_id.clone()]),
+        "{view}"
+    );
+    let timeline = &view["rooms"]["join"][&room]["timeline"]["events"];
+    assert!(
+        timeline
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["content"]["body"] == "after the restart"),
+        "{view}"
+    );
+}
+
 #[tokio::test]
 async fn sync_filters_select_types_senders_urls_and_fields() {
     let server = TestServer::start().await;

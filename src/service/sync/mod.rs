@@ -291,8 +291,8 @@ impl Sync {
         let changes = match request.since {
             Some(token) => Some(
                 self.index
-                    .changed_since(memberships.iter().map(|m| m.0.as_str()), token.events)
-                    .await,
+                    .changed_since(conn, memberships.iter().map(|m| m.0.as_str()), token.events)
+                    .await?,
             ),
             None => None,
         };

@@ -5,21 +5,58 @@
 //! only those rooms, and whether any membership changed in them, so it looks for device-list
 //! changes that follow from memberships only then. It is refreshed from the database (only the
 //! events newer than what it has seen) before each use, so it is correct with several server
-//! processes. It starts empty: the first use after a start reads and groups the whole events
-//! table.
+//! processes.
+//!
+//! It holds only the rooms asked about since the start: a room is read from the database
+//! (its newest events, found from the newest end) the first time a sync asks about it, and
+//! refreshes keep up only the rooms it holds. A start therefore reads nothing, however big
+//! the database, and the memory follows the rooms of the users who sync.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use diesel_async::AsyncPgConnection;
 use tokio::sync::Mutex;
 
-use crate::{error::Result, storage::rooms as store};
+use crate::{error::Result, storage::room_index as store};
 
 #[derive(Default)]
 struct Index {
     /// Every event at or below this position is reflected in `rooms`.
     up_to: i64,
+    /// Whether it was refreshed since the start (`up_to` means nothing before).
+    started: bool,
+    /// The rooms read so far.
     rooms: HashMap<String, LastChange>,
+}
+
+impl Index {
+    /// Reads the rooms of `rooms` not held yet, as of `up_to`.
+    async fn load<'a>(
+        &mut self,
+        conn: &AsyncPgConnection,
+        rooms: impl Iterator<Item = &'a str>,
+    ) -> Result<()> {
+        let missing: Vec<String> = rooms
+            .filter(|room| !self.rooms.contains_key(*room))
+            .map(str::to_owned)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        for change in store::get_room_last_changes(conn, &missing, self.up_to).await? {
+            self.rooms.insert(
+                change.room_id,
+                LastChange {
+                    event: change.last_event,
+                    membership: change.last_membership.unwrap_or(0),
+                    bump: change.last_bump.unwrap_or(0),
+                },
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Where a room last changed.
@@ -29,7 +66,7 @@ pub struct LastChange {
     pub event: i64,
     /// Its newest membership event.
     pub membership: i64,
-    /// Its newest message-like event (`bump_stamp`; see `storage::rooms::BUMP_TYPES`).
+    /// Its newest message-like event (`bump_stamp`; see `storage::room_index::BUMP_TYPES`).
     pub bump: i64,
 }
 
@@ -41,7 +78,7 @@ pub struct Changes<'a> {
     pub memberships: bool,
 }
 
-/// The room-change index (empty at first: filled on first use).
+/// The room-change index (empty at first: rooms are read on first use).
 #[derive(Default)]
 pub struct RoomIndex {
     index: Mutex<Index>,
@@ -56,11 +93,20 @@ impl RoomIndex {
         // deadlocks once more syncs run than the pool has connections (found by the fan-out
         // benchmark).
         let mut index = self.index.lock().await;
+        if !index.started {
+            // The first use since the start: nothing held, nothing to keep up.
+            index.started = true;
+            index.up_to = persisted;
+            index.rooms.clear();
+        }
         // Everything at or below the persisted-up-to position is committed: reading events up
-        // to it sees every one.
+        // to it sees every one. Rooms not held are read whole when first asked about (what a
+        // range says of them alone would leave out their older memberships).
         if persisted > index.up_to {
             for change in store::get_rooms_changed_between(conn, index.up_to, persisted).await? {
-                let last = index.rooms.entry(change.room_id).or_default();
+                let Some(last) = index.rooms.get_mut(&change.room_id) else {
+                    continue;
+                };
                 last.event = change.last_event;
                 if let Some(membership) = change.last_membership {
                     last.membership = membership;
@@ -76,11 +122,16 @@ impl RoomIndex {
 
     /// Where each of `rooms` last changed, in their order (zeros for a room with no served
     /// event yet).
-    pub async fn last_changes<'a>(&self, rooms: impl Iterator<Item = &'a str>) -> Vec<LastChange> {
-        let index = self.index.lock().await;
-        rooms
+    pub async fn last_changes<'a>(
+        &self,
+        conn: &AsyncPgConnection,
+        rooms: impl Iterator<Item = &'a str> + Clone,
+    ) -> Result<Vec<LastChange>> {
+        let mut index = self.index.lock().await;
+        index.load(conn, rooms.clone()).await?;
+        Ok(rooms
             .map(|room| index.rooms.get(room).copied().unwrap_or_default())
-            .collect()
+            .collect())
     }
 
     /// Compares up to `sample` random rooms' entries with the same facts recomputed from the
@@ -136,10 +187,12 @@ impl RoomIndex {
     /// Which of `rooms` changed after `since`.
     pub async fn changed_since<'a>(
         &self,
-        rooms: impl Iterator<Item = &'a str>,
+        conn: &AsyncPgConnection,
+        rooms: impl Iterator<Item = &'a str> + Clone,
         since: i64,
-    ) -> Changes<'a> {
-        let index = self.index.lock().await;
+    ) -> Result<Changes<'a>> {
+        let mut index = self.index.lock().await;
+        index.load(conn, rooms.clone()).await?;
         let mut changes = Changes {
             rooms: Vec::new(),
             memberships: false,
@@ -151,6 +204,6 @@ impl RoomIndex {
                 changes.memberships |= last.membership > since;
             }
         }
-        changes
+        Ok(changes)
     }
 }

@@ -167,8 +167,8 @@ impl Sync {
         let senders = lists::membership_senders(conn, &memberships).await?;
         let last_changes = self
             .index
-            .last_changes(memberships.iter().map(|m| m.0.as_str()))
-            .await;
+            .last_changes(conn, memberships.iter().map(|m| m.0.as_str()))
+            .await?;
         // For the device lists: whether the user's memberships or anyone's in their rooms
         // moved.
         let memberships_moved = since.is_some_and(|since| {

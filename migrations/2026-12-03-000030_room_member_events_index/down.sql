@@ -1,0 +1,1 @@
+DROP INDEX events_room_members_idx;
