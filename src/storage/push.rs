@@ -155,6 +155,31 @@ pub async fn get_joined_members_with_names(
         .await
 }
 
+/// The joined members of a room with global account data of `data_type` (their own push
+/// rules), with display names: the few a membership change can notify, found without
+/// reading every member of a big room.
+pub async fn get_joined_members_with_account_data(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    data_type: &str,
+) -> QueryResult<Vec<(String, Option<String>)>> {
+    use super::schema::account_data;
+    room_memberships::table
+        .filter(room_memberships::room_id.eq(room_id))
+        .filter(room_memberships::membership.eq("join"))
+        .filter(
+            room_memberships::user_id.eq_any(
+                account_data::table
+                    .filter(account_data::room_id.eq(super::account_data::GLOBAL))
+                    .filter(account_data::data_type.eq(data_type))
+                    .select(account_data::user_id),
+            ),
+        )
+        .select((room_memberships::user_id, room_memberships::display_name))
+        .load(&mut conn)
+        .await
+}
+
 /// The PDUs of some current state entries of a room: `(type, pdu)`, state key `""`.
 pub async fn get_current_state_pdus(
     mut conn: &AsyncPgConnection,

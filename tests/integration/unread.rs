@@ -210,6 +210,32 @@ async fn mentions_highlight_and_notices_and_edits_are_not_unread() {
     );
 }
 
+/// A membership change notifies nobody under the default rules, so only members with rules
+/// of their own are evaluated for it: a rule that notifies on member events still does.
+#[tokio::test]
+async fn a_join_notifies_only_members_whose_own_rules_say_so() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let dave = server.register("dave").await;
+    dave.join(&room).await.ok();
+    let rule = json!({
+        "conditions": [{ "kind": "event_match", "key": "type", "pattern": "m.room.member" }],
+        "actions": ["notify"],
+    });
+    bob.put("/_matrix/client/v3/pushrules/global/override/joins", rule)
+        .await
+        .ok();
+    let carol = server.register("carol").await;
+    carol.join(&room).await.ok();
+    assert_eq!(counts(&bob, &room).await, (1, 0, 0), "bob's rule notifies");
+    assert_eq!(
+        counts(&dave, &room).await,
+        (0, 0, 0),
+        "default rules do not"
+    );
+    assert_eq!(counts(&alice, &room).await, (0, 0, 0));
+}
+
 #[tokio::test]
 async fn a_muted_room_keeps_unread_messages_but_stops_notifying() {
     let server = TestServer::start().await;

@@ -26,9 +26,8 @@ use crate::{
     error::{Error, Result},
     service::push_rules::{load_rulesets, PUSH_RULES_TYPE},
     storage::{
-        account_data as account_store,
         push::{self as store, PushActionRow},
-        rooms as rooms_store, state as state_store,
+        rooms as rooms_store, state as state_store, summaries as summaries_store,
     },
 };
 
@@ -245,11 +244,31 @@ impl Audience {
         silent_by_default: bool,
     ) -> Result<Self> {
         let state_types = ["m.room.power_levels", "m.room.create"];
-        let (members, state) = tokio::try_join!(
-            store::get_joined_members_with_names(conn, room_id.as_str()),
-            store::get_current_state_pdus(conn, room_id.as_str(), &state_types),
-        )?;
-        let mut local: Vec<(OwnedUserId, Option<String>)> = members
+        let read_state = store::get_current_state_pdus(conn, room_id.as_str(), &state_types);
+        // `(joined members who may be notified, how many are joined)`. Under the default
+        // rules a membership change notifies nobody: only members with rules of their own can
+        // be notified, so only they are read (joining a big room would otherwise read every
+        // member, for every join).
+        let ((members, joined), state) = if silent_by_default {
+            let (members, joined, state) = tokio::try_join!(
+                store::get_joined_members_with_account_data(
+                    conn,
+                    room_id.as_str(),
+                    PUSH_RULES_TYPE
+                ),
+                summaries_store::count_members(conn, room_id.as_str(), "join"),
+                read_state,
+            )?;
+            ((members, joined as usize), state)
+        } else {
+            let (members, state) = tokio::try_join!(
+                store::get_joined_members_with_names(conn, room_id.as_str()),
+                read_state,
+            )?;
+            let joined = members.len();
+            ((members, joined), state)
+        };
+        let local: Vec<(OwnedUserId, Option<String>)> = members
             .iter()
             .filter(|(user, _)| user != sender)
             .filter_map(|(user, name)| Some((UserId::parse(user.as_str()).ok()?, name.clone())))
@@ -257,23 +276,11 @@ impl Audience {
             .collect();
         let state: HashMap<String, Value> = state.into_iter().collect();
         let room = RoomContext::new(
-            members.len(),
+            joined,
             state.get("m.room.power_levels"),
             state.get("m.room.create"),
             rules,
         );
-        if silent_by_default && !local.is_empty() {
-            // Only members who changed their rules can be notified: joining a big room would
-            // otherwise evaluate every member's rules, for every join.
-            let ids: Vec<&str> = local.iter().map(|(u, _)| u.as_str()).collect();
-            let customised: std::collections::HashSet<String> =
-                account_store::get_global_account_data_positions(conn, &ids, PUSH_RULES_TYPE)
-                    .await?
-                    .into_iter()
-                    .map(|(user, _)| user)
-                    .collect();
-            local.retain(|(user, _)| customised.contains(user.as_str()));
-        }
         let rulesets = if local.is_empty() {
             HashMap::new()
         } else {
