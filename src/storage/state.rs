@@ -55,6 +55,47 @@ pub async fn get_state_ids(mut conn: &AsyncPgConnection, group: i64) -> QueryRes
         .collect())
 }
 
+/// The state of a group, as [`get_state_ids`], with only the members in `members` of its
+/// member entries (a lazy-loading sync's): each group's entries are read by index as the
+/// ranges before, at and after `m.room.member`, so a big room's thousands of members are
+/// not read to be dropped.
+pub async fn get_state_ids_with_members(
+    mut conn: &AsyncPgConnection,
+    group: i64,
+    members: &[String],
+) -> QueryResult<StateIds> {
+    let entries: Vec<Entry> = crate::storage::cached_sql(
+        "WITH RECURSIVE chain (state_group, parent_group, level) AS ( \
+             SELECT state_group, parent_group, 0 FROM state_groups WHERE state_group = $1 \
+             UNION ALL \
+             SELECT g.state_group, g.parent_group, c.level + 1 \
+             FROM state_groups g JOIN chain c ON g.state_group = c.parent_group \
+         ) \
+         SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, e.event_id \
+         FROM chain c CROSS JOIN LATERAL ( \
+             SELECT event_type, state_key, event_id FROM state_group_entries \
+             WHERE state_group = c.state_group AND event_type < 'm.room.member' \
+             UNION ALL \
+             SELECT event_type, state_key, event_id FROM state_group_entries \
+             WHERE state_group = c.state_group AND event_type > 'm.room.member' \
+             UNION ALL \
+             SELECT event_type, state_key, event_id FROM state_group_entries \
+             WHERE state_group = c.state_group AND event_type = 'm.room.member' \
+               AND state_key = ANY($2) \
+             OFFSET 0 \
+         ) e \
+         ORDER BY e.event_type, e.state_key, c.level",
+    )
+    .bind::<BigInt, _>(group)
+    .bind::<diesel::sql_types::Array<Text>, _>(members)
+    .load(&mut conn)
+    .await?;
+    Ok(entries
+        .into_iter()
+        .map(|e| ((e.event_type, e.state_key), e.event_id))
+        .collect())
+}
+
 /// The chain length of a group (0 for a snapshot).
 pub async fn get_chain_length(mut conn: &AsyncPgConnection, group: i64) -> QueryResult<i32> {
     state_groups::table

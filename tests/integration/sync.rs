@@ -55,6 +55,12 @@ async fn initial_then_incremental_sync_with_remote_echo_only_for_the_sender_devi
         "other users never see the transaction id"
     );
     assert!(events[0]["unsigned"]["age"].is_u64());
+    // The summary is left out while unchanged, and comes again when memberships move.
+    assert_eq!(
+        delta["rooms"]["join"][&room]["summary"],
+        json!({}),
+        "{delta}"
+    );
 
     let own = alice.sync(None, 0, None).await;
     let mine = timeline(&own, &room)
@@ -80,6 +86,16 @@ async fn initial_then_incremental_sync_with_remote_echo_only_for_the_sender_devi
     assert_eq!(
         bob.sync(Some(next), 0, None).await["next_batch"],
         quiet["next_batch"]
+    );
+
+    let carol = server.register("carol").await;
+    carol.join(&room).await.ok();
+    let joined = bob
+        .sync(Some(quiet["next_batch"].as_str().unwrap()), 0, None)
+        .await;
+    assert_eq!(
+        joined["rooms"]["join"][&room]["summary"]["m.joined_member_count"], 3,
+        "{joined}"
     );
 }
 

@@ -66,12 +66,23 @@ async fn state_at(
     room_id: &str,
     position: i64,
 ) -> Result<state_store::StateIds> {
-    Ok(
-        match store::get_state_group_at(conn, room_id, position).await? {
-            Some(group) => state_store::get_state_ids(conn, group).await?,
-            None => state_store::StateIds::new(),
-        },
-    )
+    state_with_members_at(conn, room_id, position, None).await
+}
+
+/// [`state_at`], with only `members`' member entries when given (lazy-loaded members).
+async fn state_with_members_at(
+    conn: &AsyncPgConnection,
+    room_id: &str,
+    position: i64,
+    members: Option<&[String]>,
+) -> Result<state_store::StateIds> {
+    let Some(group) = store::get_state_group_at(conn, room_id, position).await? else {
+        return Ok(state_store::StateIds::new());
+    };
+    Ok(match members {
+        Some(members) => state_store::get_state_ids_with_members(conn, group, members).await?,
+        None => state_store::get_state_ids(conn, group).await?,
+    })
 }
 
 /// The sync service.
@@ -117,9 +128,18 @@ struct RoomJob<'r> {
 
 /// Which section a room goes into.
 enum JobKind {
-    Join { range: Range, ephemeral: Vec<Value> },
-    Stripped { knock: bool },
-    Leave { range: Range },
+    Join {
+        range: Range,
+        ephemeral: Vec<Value>,
+        /// Whether to send the room summary (member counts, heroes).
+        summary: bool,
+    },
+    Stripped {
+        knock: bool,
+    },
+    Leave {
+        range: Range,
+    },
 }
 
 /// Which part of a room's history a section covers.
@@ -297,9 +317,12 @@ impl Sync {
             None => None,
         };
         let memberships_changed = changes.as_ref().is_some_and(|c| c.memberships);
-        let changed: HashSet<&str> = match (since, changes) {
-            (Some(_), Some(changes)) => changes.rooms.into_iter().collect(),
-            _ => HashSet::new(),
+        let (changed, members_moved): (HashSet<&str>, HashSet<&str>) = match (since, changes) {
+            (Some(_), Some(changes)) => (
+                changes.rooms.into_iter().collect(),
+                changes.membership_rooms,
+            ),
+            _ => Default::default(),
         };
         // What each room needs, decided in order; then the sections are built concurrently
         // on the one connection, so their queries share round trips.
@@ -335,7 +358,15 @@ impl Sync {
                         },
                         up_to: events_position,
                     };
-                    JobKind::Join { range, ephemeral }
+                    // The summary when first sent and when memberships moved: it may be left
+                    // out while unchanged (spec), and counting a big room's members for every
+                    // message would cost each of its members' syncs.
+                    let summary = range.since.is_none() || members_moved.contains(room_id.as_str());
+                    JobKind::Join {
+                        range,
+                        ephemeral,
+                        summary,
+                    }
                 }
                 "invite" if membership_changed => JobKind::Stripped { knock: false },
                 "knock" if membership_changed => JobKind::Stripped { knock: true },
@@ -509,7 +540,11 @@ impl Sync {
             kind,
         } = job;
         match kind {
-            JobKind::Join { range, ephemeral } => {
+            JobKind::Join {
+                range,
+                ephemeral,
+                summary,
+            } => {
                 let (mut section, summary) = tokio::try_join!(
                     self.room_section(
                         rooms,
@@ -520,7 +555,12 @@ impl Sync {
                         (membership, membership_position),
                         &range
                     ),
-                    self.summary(conn, room_id, request.user_id.as_str()),
+                    async {
+                        match summary {
+                            true => self.summary(conn, room_id, request.user_id.as_str()).await,
+                            false => Ok(json!({})),
+                        }
+                    },
                 )?;
                 let is_empty = section["timeline"]["events"]
                     .as_array()
@@ -628,33 +668,33 @@ impl Sync {
             }
         }
 
+        // Lazy-loaded members: only those of the timeline's senders and the user's own, read
+        // alone (a big room's other members are not read).
+        let lazy_members: Option<Vec<String>> = request.filter.lazy_load_members.then(|| {
+            let mut needed: HashSet<&str> = timeline.iter().map(|e| e.sender.as_str()).collect();
+            needed.insert(request.user_id.as_str());
+            needed.into_iter().map(str::to_owned).collect()
+        });
+        let members = lazy_members.as_deref();
         // State up to the start of the timeline: all of it, or what changed since the token.
-        let state: Vec<((String, String), String)> = match range.since {
-            None => state_at(conn, room_id, start).await?.into_iter().collect(),
+        let state_ids: Vec<String> = match range.since {
+            None => state_with_members_at(conn, room_id, start, members)
+                .await?
+                .into_values()
+                .collect(),
             Some(_) if !limited => Vec::new(),
             Some(since) => {
                 let (before, after) = tokio::try_join!(
-                    state_at(conn, room_id, since),
-                    state_at(conn, room_id, start),
+                    state_with_members_at(conn, room_id, since, members),
+                    state_with_members_at(conn, room_id, start, members),
                 )?;
                 after
                     .into_iter()
                     .filter(|(key, id)| before.get(key) != Some(id))
+                    .map(|(_, id)| id)
                     .collect()
             }
         };
-        // Lazy-loaded members: only those of the timeline's senders and the user's own.
-        let mut needed: HashSet<&str> = timeline.iter().map(|e| e.sender.as_str()).collect();
-        needed.insert(request.user_id.as_str());
-        let state_ids: Vec<String> = state
-            .into_iter()
-            .filter(|((kind, key), _)| {
-                !request.filter.lazy_load_members
-                    || kind != "m.room.member"
-                    || needed.contains(key.as_str())
-            })
-            .map(|(_, id)| id)
-            .collect();
         let mut state_rows = store::get_state_events(conn, &state_ids).await?;
         state_rows.retain(|r| request.filter.state.allows_row(r));
         state_rows.sort_by_key(|r| r.stream_ordering);

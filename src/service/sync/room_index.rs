@@ -76,6 +76,8 @@ pub struct Changes<'a> {
     pub rooms: Vec<&'a str>,
     /// Whether any of them had a membership event after the position.
     pub memberships: bool,
+    /// Those that had one.
+    pub membership_rooms: HashSet<&'a str>,
 }
 
 /// The room-change index (empty at first: rooms are read on first use).
@@ -196,12 +198,16 @@ impl RoomIndex {
         let mut changes = Changes {
             rooms: Vec::new(),
             memberships: false,
+            membership_rooms: HashSet::new(),
         };
         for room in rooms {
             let last = index.rooms.get(room).copied().unwrap_or_default();
             if last.event > since {
                 changes.rooms.push(room);
-                changes.memberships |= last.membership > since;
+                if last.membership > since {
+                    changes.memberships = true;
+                    changes.membership_rooms.insert(room);
+                }
             }
         }
         Ok(changes)
