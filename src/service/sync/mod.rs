@@ -316,7 +316,9 @@ impl Sync {
             ),
             None => None,
         };
-        let memberships_changed = changes.as_ref().is_some_and(|c| c.memberships);
+        let memberships_changed = changes
+            .as_ref()
+            .is_some_and(|c| !c.membership_rooms.is_empty());
         let (changed, members_moved): (HashSet<&str>, HashSet<&str>) = match (since, changes) {
             (Some(_), Some(changes)) => (
                 changes.rooms.into_iter().collect(),

@@ -74,9 +74,7 @@ pub struct LastChange {
 pub struct Changes<'a> {
     /// The rooms with an event after the position.
     pub rooms: Vec<&'a str>,
-    /// Whether any of them had a membership event after the position.
-    pub memberships: bool,
-    /// Those that had one.
+    /// Those of them with a membership event after the position.
     pub membership_rooms: HashSet<&'a str>,
 }
 
@@ -197,7 +195,6 @@ impl RoomIndex {
         index.load(conn, rooms.clone()).await?;
         let mut changes = Changes {
             rooms: Vec::new(),
-            memberships: false,
             membership_rooms: HashSet::new(),
         };
         for room in rooms {
@@ -205,7 +202,6 @@ impl RoomIndex {
             if last.event > since {
                 changes.rooms.push(room);
                 if last.membership > since {
-                    changes.memberships = true;
                     changes.membership_rooms.insert(room);
                 }
             }
