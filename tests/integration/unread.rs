@@ -236,6 +236,51 @@ async fn a_join_notifies_only_members_whose_own_rules_say_so() {
     assert_eq!(counts(&alice, &room).await, (0, 0, 0));
 }
 
+/// The server-default rules are evaluated once for all the members a message does not
+/// mention and one by one for those it does: with three of four members mentioned, sharing
+/// any one member's outcome with the others would get somebody's highlight wrong.
+#[tokio::test]
+async fn a_mention_highlights_exactly_the_members_it_names() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let mut others = Vec::new();
+    for name in ["carol", "dave", "erin"] {
+        let member = server.register(name).await;
+        member.join(&room).await.ok();
+        others.push(member);
+    }
+    let frank = server.register("frank").await;
+    frank.join(&room).await.ok();
+    let rule = json!({
+        "conditions": [{ "kind": "event_match", "key": "content.body", "pattern": "*deploy*" }],
+        "actions": ["notify", { "set_tweak": "highlight" }],
+    });
+    frank
+        .put("/_matrix/client/v3/pushrules/global/override/deploys", rule)
+        .await
+        .ok();
+    let mention = json!({
+        "msgtype": "m.text",
+        "body": "deploy time, bob carol dave",
+        "m.mentions": { "user_ids": [user_id("bob"), user_id("carol"), user_id("dave")] },
+    });
+    send(&alice, &room, "m", mention).await;
+    text(&alice, &room, "plain", "and now nobody").await;
+    let [carol, dave, erin] = others.as_slice() else {
+        unreachable!()
+    };
+    for (who, member) in [("bob", &bob), ("carol", carol), ("dave", dave)] {
+        assert_eq!(counts(member, &room).await, (2, 1, 2), "{who} is mentioned");
+    }
+    assert_eq!(counts(erin, &room).await, (2, 0, 2), "erin is not");
+    assert_eq!(
+        counts(&frank, &room).await,
+        (2, 1, 2),
+        "frank's own rule highlights"
+    );
+    assert_eq!(counts(&alice, &room).await, (0, 0, 0), "the sender");
+}
+
 #[tokio::test]
 async fn a_muted_room_keeps_unread_messages_but_stops_notifying() {
     let server = TestServer::start().await;
