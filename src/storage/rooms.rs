@@ -877,8 +877,8 @@ pub async fn get_room_events_desc(
 
 /// The state group after the last served event of a room at or before position `at`. Before
 /// the room's first served event (a room joined through another server starts with our join,
-/// the state it joined stored as the parent of the join's group), the state before that
-/// event: its group's parent for a state event, its group otherwise.
+/// the state it joined stored as the group the join's group came from), the state before
+/// that event: the group its group came from for a state event, its group otherwise.
 pub async fn get_state_group_at(
     mut conn: &AsyncPgConnection,
     room_id: &str,
@@ -904,7 +904,8 @@ pub async fn get_state_group_at(
     }
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
-            "SELECT CASE WHEN e.state_key IS NULL THEN e.state_group ELSE g.parent_group END \
+            "SELECT CASE WHEN e.state_key IS NULL THEN e.state_group \
+                         ELSE COALESCE(g.prev_group, g.parent_group) END \
                  AS state_group \
              FROM events e JOIN state_groups g ON g.state_group = e.state_group \
              WHERE e.room_id = $1 AND e.stream_ordering > $2 AND {SERVED_TO_CLIENTS} \

@@ -592,6 +592,9 @@ diesel::table! {
         room_id -> Text,
         parent_group -> Nullable<Int8>,
         chain_length -> Int4,
+        prev_group -> Nullable<Int8>,
+        delta_depth -> Int4,
+        snapshot_rows -> Int4,
     }
 }
 

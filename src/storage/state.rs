@@ -1,10 +1,11 @@
-//! State snapshots as delta chains (`state_groups` + `state_group_entries`).
+//! State snapshots as delta chains (`state_groups` + `state_group_entries`): skip deltas on
+//! a snapshot, see [`insert_state_delta`].
 
 use std::collections::HashMap;
 
 use diesel::{
     prelude::*,
-    sql_types::{BigInt, Text},
+    sql_types::{Array, BigInt, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
@@ -13,8 +14,13 @@ use super::schema::{state_group_entries, state_groups};
 /// A state map: `(event type, state key) -> event ID`.
 pub type StateIds = HashMap<(String, String), String>;
 
-/// Longest delta chain before a full snapshot is written.
+/// Longest delta chain before a full snapshot is written (skip deltas stay far below it;
+/// chains written before them may reach it).
 pub const STATE_CHAIN_LIMIT: i32 = 64;
+
+/// Fewest state changes between two snapshots of a lineage: small rooms' snapshots are
+/// small, and writing one for every few changes would cost more than it saves.
+const MIN_CHANGES_PER_SNAPSHOT: i32 = 64;
 
 /// SQL that starts with the delta chain of group `$1` as `chain (state_group, parent_group,
 /// level)`, nearest first, followed by the rest of the statement given.
@@ -95,33 +101,62 @@ pub async fn get_state_ids_with_members(
          ORDER BY e.event_type, e.state_key, c.level"
     ))
     .bind::<BigInt, _>(group)
-    .bind::<diesel::sql_types::Array<Text>, _>(members)
+    .bind::<Array<Text>, _>(members)
     .load(&mut conn)
     .await?;
     Ok(state_map(entries))
 }
 
-/// The chain length of a group (0 for a snapshot).
-pub async fn get_chain_length(mut conn: &AsyncPgConnection, group: i64) -> QueryResult<i32> {
-    state_groups::table
-        .find(group)
-        .select(state_groups::chain_length)
-        .first(&mut conn)
-        .await
+/// Where a group stands in its lineage (the groups since a snapshot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// Groups read after this one to resolve it (0 for a snapshot).
+    pub chain_length: i32,
+    /// State changes since the lineage's snapshot.
+    pub depth: i32,
+    /// Entries of the lineage's snapshot.
+    pub snapshot_rows: i32,
 }
 
-/// Stores a new group: a delta on `parent` or, with `parent` `None`, a full snapshot.
-pub async fn insert_state_group(
+/// Where `group` stands.
+pub async fn get_place(mut conn: &AsyncPgConnection, group: i64) -> QueryResult<Place> {
+    let (chain_length, depth, snapshot_rows) = state_groups::table
+        .find(group)
+        .select((
+            state_groups::chain_length,
+            state_groups::delta_depth,
+            state_groups::snapshot_rows,
+        ))
+        .first(&mut conn)
+        .await?;
+    Ok(Place {
+        chain_length,
+        depth,
+        snapshot_rows,
+    })
+}
+
+/// Stores a full snapshot; `prev` is the group the state came from, if any (the state
+/// before the event that made it).
+pub async fn insert_state_snapshot(
     mut conn: &AsyncPgConnection,
     room_id: &str,
-    parent: Option<(i64, i32)>,
+    prev: Option<i64>,
     entries: &[(&str, &str, &str)],
-) -> QueryResult<i64> {
+) -> QueryResult<(i64, Place)> {
+    let place = Place {
+        chain_length: 0,
+        depth: 0,
+        snapshot_rows: i32::try_from(entries.len()).unwrap_or(i32::MAX),
+    };
     let group: i64 = diesel::insert_into(state_groups::table)
         .values((
             state_groups::room_id.eq(room_id),
-            state_groups::parent_group.eq(parent.map(|(g, _)| g)),
-            state_groups::chain_length.eq(parent.map_or(0, |(_, len)| len + 1)),
+            state_groups::parent_group.eq(None::<i64>),
+            state_groups::prev_group.eq(prev),
+            state_groups::chain_length.eq(place.chain_length),
+            state_groups::delta_depth.eq(place.depth),
+            state_groups::snapshot_rows.eq(place.snapshot_rows),
         ))
         .returning(state_groups::state_group)
         .get_result(&mut conn)
@@ -143,7 +178,141 @@ pub async fn insert_state_group(
             .execute(&mut conn)
             .await?;
     }
-    Ok(group)
+    Ok((group, place))
+}
+
+#[derive(QueryableByName)]
+struct Base {
+    #[diesel(sql_type = BigInt)]
+    state_group: i64,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    chain_length: i32,
+}
+
+/// Stores the state of `prev` with `changes` applied: a delta, or a snapshot once the
+/// changes since the last one outnumber its entries (so resolving a group reads at most
+/// about twice the state's size, and snapshots cost about one entry per change).
+pub async fn insert_state_after(
+    conn: &AsyncPgConnection,
+    room_id: &str,
+    prev: (i64, Place),
+    changes: &[(&str, &str, &str)],
+) -> QueryResult<(i64, Place)> {
+    if let Some(stored) = insert_state_delta(conn, room_id, prev, changes).await? {
+        return Ok(stored);
+    }
+    let mut state = get_state_ids(conn, prev.0).await?;
+    for (kind, key, id) in changes {
+        state.insert(((*kind).to_owned(), (*key).to_owned()), (*id).to_owned());
+    }
+    let entries: Vec<(&str, &str, &str)> = state
+        .iter()
+        .map(|((kind, key), id)| (kind.as_str(), key.as_str(), id.as_str()))
+        .collect();
+    insert_state_snapshot(conn, room_id, Some(prev.0), &entries).await
+}
+
+/// Stores the state of `prev` with `changes` applied, as a delta: `None` when a snapshot is
+/// due (see [`insert_state_after`]) or the chain would pass [`STATE_CHAIN_LIMIT`].
+///
+/// Deltas are skip deltas: the group at depth `d` is a delta on the group at depth
+/// `d & (d - 1)` of its lineage, holding every change since then. A chain then has at most
+/// one group per bit of `d`, and a change is copied into about log2(d) / 2 groups on
+/// average, so a room of 20,000 members neither reads long chains nor writes a snapshot of
+/// every member every few joins (which made storage grow with the square of its size).
+async fn insert_state_delta(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    prev: (i64, Place),
+    changes: &[(&str, &str, &str)],
+) -> QueryResult<Option<(i64, Place)>> {
+    let (prev_group, prev_place) = prev;
+    let depth = prev_place.depth + 1;
+    if depth > prev_place.snapshot_rows.max(MIN_CHANGES_PER_SNAPSHOT) {
+        return Ok(None);
+    }
+    // The base is `hops` groups down the previous group's chain: from depth `d - 1`, each
+    // hop clears its lowest set bit, and `d - 1` has `hops` more set bits than `d & (d - 1)`.
+    let hops = depth.trailing_zeros() as i32;
+    let base = if hops == 0 {
+        Base {
+            state_group: prev_group,
+            chain_length: prev_place.chain_length,
+        }
+    } else {
+        let found: Option<Base> = crate::storage::cached_sql(with_chain!(
+            " SELECT c.state_group, g.chain_length FROM chain c \
+             JOIN state_groups g ON g.state_group = c.state_group WHERE c.level = $2"
+        ))
+        .bind::<BigInt, _>(prev_group)
+        .bind::<diesel::sql_types::Integer, _>(hops)
+        .get_result(&mut conn)
+        .await
+        .optional()?;
+        // A chain shorter than its depth says cannot be extended: start a new lineage.
+        let Some(base) = found else {
+            return Ok(None);
+        };
+        base
+    };
+    if base.chain_length >= STATE_CHAIN_LIMIT {
+        return Ok(None);
+    }
+    let place = Place {
+        chain_length: base.chain_length + 1,
+        depth,
+        snapshot_rows: prev_place.snapshot_rows,
+    };
+    let group: i64 = diesel::insert_into(state_groups::table)
+        .values((
+            state_groups::room_id.eq(room_id),
+            state_groups::parent_group.eq(Some(base.state_group)),
+            state_groups::prev_group.eq(Some(prev_group)),
+            state_groups::chain_length.eq(place.chain_length),
+            state_groups::delta_depth.eq(place.depth),
+            state_groups::snapshot_rows.eq(place.snapshot_rows),
+        ))
+        .returning(state_groups::state_group)
+        .get_result(&mut conn)
+        .await?;
+    let (types, keys, ids): (Vec<&str>, Vec<&str>, Vec<&str>) = changes.iter().copied().fold(
+        (Vec::new(), Vec::new(), Vec::new()),
+        |(mut types, mut keys, mut ids), (kind, key, id)| {
+            types.push(kind);
+            keys.push(key);
+            ids.push(id);
+            (types, keys, ids)
+        },
+    );
+    // The changes, plus what the groups between the previous one and the base changed
+    // (nearer winning) that the changes do not replace.
+    crate::storage::cached_sql(with_chain!(
+        " INSERT INTO state_group_entries (state_group, event_type, state_key, event_id) \
+         SELECT $2, n.t, n.k, n.i FROM unnest($3::text[], $4::text[], $5::text[]) AS n (t, k, i) \
+         UNION ALL \
+         SELECT $2, m.event_type, m.state_key, m.event_id FROM ( \
+             SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, e.event_id \
+             FROM chain c CROSS JOIN LATERAL ( \
+                 SELECT event_type, state_key, event_id FROM state_group_entries \
+                 WHERE state_group = c.state_group OFFSET 0 \
+             ) e \
+             WHERE c.level < $6 \
+             ORDER BY e.event_type, e.state_key, c.level \
+         ) m \
+         WHERE NOT EXISTS ( \
+             SELECT 1 FROM unnest($3::text[], $4::text[]) AS n (t, k) \
+             WHERE n.t = m.event_type AND n.k = m.state_key \
+         )"
+    ))
+    .bind::<BigInt, _>(prev_group)
+    .bind::<BigInt, _>(group)
+    .bind::<Array<Text>, _>(&types)
+    .bind::<Array<Text>, _>(&keys)
+    .bind::<Array<Text>, _>(&ids)
+    .bind::<diesel::sql_types::Integer, _>(hops)
+    .execute(&mut conn)
+    .await?;
+    Ok(Some((group, place)))
 }
 
 #[derive(QueryableByName)]

@@ -58,6 +58,7 @@ mod sliding_sync_rooms;
 mod spaces;
 mod startup;
 mod state_resolution;
+mod state_storage;
 mod support;
 mod sync;
 mod sync_concurrency;

@@ -43,7 +43,7 @@ use crate::{
     service::{federation::pdus::CheckedPdu, notifier},
     storage::{
         dag, event_graph, push as push_store, relations as relations_store, rooms as store,
-        state::{self as state_store, StateIds, STATE_CHAIN_LIMIT},
+        state::{self as state_store, StateIds},
         streams,
     },
 };
@@ -673,8 +673,7 @@ async fn state_before(
     })
 }
 
-/// Stores a state group for `full`: a delta (`delta`) on `parent` while its chain is short,
-/// a full snapshot otherwise.
+/// Stores a state group for `full`: `delta` on `parent`, or with no parent a snapshot.
 async fn store_group(
     conn: &AsyncPgConnection,
     room: &str,
@@ -683,18 +682,22 @@ async fn store_group(
     delta: &[(&str, &str, &str)],
 ) -> Result<i64> {
     if let Some(parent) = parent {
-        let length = state_store::get_chain_length(conn, parent).await?;
-        if length < STATE_CHAIN_LIMIT {
-            return Ok(
-                state_store::insert_state_group(conn, room, Some((parent, length)), delta).await?,
-            );
-        }
+        let place = state_store::get_place(conn, parent).await?;
+        return Ok(
+            state_store::insert_state_after(conn, room, (parent, place), delta)
+                .await?
+                .0,
+        );
     }
     let entries: Vec<(&str, &str, &str)> = full
         .iter()
         .map(|((kind, key), id)| (kind.as_str(), key.as_str(), id.as_str()))
         .collect();
-    Ok(state_store::insert_state_group(conn, room, None, &entries).await?)
+    Ok(
+        state_store::insert_state_snapshot(conn, room, None, &entries)
+            .await?
+            .0,
+    )
 }
 
 /// The `(type, state_key)` pairs the auth rules may read for `pdu`.

@@ -112,19 +112,15 @@ async fn store_in(
         .iter()
         .map(|s| (s.kind.as_str(), s.state_key.as_str(), s.event_id.as_str()))
         .collect();
-    let before = state_store::insert_state_group(conn, room_id, None, &entries).await?;
+    let before = state_store::insert_state_snapshot(conn, room_id, None, &entries).await?;
     let user = join
         .state_key
         .as_deref()
         .ok_or_else(|| Error::internal("a join without a state key"))?;
     let join_id = join.event_id.as_str();
-    let after = state_store::insert_state_group(
-        conn,
-        room_id,
-        Some((before, 0)),
-        &[("m.room.member", user, join_id)],
-    )
-    .await?;
+    let (after, _) =
+        state_store::insert_state_after(conn, room_id, before, &[("m.room.member", user, join_id)])
+            .await?;
     if store::get_room(conn, room_id).await?.is_none() {
         store::insert_room(
             conn,
@@ -258,7 +254,8 @@ impl Rooms {
                     .iter()
                     .map(|(k, s, e)| (k.as_str(), s.as_str(), e.as_str()))
                     .collect();
-                let group = state_store::insert_state_group(conn, room, None, &refs).await?;
+                let (group, _) =
+                    state_store::insert_state_snapshot(conn, room, None, &refs).await?;
                 if store::get_room(conn, room).await?.is_none() {
                     store::insert_room(conn, room, version.as_str(), &creator, group, now_ms())
                         .await?;
@@ -478,11 +475,11 @@ async fn store_leave_in_place(
 ) -> Result<()> {
     let room = room_id.as_str();
     let event = pdu.event_id.as_str();
-    let parent = state_store::get_chain_length(conn, group).await?;
-    let after = state_store::insert_state_group(
+    let place = state_store::get_place(conn, group).await?;
+    let (after, _) = state_store::insert_state_after(
         conn,
         room,
-        Some((group, parent)),
+        (group, place),
         &[("m.room.member", user_id.as_str(), event)],
     )
     .await?;

@@ -39,7 +39,7 @@ use crate::{
     service::keys::ServerKeys,
     storage::{
         dag, now_ms, push as push_store, relations as relations_store, rooms as store,
-        state::{self as state_store, STATE_CHAIN_LIMIT},
+        state::{self as state_store, Place},
         streams,
     },
 };
@@ -203,9 +203,9 @@ pub struct RoomWriter<'c> {
     /// which this transaction keeps up to date, so nothing proportional to the room's size
     /// is loaded per event.
     state: HashMap<(String, String), Option<String>>,
-    /// The current state group and its delta-chain length (looked up when a state event
-    /// needs it).
-    state_group: Option<(i64, Option<i32>)>,
+    /// The current state group and where it stands in its delta chain (looked up when a
+    /// state event needs it).
+    state_group: Option<(i64, Option<Place>)>,
     /// The room's forward extremities with their depths.
     extremities: Vec<(OwnedEventId, i64)>,
     pdus: HashMap<OwnedEventId, Pdu>,
@@ -446,15 +446,15 @@ impl<'c> RoomWriter<'c> {
             .flatten()
     }
 
-    /// The current state group and the length of its delta chain.
-    async fn state_group_with_chain(&mut self) -> Result<Option<(i64, i32)>> {
+    /// The current state group and where it stands in its delta chain.
+    async fn state_group_with_place(&mut self) -> Result<Option<(i64, Place)>> {
         match self.state_group {
             None => Ok(None),
-            Some((group, Some(chain))) => Ok(Some((group, chain))),
+            Some((group, Some(place))) => Ok(Some((group, place))),
             Some((group, None)) => {
-                let chain = state_store::get_chain_length(self.conn, group).await?;
-                self.state_group = Some((group, Some(chain)));
-                Ok(Some((group, chain)))
+                let place = state_store::get_place(self.conn, group).await?;
+                self.state_group = Some((group, Some(place)));
+                Ok(Some((group, place)))
             }
         }
     }
@@ -572,35 +572,24 @@ impl<'c> RoomWriter<'c> {
         // State after this event.
         let group = match event.state_key {
             Some(state_key) => {
-                let parent = self
-                    .state_group_with_chain()
-                    .await?
-                    .filter(|(_, len)| *len < STATE_CHAIN_LIMIT);
-                let group = match parent {
-                    Some(parent) => {
-                        state_store::insert_state_group(
+                let change = [(event.kind, state_key, event_id.as_str())];
+                let (group, place) = match self.state_group_with_place().await? {
+                    Some(prev) => {
+                        state_store::insert_state_after(self.conn, room_id.as_str(), prev, &change)
+                            .await?
+                    }
+                    // The room's first state event (its creation).
+                    None => {
+                        state_store::insert_state_snapshot(
                             self.conn,
                             room_id.as_str(),
-                            Some(parent),
-                            &[(event.kind, state_key, event_id.as_str())],
+                            None,
+                            &change,
                         )
                         .await?
                     }
-                    None => {
-                        let current =
-                            store::get_current_state_ids(self.conn, room_id.as_str()).await?;
-                        let mut full: Vec<(&str, &str, &str)> = current
-                            .iter()
-                            .map(|(t, k, id)| (t.as_str(), k.as_str(), id.as_str()))
-                            .collect();
-                        full.retain(|(t, k, _)| !(*t == event.kind && *k == state_key));
-                        full.push((event.kind, state_key, event_id.as_str()));
-                        state_store::insert_state_group(self.conn, room_id.as_str(), None, &full)
-                            .await?
-                    }
                 };
-                let length = parent.map_or(0, |(_, len)| len + 1);
-                self.state_group = Some((group, Some(length)));
+                self.state_group = Some((group, Some(place)));
                 self.state.insert(
                     (event.kind.to_owned(), state_key.to_owned()),
                     Some(event_id.to_string()),

@@ -1,0 +1,2 @@
+ALTER TABLE state_groups DROP COLUMN prev_group, DROP COLUMN delta_depth,
+    DROP COLUMN snapshot_rows;
