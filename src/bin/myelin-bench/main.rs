@@ -580,11 +580,16 @@ async fn reach_pollers<F: std::future::Future<Output = Result<String, Failure>>>
         .try_collect()
         .await?;
     let started = Arc::new(tokio::sync::OnceCell::<Instant>::new());
+    // When a poller's sync last returned before the send: pollers whose tokens predate the
+    // others' first syncs catch up on them (presence, above all) before they park.
+    let origin = Instant::now();
+    let last_return = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let waits: Vec<_> = pollers
         .into_iter()
         .zip(tokens)
         .map(|(poller, mut since)| {
             let (started, filter) = (started.clone(), filter.clone());
+            let last_return = last_return.clone();
             tokio::spawn(async move {
                 loop {
                     let sync = poller
@@ -595,12 +600,25 @@ async fn reach_pollers<F: std::future::Future<Output = Result<String, Failure>>>
                         let start = *started.get().ok_or("arrived before it was sent")?;
                         return Ok::<_, Failure>(start.elapsed());
                     }
+                    if started.get().is_none() {
+                        let now = origin.elapsed().as_millis() as u64;
+                        last_return.fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+                    }
                 }
             })
         })
         .collect();
-    // Every poller parked before the send.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every poller parked before the send: no sync has returned for a while (or a minute
+    // has passed, which the report would show as a slow fan-out).
+    let quiet = Duration::from_secs(2);
+    let settle_by = Instant::now() + Duration::from_secs(60);
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let last = Duration::from_millis(last_return.load(std::sync::atomic::Ordering::Relaxed));
+        if origin.elapsed().saturating_sub(last) >= quiet || Instant::now() >= settle_by {
+            break;
+        }
+    }
     started.set(Instant::now()).ok();
     send().await?;
     let mut samples = Samples::default();
