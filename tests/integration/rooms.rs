@@ -546,7 +546,7 @@ async fn user_directory_finds_users_sharing_a_room() {
 async fn profile_changes_reach_the_rooms() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
-    let room = alice.create_room(json!({})).await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     alice
         .put(
             &format!(
@@ -568,6 +568,53 @@ async fn profile_changes_reach_the_rooms() {
         joined["joined"][&user_id("alice")]["display_name"],
         "Alice A."
     );
+    assert_eq!(
+        joined["joined"][&user_id("alice")]["avatar_url"],
+        json!(null)
+    );
+    alice
+        .put(
+            &format!(
+                "/_matrix/client/v3/profile/{}/avatar_url",
+                enc(&user_id("alice"))
+            ),
+            json!({ "avatar_url": "mxc://example.org/alice" }),
+        )
+        .await
+        .ok();
+    let bob = server.register("bob").await;
+    bob.join(&room).await.ok();
+    let carol = server.register("carol").await;
+    carol.join(&room).await.ok();
+    carol
+        .post(
+            &format!("/_matrix/client/v3/rooms/{}/leave", enc(&room)),
+            json!({}),
+        )
+        .await
+        .ok();
+    let joined = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/joined_members",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(
+        joined,
+        json!({ "joined": {
+            user_id("alice"): { "display_name": "Alice A.", "avatar_url": "mxc://example.org/alice" },
+            user_id("bob"): { "display_name": "bob" },
+        } }),
+        "members who left are not listed"
+    );
+    carol
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/joined_members",
+            enc(&room)
+        ))
+        .await
+        .assert_error(403, "M_FORBIDDEN");
 }
 
 #[tokio::test]

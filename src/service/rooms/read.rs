@@ -14,7 +14,7 @@ use crate::{
         dag::{self, HistoryPosition},
         now_ms,
         rooms::{self as store, EventRow},
-        state as state_store,
+        state as state_store, summaries as summaries_store,
     },
 };
 
@@ -276,29 +276,22 @@ impl Rooms {
         room_id: &RoomId,
     ) -> Result<BTreeMap<String, Value>> {
         let conn = self.db.conn().await?;
-        let (_, current_group) = self.room_rules(&conn, room_id).await?;
+        // An unknown room has no members: the same answer.
         let membership = store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?;
         if membership.is_none_or(|(m, _)| m != "join") {
             return Err(Error::forbidden("You are not in this room"));
         }
-        let state = state_store::get_state_ids(&conn, current_group).await?;
-        let ids: Vec<String> = state
-            .iter()
-            .filter(|((t, _), _)| t == "m.room.member")
-            .map(|(_, id)| id.clone())
-            .collect();
-        let mut joined = BTreeMap::new();
-        for row in store::get_state_events(&conn, &ids).await? {
-            let content = row.pdu.get("content").cloned().unwrap_or_default();
-            if content.get("membership").and_then(Value::as_str) == Some("join") {
+        let profiles = summaries_store::get_joined_profiles(&conn, room_id.as_str()).await?;
+        Ok(profiles
+            .into_iter()
+            .map(|(user, display_name, avatar_url)| {
                 let profile = json!({
-                    "display_name": content.get("displayname").cloned().unwrap_or(Value::Null),
-                    "avatar_url": content.get("avatar_url").cloned().unwrap_or(Value::Null),
+                    "display_name": display_name.unwrap_or(Value::Null),
+                    "avatar_url": avatar_url.unwrap_or(Value::Null),
                 });
-                joined.insert(row.state_key.unwrap_or_default(), profile);
-            }
-        }
-        Ok(joined)
+                (user, profile)
+            })
+            .collect())
     }
 
     /// One event the user may see (`GET /rooms/{id}/event/{eventId}`); `M_NOT_FOUND` otherwise.
