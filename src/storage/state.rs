@@ -149,18 +149,7 @@ pub async fn insert_state_snapshot(
         depth: 0,
         snapshot_rows: i32::try_from(entries.len()).unwrap_or(i32::MAX),
     };
-    let group: i64 = diesel::insert_into(state_groups::table)
-        .values((
-            state_groups::room_id.eq(room_id),
-            state_groups::parent_group.eq(None::<i64>),
-            state_groups::prev_group.eq(prev),
-            state_groups::chain_length.eq(place.chain_length),
-            state_groups::delta_depth.eq(place.depth),
-            state_groups::snapshot_rows.eq(place.snapshot_rows),
-        ))
-        .returning(state_groups::state_group)
-        .get_result(&mut conn)
-        .await?;
+    let group = insert_group(conn, room_id, None, prev, place).await?;
     let rows: Vec<_> = entries
         .iter()
         .map(|(event_type, state_key, event_id)| {
@@ -179,6 +168,28 @@ pub async fn insert_state_snapshot(
             .await?;
     }
     Ok((group, place))
+}
+
+/// A new group's row: a delta on `base` (a snapshot without), made from the state of `prev`.
+async fn insert_group(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    base: Option<i64>,
+    prev: Option<i64>,
+    place: Place,
+) -> QueryResult<i64> {
+    diesel::insert_into(state_groups::table)
+        .values((
+            state_groups::room_id.eq(room_id),
+            state_groups::parent_group.eq(base),
+            state_groups::prev_group.eq(prev),
+            state_groups::chain_length.eq(place.chain_length),
+            state_groups::delta_depth.eq(place.depth),
+            state_groups::snapshot_rows.eq(place.snapshot_rows),
+        ))
+        .returning(state_groups::state_group)
+        .get_result(&mut conn)
+        .await
 }
 
 #[derive(QueryableByName)]
@@ -263,18 +274,14 @@ async fn insert_state_delta(
         depth,
         snapshot_rows: prev_place.snapshot_rows,
     };
-    let group: i64 = diesel::insert_into(state_groups::table)
-        .values((
-            state_groups::room_id.eq(room_id),
-            state_groups::parent_group.eq(Some(base.state_group)),
-            state_groups::prev_group.eq(Some(prev_group)),
-            state_groups::chain_length.eq(place.chain_length),
-            state_groups::delta_depth.eq(place.depth),
-            state_groups::snapshot_rows.eq(place.snapshot_rows),
-        ))
-        .returning(state_groups::state_group)
-        .get_result(&mut conn)
-        .await?;
+    let group = insert_group(
+        conn,
+        room_id,
+        Some(base.state_group),
+        Some(prev_group),
+        place,
+    )
+    .await?;
     let (types, keys, ids): (Vec<&str>, Vec<&str>, Vec<&str>) = changes.iter().copied().fold(
         (Vec::new(), Vec::new(), Vec::new()),
         |(mut types, mut keys, mut ids), (kind, key, id)| {
