@@ -376,18 +376,20 @@ impl Audience {
 /// member is: `.m.rule.is_user_mention` and `.m.rule.invite_for_me`, which look for the user
 /// ID as a value in the event (ruma's defaults have no display-name or user-name rules: the
 /// spec dropped them for `m.mentions`; a unit test below keeps that true across upgrades).
-/// A superset: when it says no, no rule that depends on the member can match.
-struct MayName<'a> {
-    /// Every string value in the event.
-    values: HashSet<&'a str>,
+/// A superset: when it says no, no rule that depends on the member can match. So values are
+/// compared ignoring case and an ID with glob characters always may be named, as
+/// `event_match` patterns match.
+struct MayName {
+    /// Every string value in the event, lowercased.
+    values: HashSet<String>,
 }
 
-impl<'a> MayName<'a> {
-    fn new(pdu: &'a Value) -> Self {
-        fn strings<'v>(value: &'v Value, into: &mut HashSet<&'v str>) {
+impl MayName {
+    fn new(pdu: &Value) -> Self {
+        fn strings(value: &Value, into: &mut HashSet<String>) {
             match value {
                 Value::String(s) => {
-                    into.insert(s);
+                    into.insert(s.to_lowercase());
                 }
                 Value::Array(items) => items.iter().for_each(|v| strings(v, into)),
                 Value::Object(fields) => fields.values().for_each(|v| strings(v, into)),
@@ -400,7 +402,15 @@ impl<'a> MayName<'a> {
     }
 
     fn may_name(&self, user: &UserId) -> bool {
-        self.values.contains(user.as_str())
+        let id = user.as_str();
+        if id.contains(['*', '?']) {
+            return true;
+        }
+        if id.chars().any(char::is_uppercase) {
+            self.values.contains(&id.to_lowercase())
+        } else {
+            self.values.contains(id)
+        }
     }
 }
 
@@ -694,5 +704,7 @@ mod tests {
         assert!(names.may_name(user_id!("@bob:example.org")));
         assert!(!names.may_name(user_id!("@carol:example.org")));
         assert!(!names.may_name(user_id!("@bob:example.org.evil")));
+        // `event_match` ignores case: a historical upper-case ID may be named too.
+        assert!(names.may_name(<&UserId>::try_from("@Bob:example.org").unwrap()));
     }
 }
