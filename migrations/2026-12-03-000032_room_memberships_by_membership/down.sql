@@ -1,0 +1,1 @@
+DROP INDEX room_memberships_room_membership_user_idx;
