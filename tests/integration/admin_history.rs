@@ -50,10 +50,7 @@ async fn purged_history_is_gone_and_the_room_keeps_working() {
     }
     let cut = send(&alice, &room, "kept1").await;
     send(&alice, &room, "kept2").await;
-    let since = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = alice.next_batch().await;
 
     let purge_path = format!("/_synapse/admin/v1/purge_history/{}", enc(&room));
     bob.post(&purge_path, json!({ "purge_up_to_event_id": cut }))

@@ -295,10 +295,7 @@ async fn deleting_a_room_with_block_makes_local_members_leave_and_keeps_everyone
     let body = list(9, 3, json!([["m.room.member", "$ME"]]));
     let sliding = sss(&bob, None, 0, body.clone()).await.ok();
     assert_eq!(sliding["lists"]["all"]["count"], 1);
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
 
     // v1 answers when done, with the same result; `purge` (the default) then deletes the
     // room, and the server goes on sending and syncing in the rooms that remain.

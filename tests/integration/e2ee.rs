@@ -79,13 +79,6 @@ async fn query(client: &Client, users: &[&str]) -> Value {
         .ok()
 }
 
-async fn since(client: &Client) -> String {
-    client.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 #[tokio::test]
 async fn device_keys_are_checked_stored_and_queried() {
     let server = TestServer::start().await;
@@ -207,7 +200,7 @@ async fn to_device_messages_are_redelivered_until_a_later_sync_acknowledges_them
     let alice = server.register("alice").await;
     let alice_phone = alice.login("alice", "password").await;
     let bob = server.register("bob").await;
-    let start = since(&alice).await;
+    let start = alice.next_batch().await;
     let send = |txn: &str, device: &str| {
         let path = format!("/_matrix/client/v3/sendToDevice/m.test/{txn}");
         let body = json!({ "messages": { user_id("alice"): { device: { "n": txn } } } });
@@ -256,8 +249,8 @@ async fn device_list_changes_reach_those_who_share_a_room() {
     let eve = server.register("eve").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    let bob_since = since(&bob).await;
-    let eve_since = since(&eve).await;
+    let bob_since = bob.next_batch().await;
+    let eve_since = eve.next_batch().await;
 
     let signer = Signer::new(Some(&alice.device_id));
     upload(
@@ -594,7 +587,7 @@ async fn cross_signing_signatures_follow_the_rules_and_user_signing_ones_stay_pr
             answer["failures"][&target][&key_id]["errcode"].clone()
         }
     };
-    let carol_since = since(&carol).await;
+    let carol_since = carol.next_batch().await;
 
     // Refused: each valid signature by a key that may not sign that key.
     let refused = [
@@ -724,7 +717,7 @@ async fn to_device_for_all_devices_and_one_named_device_delivers_one_message_eac
     let alice = server.register("alice").await;
     let alice_phone = alice.login("alice", "password").await;
     let bob = server.register("bob").await;
-    let (laptop_since, phone_since) = (since(&alice).await, since(&alice_phone).await);
+    let (laptop_since, phone_since) = (alice.next_batch().await, alice_phone.next_batch().await);
     let body = json!({ "messages": { alice.user_id.clone(): {
         "*": { "to": "all" },
         alice.device_id.clone(): { "to": "laptop" },
@@ -762,7 +755,7 @@ async fn device_list_left_ignores_rooms_the_user_was_not_joined_to_at_the_change
         .await
         .ok();
     dave.room_action(&room, "leave", json!({})).await.ok();
-    let (bob_from, dave_from) = (since(&bob).await, since(&dave).await);
+    let (bob_from, dave_from) = (bob.next_batch().await, dave.next_batch().await);
 
     alice
         .room_action(&room, "invite", json!({ "user_id": carol.user_id }))

@@ -529,10 +529,7 @@ async fn a_backfilled_event_sits_at_its_depth_in_history_and_is_never_new() {
     let m2 = say(&alice, &room, "m2").await;
     let m3 = say(&alice, &room, "m3").await;
     let m4 = say(&alice, &room, "m4").await;
-    let since = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = alice.next_batch().await;
 
     // An old event between m2 and m3, fetched later by backfill: at m3's depth (ties go by
     // stream position, and backfilled positions are below every live one), with the state

@@ -330,10 +330,7 @@ async fn a_tracked_remote_device_list_is_cached_and_kept_by_updates() {
     };
 
     // C2 added (6 follows 5), then C1 deleted (7 follows 6): applied to the cache.
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
     send("t1", vec![update("C2", 6, vec![5], false)]).await;
     send("t2", vec![update("C1", 7, vec![6], true)]).await;
     let answer = query(&bob, &carol).await;

@@ -243,10 +243,7 @@ async fn a_remote_users_new_device_keys_and_leaving_show_in_device_lists() {
     );
 
     // Bob leaves their only shared room: he is in Alice's device_lists.left.
-    let since = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = alice.next_batch().await;
     bob.room_action(&room, "leave", json!({})).await.ok();
     wait_until("Bob is in Alice's device_lists.left", CROSSING, || async {
         let sync = alice.sync(Some(&since), 0, None).await;

@@ -55,14 +55,8 @@ async fn a_user_knocks_on_a_room_of_another_myelin_is_invited_and_joins() {
     let bob = b.register("bob").await;
     for version in ["11", "12"] {
         let room = knock_room(&alice, version, &format!("Knock {version}")).await;
-        let alice_since = alice.sync(None, 0, None).await["next_batch"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let bob_since = bob.sync(None, 0, None).await["next_batch"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let alice_since = alice.next_batch().await;
+        let bob_since = bob.next_batch().await;
         let (status, knocked) = knock(&bob, &room, a.server_name()).await;
         assert_eq!(status, 200, "{knocked}");
         assert_eq!(knocked["room_id"], room.as_str());

@@ -137,10 +137,7 @@ async fn a_remote_user_joins_talks_and_is_checked_against_the_room_state() {
         let room = alice
             .create_room(json!({ "preset": "public_chat", "room_version": version }))
             .await;
-        let since = alice.sync(None, 0, None).await["next_batch"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let since = alice.next_batch().await;
 
         // Join through the handshake; Alice sees Eve join.
         let (join_id, join_depth) =
@@ -219,10 +216,7 @@ async fn a_remote_user_joins_talks_and_is_checked_against_the_room_state() {
         // Banned, Eve sends a message built on the state before the ban: it passes the auth
         // rules at its place in the DAG but not the room's current state, so it is soft-failed
         // and no client sees it.
-        let ban_since = alice.sync(None, 0, None).await["next_batch"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let ban_since = alice.next_batch().await;
         alice
             .post(
                 &format!("/_matrix/client/v3/rooms/{}/ban", enc(&room)),
@@ -534,10 +528,7 @@ async fn a_user_invites_a_user_of_another_myelin_who_accepts() {
                 "preset": "private_chat", "room_version": version, "name": format!("Secret {version}"),
             }))
             .await;
-        let since = bob.sync(None, 0, None).await["next_batch"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let since = bob.next_batch().await;
         alice
             .post(
                 &format!("/_matrix/client/v3/rooms/{}/invite", enc(&room)),
@@ -892,10 +883,7 @@ async fn create_room_invites_users_of_other_servers() {
     let alice = a.register("alice").await;
     let bob = b.register("bob").await;
     for version in ["11", "12"] {
-        let since = bob.sync(None, 0, None).await["next_batch"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let since = bob.next_batch().await;
         let room = alice
             .create_room(json!({
                 "preset": "trusted_private_chat", "room_version": version,

@@ -110,10 +110,7 @@ async fn a_shadow_banned_user_cannot_reach_others_through_any_write() {
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     troll.join(&room).await.ok();
     let message = alice.send_text(&room, "a1", "hello").await.ok();
-    let since = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = alice.next_batch().await;
     admin
         .post(
             &format!(

@@ -499,10 +499,7 @@ async fn delivery_is_timed_in_three_parts() {
     let bob = server.register("bob").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    let token = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = bob.next_batch().await;
     let window = list(10, 5, json!([]));
     let sliding = pos(&sss(&bob, None, 0, window.clone()).await.ok());
     let before = scrape(&server).await;

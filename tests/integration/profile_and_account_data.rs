@@ -105,10 +105,7 @@ async fn room_tags_are_set_listed_removed_and_synced_for_their_owner_only() {
     );
     let tag = |name: &str| format!("{tags}/{}", enc(name));
     assert_eq!(alice.get(&tags).await.ok(), json!({ "tags": {} }));
-    let since = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = alice.next_batch().await;
 
     alice
         .put(&tag("m.favourite"), json!({ "order": 0.25 }))

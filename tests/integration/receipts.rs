@@ -46,14 +46,8 @@ async fn public_receipts_reach_members_and_private_ones_only_their_owner() {
         .as_str()
         .unwrap()
         .to_owned();
-    let alice_since = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let bob_since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let alice_since = alice.next_batch().await;
+    let bob_since = bob.next_batch().await;
 
     receipt(&bob, &room, "m.read.private", &first).await.ok();
     let alice_view = alice.sync(Some(&alice_since), 0, None).await;
@@ -99,10 +93,7 @@ async fn read_markers_set_fully_read_and_receipts() {
         .as_str()
         .unwrap()
         .to_owned();
-    let since = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = alice.next_batch().await;
     let path = format!("/_matrix/client/v3/rooms/{}/read_markers", enc(&room));
     alice
         .post(

@@ -42,10 +42,7 @@ async fn initial_then_incremental_sync_with_remote_echo_only_for_the_sender_devi
     }
 
     let since_bob = initial["next_batch"].as_str().unwrap().to_owned();
-    let since_phone = alice_phone.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since_phone = alice_phone.next_batch().await;
     let sent = alice.send_text(&room, "echo-txn", "hello").await.ok();
     let delta = bob.sync(Some(&since_bob), 0, None).await;
     let events = timeline(&delta, &room);
@@ -126,10 +123,7 @@ async fn a_limited_timeline_gives_a_prev_batch_that_messages_fills_exactly() {
     let bob = server.register("bob").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
     for n in 0..25 {
         alice
             .send_text(&room, &format!("m{n}"), &format!("message {n}"))
@@ -206,10 +200,7 @@ async fn long_poll_wakes_on_a_new_event_and_times_out_empty() {
     let bob = server.register("bob").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
 
     let started = Instant::now();
     let quiet = bob.sync(Some(&since), 300, None).await;
@@ -249,10 +240,7 @@ async fn long_poll_on_one_process_wakes_for_a_send_through_another() {
     bob.base = second.base_url.clone();
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
     let since = server.long_poll_token(&bob, &since).await;
     let waiting = {
         let bob = bob.clone();
@@ -278,10 +266,7 @@ async fn invites_leaves_and_account_data_appear_in_their_sections() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
     let bob = server.register("bob").await;
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
     let room = alice
         .create_room(json!({ "name": "Invite only", "invite": [user_id("bob")] }))
         .await;
@@ -454,10 +439,7 @@ async fn ignored_users_disappear_from_sync_and_messages_on_the_next_sync() {
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
     troll.join(&room).await.ok();
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
     bob.put(
         &format!(
             "/_matrix/client/v3/user/{}/account_data/m.ignored_user_list",
@@ -496,10 +478,7 @@ async fn members_at_a_sync_token_shows_the_membership_of_that_moment() {
     let alice = server.register("alice").await;
     let bob = server.register("bob").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
-    let before_bob = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let before_bob = alice.next_batch().await;
     bob.join(&room).await.ok();
     let path = |at: &str| {
         format!(
@@ -514,10 +493,7 @@ async fn members_at_a_sync_token_shows_the_membership_of_that_moment() {
         1,
         "only alice was joined then"
     );
-    let now = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let now = alice.next_batch().await;
     assert_eq!(
         alice.get(&path(&now)).await.ok()["chunk"]
             .as_array()
@@ -580,10 +556,7 @@ async fn a_membership_from_before_a_restart_reaches_an_old_token() {
     let dave = server.register("dave").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
     carol.join(&room).await.ok();
     server.restart().await;
     let (mut alice, mut bob, mut dave) = (alice, bob, dave);
@@ -591,10 +564,7 @@ async fn a_membership_from_before_a_restart_reaches_an_old_token() {
         user.base = server.base_url.clone();
     }
     // Dave, in no room, starts the index, and it keeps up past a new message in the room.
-    let dave_since = dave.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let dave_since = dave.next_batch().await;
     alice
         .send_text(&room, "after", "after the restart")
         .await
@@ -627,10 +597,7 @@ async fn sync_filters_select_types_senders_urls_and_fields() {
         .create_room(json!({ "preset": "public_chat", "name": "Filters" }))
         .await;
     bob.join(&room).await.ok();
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
     alice.send_text(&room, "1", "plain").await.ok();
     let image = format!(
         "/_matrix/client/v3/rooms/{}/send/m.room.message/2",

@@ -62,10 +62,7 @@ async fn ten_senders_and_ten_long_polling_receivers_agree_on_every_message() {
     }
     let mut receiving = Vec::new();
     for client in &receivers {
-        let since = client.sync(None, 0, None).await["next_batch"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let since = client.next_batch().await;
         let since = server.long_poll_token(client, &since).await;
         receiving.push(tokio::spawn(receive_all(
             client.clone(),
@@ -298,10 +295,7 @@ async fn more_long_polls_than_pool_connections_all_wake() {
     let mut devices = Vec::new();
     for _ in 0..12 {
         let device = server.client().login("bob", "password").await;
-        let since = device.sync(None, 0, None).await["next_batch"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let since = device.next_batch().await;
         let since = server.long_poll_token(&device, &since).await;
         devices.push((device, since));
     }

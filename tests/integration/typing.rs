@@ -56,10 +56,7 @@ async fn typing_reaches_members_and_ends_by_itself() {
     let bob = server.register("bob").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
     let events_before = server.count("SELECT COUNT(*) AS n FROM events").await;
 
     // Three seconds: long enough that the renewal below lands within the timeout even on a
@@ -135,10 +132,7 @@ async fn typing_set_through_one_process_reaches_a_sync_on_another() {
     bob.base = second.base_url.clone();
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    let since = bob.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = bob.next_batch().await;
     set_typing(&alice, &room, true, 10_000).await;
     let (users, _) = next_typing(&bob, &room, &since).await;
     assert_eq!(users, [user_id("alice")]);

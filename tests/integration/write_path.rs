@@ -340,10 +340,7 @@ async fn a_position_taken_and_not_committed_holds_sync_back_until_its_transactio
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
     let room = alice.create_room(json!({})).await;
-    let since = alice.sync(None, 0, None).await["next_batch"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let since = alice.next_batch().await;
 
     // Another writer takes a position and stays in its transaction.
     let mut writer = server.db().await;

@@ -287,6 +287,15 @@ impl Client {
         }
         self.get(&path).await.ok()
     }
+
+    /// The `next_batch` of an initial `/sync` with no filter: a token from which later
+    /// syncs see only what comes after now.
+    pub async fn next_batch(&self) -> String {
+        self.sync(None, 0, None).await["next_batch"]
+            .as_str()
+            .expect("next_batch")
+            .to_owned()
+    }
 }
 
 /// The timeline events of one joined room in a sync response.
