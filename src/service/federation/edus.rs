@@ -14,10 +14,7 @@ use ruma::{OwnedServerName, UserId};
 use serde_json::{json, Value};
 
 use super::sender::Sender;
-use crate::{
-    error::Result,
-    storage::{room_servers, rooms as rooms_store},
-};
+use crate::{error::Result, storage::room_servers};
 
 /// A local user still typing has their typing sent again after this long (receivers forget
 /// remote typing after 60 s, Synapse's, or 30 s, the shortest in use).
@@ -58,7 +55,7 @@ impl Sender {
         edu_type: &str,
         content: &Value,
     ) -> Result<()> {
-        let joined = rooms_store::get_room_members_in(conn, room_id, &["join"]).await?;
+        let joined = room_servers::get_one_joined_member_per_server(conn, room_id).await?;
         for server in servers_of(&joined, self.origin()) {
             self.queue_edu(conn, &server, edu_type, content).await?;
         }
@@ -74,7 +71,7 @@ impl Sender {
         edu_type: &str,
         content: &Value,
     ) -> Result<()> {
-        let sharing = room_servers::get_users_sharing_a_room(conn, user.as_str()).await?;
+        let sharing = room_servers::get_one_sharing_user_per_server(conn, user.as_str()).await?;
         for server in servers_of(&sharing, self.origin()) {
             self.queue_edu(conn, &server, edu_type, content).await?;
         }
