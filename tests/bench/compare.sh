@@ -9,13 +9,13 @@
 # Usage: tests/bench/compare.sh [smoke|full] [SCENARIOS]     (default: full, all scenarios)
 # SCENARIOS (comma-separated, as myelin-bench --only) compares a subset; its report goes to a
 # scratch directory, not BENCHMARKS.md, which always holds a whole run.
-# NO_ANALYZE=1 skips myelin-bench's ANALYZE after each set-up (plans on the statistics each
+# NO_ANALYZE=1 skips myelin-bench's VACUUM ANALYZE after each set-up (plans on the statistics each
 # server keeps, as on a server just filled); its report also goes to the scratch directory.
 # Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres), pgbench.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scale="${1:-full}"
-# Benchmark arguments beyond the counts: a subset of scenarios, no ANALYZE.
+# Benchmark arguments beyond the counts: a subset of scenarios, no VACUUM ANALYZE.
 bench_args=()
 [ -n "${2:-}" ] && bench_args=(--only "$2")
 [ -n "${NO_ANALYZE:-}" ] && bench_args+=(--no-analyze)

@@ -30,6 +30,21 @@ async fn call(
     token: Option<&str>,
     body: Option<&Value>,
 ) -> Result<Value, Failure> {
+    call_timed(http, method, url, token, body)
+        .await
+        .map(|(answer, _)| answer)
+}
+
+/// A request and how long it took until its whole body arrived (not counting the client's
+/// parsing of the body, which grows with big answers).
+async fn call_timed(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> Result<(Value, Duration), Failure> {
+    let started = std::time::Instant::now();
     let mut request = http.request(method.clone(), &url);
     if let Some(token) = token {
         request = request.bearer_auth(token);
@@ -43,10 +58,13 @@ async fn call(
         .map_err(|e| format!("{method} {url}: {e}"))?;
     let status = response.status();
     let text = response.text().await.map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed();
     if !status.is_success() {
         return Err(format!("{method} {url}: {status} {text}"));
     }
-    serde_json::from_str(&text).map_err(|e| format!("{method} {url}: {e}"))
+    serde_json::from_str(&text)
+        .map(|answer| (answer, elapsed))
+        .map_err(|e| format!("{method} {url}: {e}"))
 }
 
 /// Registers a user with `m.login.dummy` (the server must allow open registration).
@@ -110,12 +128,29 @@ impl User {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, Failure> {
+        call(&self.http, method, self.url(path), Some(&self.token), body).await
+    }
+
+    fn url(&self, path: &str) -> String {
         let mut url = format!("{}{path}", self.base);
         if let Some(user_id) = &self.acts_as {
             let separator = if path.contains('?') { '&' } else { '?' };
             url.push_str(&format!("{separator}user_id={}", enc(user_id)));
         }
-        call(&self.http, method, url, Some(&self.token), body).await
+        url
+    }
+
+    /// `GET` of a path, with the time until the whole answer arrived.
+    pub async fn get_timed(&self, path: &str) -> Result<(Value, Duration), Failure> {
+        let url = self.url(path);
+        call_timed(
+            &self.http,
+            reqwest::Method::GET,
+            url,
+            Some(&self.token),
+            None,
+        )
+        .await
     }
 
     /// `GET` of a path under the server's base URL.
@@ -169,14 +204,7 @@ impl User {
         timeout: Duration,
         filter: Option<&str>,
     ) -> Result<Value, Failure> {
-        let mut path = format!("/_matrix/client/v3/sync?timeout={}", timeout.as_millis());
-        if let Some(since) = since {
-            path.push_str(&format!("&since={}", enc(since)));
-        }
-        if let Some(filter) = filter {
-            path.push_str(&format!("&filter={}", enc(filter)));
-        }
-        self.request(reqwest::Method::GET, &path, None).await
+        self.get(&sync_path(since, timeout, filter)).await
     }
 
     /// One simplified sliding sync request (MSC4186, the unstable path clients use).
@@ -239,4 +267,16 @@ pub fn timeline_events(sync: &Value) -> Vec<(String, String, String)> {
         }
     }
     found
+}
+
+/// The path of a `/sync` request.
+pub fn sync_path(since: Option<&str>, timeout: Duration, filter: Option<&str>) -> String {
+    let mut path = format!("/_matrix/client/v3/sync?timeout={}", timeout.as_millis());
+    if let Some(since) = since {
+        path.push_str(&format!("&since={}", enc(since)));
+    }
+    if let Some(filter) = filter {
+        path.push_str(&format!("&filter={}", enc(filter)));
+    }
+    path
 }

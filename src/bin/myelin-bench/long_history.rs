@@ -29,9 +29,15 @@ const PAGE: usize = 20;
 /// Samples per measurement.
 const SAMPLES: usize = 20;
 
-pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure> {
+/// A connection to the server's database for loading events through SQL, or why there is
+/// none: no `--database-url`, or a schema other than Myelin's.
+pub async fn myelin_loader(
+    bench: &Bench,
+) -> Result<Result<tokio_postgres::Client, Value>, Failure> {
     let Some(url) = &bench.loader_url else {
-        return Ok(json!({ "skipped": "needs --database-url to load the history" }));
+        return Ok(Err(
+            json!({ "skipped": "needs --database-url to load events" }),
+        ));
     };
     let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
@@ -48,8 +54,18 @@ pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure
         .get::<_, i64>(0)
         > 0;
     if !myelin_schema {
-        return Ok(json!({ "skipped": "the history loader knows only Myelin's schema" }));
+        return Ok(Err(
+            json!({ "skipped": "the event loader knows only Myelin's schema" }),
+        ));
     }
+    Ok(Ok(db))
+}
+
+pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure> {
+    let db = match myelin_loader(bench).await? {
+        Ok(db) => db,
+        Err(skipped) => return Ok(skipped),
+    };
 
     let user = bench.users("long", 1).await?.remove(0);
     let room = user

@@ -6,15 +6,18 @@
 //! incremental sync, history paging, fan-out to many long-pollers, the server's footprint, and
 //! simplified sliding sync for a user in many rooms, many idle long-polling connections, a
 //! room with a long history (loaded through SQL, so Myelin only, with `--database-url`), and
-//! a room with many members (an application service's users, with `--appservice-token`).
+//! a room with many members and an account in many rooms (an application service's users, with
+//! `--appservice-token`).
 //! Writes a JSON report and a table; exits non-zero when any message was lost, duplicated or
 //! reordered.
 
+mod big_account;
 mod big_room;
 mod client;
 mod long_history;
 mod parked;
 mod sliding;
+mod start_up;
 mod stats;
 
 use std::{
@@ -68,18 +71,22 @@ struct Cli {
     #[arg(long, default_value = "server")]
     label: String,
     /// Run only these scenarios (comma-separated: send, concurrent, delivery, sync, history,
-    /// fanout, sliding, parked, long_history, big_room), for profiling one of them; the
+    /// fanout, sliding, parked, long_history, big_room, big_account, start_up), for profiling one of them; the
     /// default runs all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Leave planner statistics as the server keeps them: no `ANALYZE` after each scenario's
-    /// set-up (what a server just filled sees, before any autovacuum).
+    /// Leave planner statistics as the server keeps them: no `VACUUM ANALYZE` after each
+    /// scenario's set-up (what a server just filled sees, before any autovacuum).
     #[arg(long)]
     no_analyze: bool,
     /// The `as_token` of an application service whose users namespace (non-exclusive) holds
     /// the big room's members, `@{prefix}big{n}`: scenario 12 registers them through it.
     #[arg(long)]
     appservice_token: Option<String>,
+    /// Scenario 14: a shell command that stops the server, starts it again in the background
+    /// and prints the new process's ID (run with `sh -c` after the big database is loaded).
+    #[arg(long)]
+    restart_command: Option<String>,
 }
 
 struct Counts {
@@ -102,6 +109,12 @@ struct Counts {
     /// Members of the room of scenario 12, and how many of them long-poll.
     big_room_members: usize,
     big_room_pollers: usize,
+    /// Rooms of scenario 13's account, and members in each.
+    big_account_rooms: usize,
+    big_account_members: usize,
+    /// Rooms and events of scenario 14's database.
+    start_up_rooms: usize,
+    start_up_events: usize,
 }
 
 impl Counts {
@@ -125,6 +138,10 @@ impl Counts {
                 long_history: 2_000,
                 big_room_members: 100,
                 big_room_pollers: 20,
+                big_account_rooms: 4,
+                big_account_members: 5,
+                start_up_rooms: 20,
+                start_up_events: 200,
             },
             Scale::Full => Counts {
                 sequential: 1000,
@@ -144,6 +161,10 @@ impl Counts {
                 long_history: 1_000_000,
                 big_room_members: 20_000,
                 big_room_pollers: 1_000,
+                big_account_rooms: 300,
+                big_account_members: 300,
+                start_up_rooms: 100_000,
+                start_up_events: 10_000_000,
             },
         }
     }
@@ -161,9 +182,11 @@ struct Bench {
 }
 
 impl Bench {
-    /// Refreshes the planner statistics of the server's database after a scenario's set-up,
-    /// as autovacuum would on a default PostgreSQL (a machine with autovacuum off would
-    /// otherwise measure plans made for empty tables). Does nothing without `--database-url`
+    /// Vacuums the server's database and refreshes its planner statistics after a scenario's
+    /// set-up, as autovacuum would on a default PostgreSQL, which since version 13 also
+    /// vacuums tables that only grew. A machine with autovacuum off would otherwise measure
+    /// plans made for empty tables, and index-only scans that visit every row's table page
+    /// (no page is marked all-visible until a vacuum). Does nothing without `--database-url`
     /// or with `--no-analyze`.
     async fn analyze(&self) {
         let Some(url) = &self.database_url else {
@@ -174,8 +197,8 @@ impl Bench {
             return;
         };
         tokio::spawn(connection);
-        if let Err(err) = client.batch_execute("ANALYZE").await {
-            eprintln!("myelin-bench: ANALYZE failed: {err}");
+        if let Err(err) = client.batch_execute("VACUUM ANALYZE").await {
+            eprintln!("myelin-bench: VACUUM ANALYZE failed: {err}");
         }
     }
 
@@ -735,6 +758,41 @@ fn print_table(label: &str, report: &Value) {
     ] {
         row(name, &big[key]);
     }
+    let account = &report["big_account"];
+    if let Some(skipped) = account["skipped"].as_str() {
+        println!("  13 big account: skipped ({skipped})");
+    } else if !account.is_null() {
+        println!("  13 big account: set-up {}", account["set_up"]);
+    }
+    for (name, key) in [
+        ("13 big account, initial sync, lazy", "initial_sync_lazy"),
+        (
+            "13 big account, initial sync, full",
+            "initial_sync_full_members",
+        ),
+    ] {
+        row(name, &account[key]);
+    }
+    let start = &report["start_up"];
+    if !start.is_null() {
+        println!(
+            "  14 start-up: {} rooms, {} events, {} bytes of database, load {}",
+            start["rooms"], start["events"], start["database_bytes"], start["load"]
+        );
+        println!(
+            "  14 start-up: RSS {} MiB serving, {} MiB after the first sync",
+            start["rss_serving_mib"], start["rss_after_first_sync_mib"]
+        );
+    }
+    for (name, key) in [
+        ("14 start-up, until serving", "until_serving"),
+        (
+            "14 start-up, until a first sync",
+            "until_first_sync_answered",
+        ),
+    ] {
+        row(name, &start[key]);
+    }
 }
 
 #[tokio::main]
@@ -821,6 +879,28 @@ async fn main() -> ExitCode {
                 cli.appservice_token.as_deref(),
                 counts.big_room_members,
                 counts.big_room_pollers,
+            )
+            .await?;
+        }
+        if runs("big_account") {
+            eprintln!("13: big account");
+            report["big_account"] = big_account::big_account(
+                &bench,
+                cli.appservice_token.as_deref(),
+                counts.big_account_rooms,
+                counts.big_account_members,
+                cli.pid,
+            )
+            .await?;
+        }
+        if runs("start_up") {
+            eprintln!("14: start-up with a big database");
+            report["start_up"] = start_up::start_up(
+                &bench,
+                cli.appservice_token.as_deref(),
+                counts.start_up_rooms,
+                counts.start_up_events,
+                cli.restart_command.as_deref(),
             )
             .await?;
         }

@@ -1,0 +1,196 @@
+//! Scenario 13: a big account's initial sync, the shape of the published benchmark: one user
+//! in 300 rooms of 300 members each (at full scale), every room ending with a message from
+//! another member. The account's initial sync with timeline limit 1 is measured twice over:
+//! with lazy-loaded members (Element's way) and with every member's state event. Each answer
+//! is checked for every room, its last message and the members it must carry; the server's
+//! peak memory during each kind of sync is read from `/proc` (its high-water mark reset
+//! first), with `--pid`.
+//!
+//! The members are an application service's users (`--appservice-token`), registered without
+//! a password, from a pool of ten times a room's size, so rooms share some members but not
+//! all, as a real account's rooms do. The joins go through the API and are reported as
+//! set-up. Without a token the scenario says it was skipped.
+
+use std::{collections::HashMap, time::Instant};
+
+use futures_util::{StreamExt, TryStreamExt};
+use serde_json::{json, Map, Value};
+
+use crate::{
+    client::{register_as_appservice, sync_path, Failure, User},
+    rss_kib,
+    stats::{round, Samples},
+    Bench,
+};
+
+/// Requests in flight while the rooms fill.
+const IN_FLIGHT: usize = 8;
+/// Samples of the lazy-members initial sync; the full-members one is slower and takes fewer.
+const LAZY_SAMPLES: usize = 5;
+const FULL_SAMPLES: usize = 3;
+
+pub async fn big_account(
+    bench: &Bench,
+    appservice_token: Option<&str>,
+    rooms: usize,
+    members_per_room: usize,
+    pid: Option<u32>,
+) -> Result<Value, Failure> {
+    let Some(as_token) = appservice_token else {
+        return Ok(json!({ "skipped": "needs --appservice-token to register the members" }));
+    };
+    let others = members_per_room.saturating_sub(1).max(1);
+    let pool = others * 10;
+    // `a` is a hex digit: the names stay in the bench registration's namespace and apart from
+    // the big room's.
+    let names: Vec<String> = (0..=pool)
+        .map(|i| format!("{}abig{i}", bench.prefix))
+        .collect();
+    let started = Instant::now();
+    let mut users: Vec<User> = futures_util::stream::iter(&names)
+        .map(|name| register_as_appservice(&bench.http, &bench.url, as_token, name))
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let account = users.remove(0);
+    let room_ids: Vec<String> = futures_util::stream::iter(0..rooms)
+        .map(|r| {
+            account.create_room(json!({ "preset": "public_chat", "name": format!("room {r}") }))
+        })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    // Room r's members are `others` consecutive users of the pool from r * 97. Joins go
+    // round the rooms, so those in flight are in different rooms.
+    let member = |r: usize, j: usize| &users[(r * 97 + j) % pool];
+    let joins: Vec<(usize, usize)> = (0..others)
+        .flat_map(|j| (0..rooms).map(move |r| (r, j)))
+        .collect();
+    futures_util::stream::iter(&joins)
+        .map(|&(r, j)| member(r, j).join(&room_ids[r]))
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<()>()
+        .await?;
+    // Each room's last event: a message from a member, whose member event a lazy-loading
+    // sync must then carry.
+    let room_ids = &room_ids;
+    let last_messages: Vec<(String, String)> = futures_util::stream::iter(0..rooms)
+        .map(|r| async move {
+            let sender = member(r, r % others);
+            let event_id = sender
+                .send(&room_ids[r], &format!("last{r}"), &format!("last {r}"))
+                .await?;
+            Ok::<_, Failure>((event_id, sender_id(sender).await?))
+        })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let set_up = started.elapsed();
+    bench.analyze().await;
+
+    let expected: HashMap<&str, (&str, &str)> = room_ids
+        .iter()
+        .zip(&last_messages)
+        .map(|(room, (event, sender))| (room.as_str(), (event.as_str(), sender.as_str())))
+        .collect();
+    let mut report = Map::new();
+    for (name, lazy, samples) in [
+        ("initial_sync_lazy", true, LAZY_SAMPLES),
+        ("initial_sync_full_members", false, FULL_SAMPLES),
+    ] {
+        reset_peak_rss(pid);
+        let mut times = Samples::default();
+        let mut bytes = 0;
+        for i in 0..samples {
+            // A filter no earlier request used: a new client's first sync, not a cached one.
+            let filter = json!({ "room": {
+                "timeline": { "limit": 1, "not_types": [format!("bench.never.{}{name}{i}", bench.prefix)] },
+                "state": { "lazy_load_members": lazy },
+            } })
+            .to_string();
+            let (sync, elapsed) = account
+                .get_timed(&sync_path(None, std::time::Duration::ZERO, Some(&filter)))
+                .await?;
+            times.push(elapsed);
+            bytes = sync.to_string().len();
+            check_sync(&sync, &expected, (!lazy).then_some(members_per_room))
+                .map_err(|e| format!("{name}: {e}"))?;
+        }
+        let mut summary = times.summary();
+        summary["response_bytes"] = json!(bytes);
+        summary["peak_rss_mib"] = json!(rss_kib(pid, "VmHWM:").map(|k| round(k as f64 / 1024.0)));
+        report.insert(name.into(), summary);
+    }
+    report.insert(
+        "set_up".into(),
+        json!({
+            "rooms": rooms,
+            "members_per_room": members_per_room,
+            "joins": joins.len(),
+            "seconds": round(set_up.as_secs_f64()),
+            "how": "registration through the application service, rooms, joins and messages through the client API",
+        }),
+    );
+    Ok(Value::Object(report))
+}
+
+async fn sender_id(user: &User) -> Result<String, Failure> {
+    let whoami = user.get("/_matrix/client/v3/account/whoami").await?;
+    whoami["user_id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("whoami named no user: {whoami}"))
+}
+
+/// Every room is there, ends with its last message and carries that message's sender's member
+/// event; with `all_members`, every room carries that many joined members' events.
+fn check_sync(
+    sync: &Value,
+    expected: &HashMap<&str, (&str, &str)>,
+    all_members: Option<usize>,
+) -> Result<(), Failure> {
+    let joined = sync["rooms"]["join"].as_object();
+    let synced = joined.map_or(0, Map::len);
+    if synced != expected.len() {
+        return Err(format!("{synced} rooms synced of {}", expected.len()));
+    }
+    for (room_id, (last_event, sender)) in expected {
+        let room = &sync["rooms"]["join"][*room_id];
+        let timeline = room["timeline"]["events"].as_array();
+        let last = timeline.and_then(|events| events.last());
+        if last.map(|e| &e["event_id"]) != Some(&json!(last_event)) {
+            return Err(format!("{room_id} does not end with its last message"));
+        }
+        let member_events: Vec<&Value> = ["state", "timeline"]
+            .iter()
+            .flat_map(|part| room[*part]["events"].as_array().into_iter().flatten())
+            .filter(|e| e["type"] == "m.room.member")
+            .collect();
+        if !member_events.iter().any(|e| e["state_key"] == *sender) {
+            return Err(format!("{room_id} lacks its last sender's member event"));
+        }
+        if let Some(wanted) = all_members {
+            let joined = member_events
+                .iter()
+                .filter(|e| e["content"]["membership"] == "join")
+                .count();
+            if joined != wanted {
+                return Err(format!(
+                    "{room_id} carries {joined} joined members of {wanted}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Resets the server's peak resident memory (`VmHWM`) to its current size, so the next read
+/// is the peak since now (Linux: `clear_refs` with 5). Needs the right to write the process's
+/// `/proc` files.
+fn reset_peak_rss(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        if let Err(err) = std::fs::write(format!("/proc/{pid}/clear_refs"), "5") {
+            eprintln!("myelin-bench: cannot reset the server's peak memory: {err}");
+        }
+    }
+}
