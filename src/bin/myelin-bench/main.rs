@@ -774,7 +774,9 @@ fn print_table(label: &str, report: &Value) {
         row(name, &account[key]);
     }
     let start = &report["start_up"];
-    if !start.is_null() {
+    if let Some(skipped) = start["skipped"].as_str() {
+        println!("  14 start-up: skipped ({skipped})");
+    } else if !start.is_null() {
         println!(
             "  14 start-up: {} rooms, {} events, {} bytes of database, load {}",
             start["rooms"], start["events"], start["database_bytes"], start["load"]
