@@ -17,7 +17,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    client::{register_as_appservice, sync_path, Failure, User},
+    client::{sync_path, Failure, User},
     rss_kib,
     stats::{round, Samples},
     Bench,
@@ -41,17 +41,8 @@ pub async fn big_account(
     };
     let others = members_per_room.saturating_sub(1).max(1);
     let pool = others * 10;
-    // `a` is a hex digit: the names stay in the bench registration's namespace and apart from
-    // the big room's.
-    let names: Vec<String> = (0..=pool)
-        .map(|i| format!("{}abig{i}", bench.prefix))
-        .collect();
     let started = Instant::now();
-    let mut users: Vec<User> = futures_util::stream::iter(&names)
-        .map(|name| register_as_appservice(&bench.http, &bench.url, as_token, name))
-        .buffered(IN_FLIGHT)
-        .try_collect()
-        .await?;
+    let mut users = bench.appservice_users(as_token, "a", pool + 1).await?;
     let account = users.remove(0);
     let room_ids: Vec<String> = futures_util::stream::iter(0..rooms)
         .map(|r| {

@@ -14,7 +14,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use serde_json::{json, Value};
 
 use crate::{
-    client::{enc, register_as_appservice, Failure, User},
+    client::{enc, Failure},
     database_size, reach_pollers,
     stats::{round, Samples},
     Bench,
@@ -42,14 +42,7 @@ pub async fn big_room(
     let Some(as_token) = appservice_token else {
         return Ok(json!({ "skipped": "needs --appservice-token to register the members" }));
     };
-    let names: Vec<String> = (0..=members)
-        .map(|i| format!("{}big{i}", bench.prefix))
-        .collect();
-    let mut users: Vec<User> = futures_util::stream::iter(&names)
-        .map(|name| register_as_appservice(&bench.http, &bench.url, as_token, name))
-        .buffered(IN_FLIGHT)
-        .try_collect()
-        .await?;
+    let mut users = bench.appservice_users(as_token, "", members + 1).await?;
     let owner = users.remove(0);
     let room = owner
         .create_room(json!({ "preset": "public_chat", "name": "big room" }))

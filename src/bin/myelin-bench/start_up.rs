@@ -15,7 +15,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use serde_json::{json, Value};
 
 use crate::{
-    client::{register_as_appservice, sync_path, Failure, User},
+    client::{sync_path, Failure, User},
     long_history::myelin_loader,
     rss_kib,
     stats::{round, Samples},
@@ -45,16 +45,9 @@ pub async fn start_up(
         Ok(db) => db,
         Err(skipped) => return Ok(skipped),
     };
-    let users = rooms.div_ceil(ROOMS_PER_USER);
-    // `c` is a hex digit: the names stay in the bench registration's namespace.
-    let names: Vec<String> = (0..users)
-        .map(|i| format!("{}cbig{i}", bench.prefix))
-        .collect();
     let started = Instant::now();
-    let users: Vec<User> = futures_util::stream::iter(&names)
-        .map(|name| register_as_appservice(&bench.http, &bench.url, as_token, name))
-        .buffered(IN_FLIGHT)
-        .try_collect()
+    let users: Vec<User> = bench
+        .appservice_users(as_token, "c", rooms.div_ceil(ROOMS_PER_USER))
         .await?;
     let users = &users;
     // Each room with one message through the API: the template of its loaded history.
