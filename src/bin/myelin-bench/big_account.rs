@@ -17,14 +17,12 @@ use futures_util::{StreamExt, TryStreamExt};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    client::{sync_path, Failure, User},
+    client::{first_sync_filter, sync_path, Failure},
     rss_kib,
     stats::{round, Samples},
-    Bench,
+    Bench, SET_UP_IN_FLIGHT,
 };
 
-/// Requests in flight while the rooms fill.
-const IN_FLIGHT: usize = 8;
 /// Samples of the lazy-members initial sync; the full-members one is slower and takes fewer.
 const LAZY_SAMPLES: usize = 5;
 const FULL_SAMPLES: usize = 3;
@@ -48,7 +46,7 @@ pub async fn big_account(
         .map(|r| {
             account.create_room(json!({ "preset": "public_chat", "name": format!("room {r}") }))
         })
-        .buffered(IN_FLIGHT)
+        .buffered(SET_UP_IN_FLIGHT)
         .try_collect()
         .await?;
     // Room r's members are `others` consecutive users of the pool from r * 97. Joins go
@@ -59,7 +57,7 @@ pub async fn big_account(
         .collect();
     futures_util::stream::iter(&joins)
         .map(|&(r, j)| member(r, j).join(&room_ids[r]))
-        .buffer_unordered(IN_FLIGHT)
+        .buffer_unordered(SET_UP_IN_FLIGHT)
         .try_collect::<()>()
         .await?;
     // Each room's last event: a message from a member, whose member event a lazy-loading
@@ -71,9 +69,12 @@ pub async fn big_account(
             let event_id = sender
                 .send(&room_ids[r], &format!("last{r}"), &format!("last {r}"))
                 .await?;
-            Ok::<_, Failure>((event_id, sender_id(sender).await?))
+            let sender_id = sender
+                .appservice_user_id()
+                .ok_or("the account's members act through the application service")?;
+            Ok::<_, Failure>((event_id, sender_id.to_owned()))
         })
-        .buffered(IN_FLIGHT)
+        .buffered(SET_UP_IN_FLIGHT)
         .try_collect()
         .await?;
     let set_up = started.elapsed();
@@ -93,12 +94,7 @@ pub async fn big_account(
         let mut times = Samples::default();
         let mut bytes = 0;
         for i in 0..samples {
-            // A filter no earlier request used: a new client's first sync, not a cached one.
-            let filter = json!({ "room": {
-                "timeline": { "limit": 1, "not_types": [format!("bench.never.{}{name}{i}", bench.prefix)] },
-                "state": { "lazy_load_members": lazy },
-            } })
-            .to_string();
+            let filter = first_sync_filter(1, lazy, &format!("{}{name}{i}", bench.prefix));
             let (sync, elapsed) = account
                 .get_timed(&sync_path(None, std::time::Duration::ZERO, Some(&filter)))
                 .await?;
@@ -123,14 +119,6 @@ pub async fn big_account(
         }),
     );
     Ok(Value::Object(report))
-}
-
-async fn sender_id(user: &User) -> Result<String, Failure> {
-    let whoami = user.get("/_matrix/client/v3/account/whoami").await?;
-    whoami["user_id"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| format!("whoami named no user: {whoami}"))
 }
 
 /// Every room is there, ends with its last message and carries that message's sender's member

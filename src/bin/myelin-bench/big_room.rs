@@ -17,11 +17,9 @@ use crate::{
     client::{enc, Failure},
     database_size, reach_pollers,
     stats::{round, Samples},
-    Bench,
+    Bench, SET_UP_IN_FLIGHT,
 };
 
-/// Requests in flight while the room fills (registrations, joins, initial syncs).
-const IN_FLIGHT: usize = 8;
 /// Samples of each member-list measure.
 const SAMPLES: usize = 5;
 /// Sequential sends measured in the full room.
@@ -57,7 +55,7 @@ pub async fn big_room(
             user.join(&room).await?;
             Ok::<_, Failure>(t.elapsed())
         })
-        .buffered(IN_FLIGHT)
+        .buffered(SET_UP_IN_FLIGHT)
         .try_collect()
         .await?;
     let joining = started.elapsed();

@@ -131,6 +131,11 @@ impl User {
         call(&self.http, method, self.url(path), Some(&self.token), body).await
     }
 
+    /// The user an application service's token acts as (`None` for a logged-in user).
+    pub fn appservice_user_id(&self) -> Option<&str> {
+        self.acts_as.as_deref()
+    }
+
     fn url(&self, path: &str) -> String {
         let mut url = format!("{}{path}", self.base);
         if let Some(user_id) = &self.acts_as {
@@ -267,6 +272,16 @@ pub fn timeline_events(sync: &Value) -> Vec<(String, String, String)> {
         }
     }
     found
+}
+
+/// The filter of a new client's first sync: one no earlier request used (`nonce` names an
+/// event type that never occurs), so a server's cache of recent responses stays out of it.
+pub fn first_sync_filter(timeline_limit: u32, lazy_members: bool, nonce: &str) -> String {
+    json!({ "room": {
+        "timeline": { "limit": timeline_limit, "not_types": [format!("bench.never.{nonce}")] },
+        "state": { "lazy_load_members": lazy_members },
+    } })
+    .to_string()
 }
 
 /// The path of a `/sync` request.

@@ -170,6 +170,10 @@ impl Counts {
     }
 }
 
+/// Requests in flight while a big scenario is set up through the API (registrations, rooms,
+/// joins): enough to keep a 2-core server busy without a queue of waiting requests.
+const SET_UP_IN_FLIGHT: usize = 8;
+
 /// Shared run state: the HTTP client, a unique prefix for names, the base URL.
 struct Bench {
     http: reqwest::Client,
@@ -229,7 +233,7 @@ impl Bench {
                     client::register_as_appservice(&self.http, &self.url, as_token, &name).await
                 }
             })
-            .buffered(8)
+            .buffered(SET_UP_IN_FLIGHT)
             .try_collect()
             .await
     }
@@ -505,15 +509,8 @@ async fn syncs(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
         rooms.push(room);
     }
     bench.analyze().await;
-    // Each initial sync is a new client's first one: a filter no earlier request used (an
-    // event type that never occurs) keeps a server's cache of recent responses out of it.
-    let filter = |lazy: bool, nonce: &str| {
-        json!({ "room": {
-            "timeline": { "limit": 10, "not_types": [format!("bench.never.{nonce}")] },
-            "state": { "lazy_load_members": lazy },
-        } })
-        .to_string()
-    };
+    // Each initial sync is a new client's first one.
+    let filter = |lazy: bool, nonce: &str| client::first_sync_filter(10, lazy, nonce);
     let lazy = filter(true, "incremental");
     let mut results = Map::new();
     for (name, lazy_members) in [("initial_lazy", true), ("initial_full_members", false)] {

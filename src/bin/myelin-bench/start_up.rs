@@ -15,15 +15,13 @@ use futures_util::{StreamExt, TryStreamExt};
 use serde_json::{json, Value};
 
 use crate::{
-    client::{sync_path, Failure, User},
+    client::{first_sync_filter, sync_path, Failure, User},
     long_history::myelin_loader,
     rss_kib,
     stats::{round, Samples},
-    Bench,
+    Bench, SET_UP_IN_FLIGHT,
 };
 
-/// Requests in flight while the rooms are made.
-const IN_FLIGHT: usize = 8;
 /// Rooms each user makes.
 const ROOMS_PER_USER: usize = 100;
 /// Rooms whose history one SQL transaction loads.
@@ -61,7 +59,7 @@ pub async fn start_up(
                 .send(&room, &format!("first{r}"), &format!("first in {r}"))
                 .await
         })
-        .buffered(IN_FLIGHT)
+        .buffered(SET_UP_IN_FLIGHT)
         .try_collect()
         .await?;
     let through_api = started.elapsed();
@@ -116,11 +114,7 @@ pub async fn start_up(
         wait_until_serving(bench).await?;
         serving.push(started.elapsed());
         rss_serving.push(rss_kib(Some(pid), "VmRSS:").unwrap_or(0));
-        let filter = json!({ "room": {
-            "timeline": { "limit": 1, "not_types": [format!("bench.never.{}start{i}", bench.prefix)] },
-            "state": { "lazy_load_members": true },
-        } })
-        .to_string();
+        let filter = first_sync_filter(1, true, &format!("{}start{i}", bench.prefix));
         let (sync, elapsed) = user
             .get_timed(&sync_path(None, Duration::ZERO, Some(&filter)))
             .await?;
