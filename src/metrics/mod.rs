@@ -247,6 +247,8 @@ pub struct Metrics {
     pub media_downloads: Counter,
     /// Outbound federation transactions by outcome (`sent`, `failed`).
     pub federation_transactions: Family<Outcome, Counter>,
+    /// Passes of the federation queue over new events (one database transaction each).
+    pub federation_queue_passes: Counter,
     /// Consistency checks by check and result.
     pub consistency_checks: Family<CheckLabels, Counter>,
     /// Tables whose planner statistics this process refreshed (`ANALYZE`).
@@ -418,6 +420,11 @@ impl Metrics {
                 "myelin_federation_transactions",
                 "Outbound federation transactions by outcome",
                 Family::default()
+            ),
+            federation_queue_passes: reg!(
+                "myelin_federation_queue_passes",
+                "Passes of the federation queue over new events, one database transaction each",
+                Counter::default()
             ),
             consistency_checks: reg!(
                 "myelin_consistency_checks",

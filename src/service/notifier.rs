@@ -87,8 +87,8 @@ pub struct Notifier {
     pub typing: Typing,
     /// Woken on every room write, for the push sender.
     pub push_wake: Arc<Notify>,
-    /// Woken whenever something is queued for another server or a room is written to (our
-    /// new events go to the other servers in the room), for the federation sender.
+    /// Woken whenever something is queued for another server or an event is written that may
+    /// go to one (in a room with another server's member), for the federation sender.
     pub federation_wake: Arc<Notify>,
     /// Wakes the appservice sender (room writes, typing).
     pub appservice_wake: Arc<Notify>,
@@ -274,8 +274,10 @@ impl Notifier {
         while let Some((channel, payload, arrived)) = receiver.recv().await {
             let notifier = self.clone();
             if channel == ROOM_CHANNEL {
+                // Not the federation sender: the writer notifies it of the events other
+                // servers may need (a pass per event in a room of ours alone was a second
+                // transaction per send).
                 notifier.push_wake.notify_one();
-                notifier.federation_wake.notify_one();
                 notifier.appservice_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room(&payload, arrived).await });
             } else if channel == SHARERS_CHANNEL {

@@ -510,6 +510,72 @@ async fn a_new_event_leaves_at_once_not_at_the_next_tick() {
         "{:?}",
         start.elapsed()
     );
+    // Membership changes wake the sender too (their writer does not read every member), and
+    // so does a ban of another server's user who never joined (its server is told).
+    let dave = server.register("dave").await;
+    let start = std::time::Instant::now();
+    for n in 0..5 {
+        match n % 2 {
+            0 => dave.join(&room).await.ok(),
+            _ => dave.room_action(&room, "leave", json!({})).await.ok(),
+        };
+        wait_for_pdus(&fake, 11 + n, Duration::from_secs(10)).await;
+    }
+    let other = FakeServer::start().await;
+    alice
+        .room_action(
+            &room,
+            "ban",
+            json!({ "user_id": other.user_id("eve"), "reason": "spam" }),
+        )
+        .await
+        .ok();
+    wait_for_pdus(&other, 1, Duration::from_secs(10)).await;
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// In a room no other server is in, events do not wake the federation sender: each wake-up
+/// was a pass of its queue, a database transaction per send. Its one-second tick passes over
+/// them, and an event after another server's user joined leaves at once again.
+#[tokio::test]
+async fn events_of_a_room_of_ours_alone_wake_no_federation_pass() {
+    let server =
+        TestServer::start_with(fast_retries().env("MYELIN_METRICS_LISTEN", "127.0.0.1:0")).await;
+    let fake = FakeServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    let passes = || async {
+        crate::metrics::scrape(&server)
+            .await
+            .sum("myelin_federation_queue_passes_total", &[])
+    };
+    let before = passes().await;
+    let start = std::time::Instant::now();
+    for n in 0..40 {
+        say(&alice, &room, &format!("m{n}")).await;
+    }
+    wait_until_all_sent(&server).await;
+    // Woken by each send, there would be a pass per message at least; on the tick, one a
+    // second (and one more for a wake-up the room's creation left).
+    let ticks = start.elapsed().as_secs_f64().ceil();
+    let passed = passes().await - before;
+    assert!(passed <= ticks + 2.0, "{passed} passes in {ticks} s");
+
+    join_remote(&server, &room, &fake.user_id("bob")).await;
+    let start = std::time::Instant::now();
+    for n in 0..5 {
+        say(&alice, &room, &format!("federated {n}")).await;
+        wait_for_pdus(&fake, n + 1, Duration::from_secs(10)).await;
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 /// A burst into one room, to a server that answers `/send` before processing it (any server

@@ -115,6 +115,7 @@ impl PduQueue {
     /// Queues the next [`BATCH`] events at most, in one database transaction; answers how many
     /// PDUs it queued and whether more events may follow.
     async fn queue_batch(&self) -> Result<(usize, bool)> {
+        crate::metrics::metrics().federation_queue_passes.inc();
         let mut conn = self.db.conn().await?;
         conn.transaction::<_, Error, _>(async |conn| {
             let stored = store::lock_pdu_cursor(conn).await?;

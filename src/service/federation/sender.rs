@@ -17,8 +17,10 @@
 //!   the destination ends the backoff ([`Sender::destination_is_up`]).
 //! - One server process sends at a time (it holds a PostgreSQL advisory lock, distinct from
 //!   the push sender's), woken by `NOTIFY` on [`FEDERATION_CHANNEL`] from whichever process
-//!   queued EDUs, by every room write (`ROOM_CHANNEL`: a new event to queue), and by a tick
-//!   for retries coming due and events whose commit an earlier position held back.
+//!   queued EDUs or wrote an event that may go to other servers (one in a room with another
+//!   server's member), and by a tick for retries coming due, events whose commit an earlier
+//!   position held back, and the events of rooms no other server is in, which the queue's
+//!   cursor passes over.
 //! - With federation off nothing is queued or sent.
 
 use std::{
@@ -98,8 +100,8 @@ enum Outcome {
 }
 
 impl Sender {
-    /// Creates the sender; `wake` is notified whenever something is queued or a room is
-    /// written to.
+    /// Creates the sender; `wake` is notified whenever something is queued or an event that
+    /// may go to other servers is written.
     pub fn new(
         db: Db,
         client: Arc<FederationClient>,

@@ -236,6 +236,9 @@ pub struct Audience {
     /// Members with rules of their own.
     with_own_rules: Vec<(OwnedUserId, Option<String>, Arc<Ruleset>)>,
     room: RoomContext,
+    /// Whether a user of another server is joined, when every joined member was read (not
+    /// for membership changes, which read only the members with rules of their own).
+    other_servers_joined: Option<bool>,
 }
 
 impl Audience {
@@ -279,6 +282,7 @@ impl Audience {
         };
         let mut on_defaults = Vec::new();
         let mut own = Vec::new();
+        let mut other_servers_joined = false;
         for (user, name, has_own_rules) in members {
             if user == sender {
                 continue;
@@ -287,6 +291,7 @@ impl Audience {
                 continue;
             };
             if user.server_name() != server_name {
+                other_servers_joined = true;
                 continue;
             }
             if has_own_rules {
@@ -320,7 +325,14 @@ impl Audience {
             on_defaults,
             with_own_rules,
             room,
+            other_servers_joined: (!silent_by_default).then_some(other_servers_joined),
         })
+    }
+
+    /// Whether a user of another server is joined to the room; `None` when not known (the
+    /// audience of a membership change reads only some members).
+    pub fn other_servers_joined(&self) -> Option<bool> {
+        self.other_servers_joined
     }
 
     /// The push action rows of a new event: one per member it notifies or counts as unread

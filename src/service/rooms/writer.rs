@@ -658,6 +658,7 @@ impl<'c> RoomWriter<'c> {
             relation
         });
         let member_target = event.state_key.filter(|_| event.kind == "m.room.member");
+        let for_other_servers = self.is_for_other_servers(audience.as_ref(), member_target);
         // The stored PDU of a redacted event is pruned: no reader (federation format,
         // stripped state, push, the directory) can serve what the redaction took away.
         let pruned = redaction
@@ -762,6 +763,15 @@ impl<'c> RoomWriter<'c> {
                 room_id.as_str()
             ),
             async {
+                match for_other_servers {
+                    true => {
+                        let channel = crate::service::notifier::FEDERATION_CHANNEL;
+                        store::notify(conn, channel, room_id.as_str()).await
+                    }
+                    false => Ok(()),
+                }
+            },
+            async {
                 match member_target {
                     // The target may not be in the room any more (kick, ban, rejected invite).
                     Some(target) => {
@@ -783,6 +793,25 @@ impl<'c> RoomWriter<'c> {
             event_id,
             stream_ordering,
         })
+    }
+
+    /// Whether a new event may go to other servers, so the federation sender is woken at
+    /// commit to queue it at once: a user of another server is joined (as the `audience` read
+    /// the room) or is the member event's target, or the audience does not know. The sender
+    /// passes over other events on its tick; a room's create event (no audience: nobody else
+    /// can be in the room yet) never leaves.
+    fn is_for_other_servers(
+        &self,
+        audience: Option<&Audience>,
+        member_target: Option<&str>,
+    ) -> bool {
+        let Some(audience) = audience else {
+            return false;
+        };
+        let target_elsewhere = member_target
+            .and_then(|target| UserId::parse(target).ok())
+            .is_some_and(|target| target.server_name() != self.server_name);
+        target_elsewhere || audience.other_servers_joined() != Some(false)
     }
 
     /// Checks a redaction: it is not state, names an event of this room, and its sender either
