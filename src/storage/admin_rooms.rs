@@ -162,7 +162,7 @@ const ROOM_FACTS: &str = "WITH facts AS (SELECT r.room_id, \
          WHERE s.room_id = r.room_id AND s.event_type = 'm.room.avatar' AND s.state_key = '') AS avatar, \
        (SELECT e.pdu #>> '{content,alias}' FROM room_current_state s JOIN events e ON e.event_id = s.event_id \
          WHERE s.room_id = r.room_id AND s.event_type = 'm.room.canonical_alias' AND s.state_key = '') AS canonical_alias, \
-       (SELECT count(*) FROM room_memberships m WHERE m.room_id = r.room_id AND m.membership = 'join') AS joined_members, \
+       COALESCE((SELECT c.members FROM room_member_counts c WHERE c.room_id = r.room_id AND c.membership = 'join'), 0) AS joined_members, \
        (SELECT count(*) FROM room_memberships m JOIN users u ON u.user_id = m.user_id \
          WHERE m.room_id = r.room_id AND m.membership = 'join') AS joined_local_members, \
        r.room_version AS version, r.creator, \
@@ -474,9 +474,9 @@ pub async fn get_room_deletions(
 }
 
 /// Deletes everything this server keeps of a room: its events and their edges, relations,
-/// push actions and pending sends, state, memberships, receipts, room account data, aliases,
-/// delayed events and sliding-sync rows. Reports and key backups stay (they are the
-/// reporters' and the users' own records). Run inside the caller's transaction, under the
+/// push actions and pending sends, state, memberships and their counts, receipts, room account
+/// data, aliases, delayed events and sliding-sync rows. Reports and key backups stay (they are
+/// the reporters' and the users' own records). Run inside the caller's transaction, under the
 /// room's lock.
 pub async fn purge_room(mut conn: &AsyncPgConnection, room_id: &str) -> QueryResult<()> {
     const STATEMENTS: &[&str] = &[
@@ -493,6 +493,8 @@ pub async fn purge_room(mut conn: &AsyncPgConnection, room_id: &str) -> QueryRes
         "DELETE FROM account_data WHERE room_id = $1",
         "DELETE FROM room_aliases WHERE room_id = $1",
         "DELETE FROM room_memberships WHERE room_id = $1",
+        // Zero now: the triggers counted the deletions down.
+        "DELETE FROM room_member_counts WHERE room_id = $1",
         "DELETE FROM room_current_state WHERE room_id = $1",
         "DELETE FROM events WHERE room_id = $1",
         // State groups (and by cascade their entries) go with the room.

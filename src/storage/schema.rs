@@ -355,6 +355,14 @@ diesel::table! {
 }
 
 diesel::table! {
+    room_member_counts (room_id, membership) {
+        room_id -> Text,
+        membership -> Text,
+        members -> Int8,
+    }
+}
+
+diesel::table! {
     room_memberships (room_id, user_id) {
         room_id -> Text,
         user_id -> Text,
@@ -714,6 +722,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     remote_server_keys,
     room_aliases,
     room_current_state,
+    room_member_counts,
     room_memberships,
     room_reports,
     rooms,

@@ -3,20 +3,22 @@
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::schema::room_memberships;
+use super::schema::room_member_counts;
 
-/// How many users hold `membership` in a room.
+/// How many users hold `membership` in a room (kept by triggers on `room_memberships`).
 pub async fn count_members(
     mut conn: &AsyncPgConnection,
     room_id: &str,
     membership: &str,
 ) -> QueryResult<i64> {
-    room_memberships::table
-        .filter(room_memberships::room_id.eq(room_id))
-        .filter(room_memberships::membership.eq(membership))
-        .count()
-        .get_result(&mut conn)
+    let members: Option<i64> = room_member_counts::table
+        .filter(room_member_counts::room_id.eq(room_id))
+        .filter(room_member_counts::membership.eq(membership))
+        .select(room_member_counts::members)
+        .first(&mut conn)
         .await
+        .optional()?;
+    Ok(members.unwrap_or(0))
 }
 
 /// Whether any user of `server_name` holds one of `memberships` in a room.

@@ -259,3 +259,77 @@ async fn an_upgrade_carries_bans_over_and_survives_an_upgrader_without_power_lev
     assert_eq!(ban["membership"], "ban");
     assert_eq!(ban["reason"], "spam");
 }
+
+/// Member counts (every sync's room summary, push rules' `room_member_count`, the directory)
+/// are rows kept by triggers as memberships change, not counts of the members: whichever path
+/// writes a membership, and a purge that deletes them, they stay equal to a recount.
+#[tokio::test]
+async fn member_counts_stay_equal_to_a_recount_through_every_membership_change() {
+    let server = TestServer::start().await;
+    let admin = server.create_admin("admin", "admin-password").await;
+    let alice = server.register("alice").await;
+    let [bob, carol, dave, eve, frank] =
+        ["bob", "carol", "dave", "eve", "frank"].map(|name| server.register(name));
+    let (bob, carol, dave, eve, frank) = tokio::join!(bob, carol, dave, eve, frank);
+    let room = alice
+        .create_room(
+            json!({ "preset": "public_chat", "visibility": "public", "invite": [dave.user_id] }),
+        )
+        .await;
+    let action =
+        |name: &'static str, user: &str| alice.room_action(&room, name, json!({ "user_id": user }));
+    bob.join(&room).await.ok();
+    carol.join(&room).await.ok();
+    action("kick", &carol.user_id).await.ok();
+    dave.room_action(&room, "leave", json!({})).await.ok();
+    action("ban", &eve.user_id).await.ok();
+    action("unban", &eve.user_id).await.ok();
+    action("ban", &eve.user_id).await.ok();
+    action("invite", &frank.user_id).await.ok();
+    alice
+        .put_state(
+            &room,
+            "m.room.member",
+            &bob.user_id,
+            json!({ "membership": "join", "displayname": "Bob B." }),
+        )
+        .await
+        .assert_error(403, "M_FORBIDDEN");
+    bob.put_state(
+        &room,
+        "m.room.member",
+        &bob.user_id,
+        json!({ "membership": "join", "displayname": "Bob B." }),
+    )
+    .await
+    .ok();
+
+    let recount_differs = "SELECT count(*) AS n FROM \
+        (SELECT room_id, membership, count(*) AS members FROM room_memberships GROUP BY 1, 2) r \
+        FULL JOIN (SELECT * FROM room_member_counts WHERE members <> 0) c USING (room_id, membership) \
+        WHERE r.members IS DISTINCT FROM c.members";
+    assert_eq!(server.count(recount_differs).await, 0);
+    let summary = &bob.sync(None, 0, None).await["rooms"]["join"][&room]["summary"];
+    assert_eq!(summary["m.joined_member_count"], 2, "{summary}");
+    assert_eq!(summary["m.invited_member_count"], 1, "{summary}");
+    let directory = bob.get("/_matrix/client/v3/publicRooms").await.ok();
+    assert_eq!(
+        directory["chunk"][0]["num_joined_members"], 2,
+        "{directory}"
+    );
+
+    admin
+        .delete(
+            &format!("/_synapse/admin/v1/rooms/{}", enc(&room)),
+            json!({}),
+        )
+        .await
+        .ok();
+    assert_eq!(server.count(recount_differs).await, 0);
+    assert_eq!(
+        server
+            .count("SELECT count(*) AS n FROM room_member_counts WHERE members <> 0")
+            .await,
+        0
+    );
+}
