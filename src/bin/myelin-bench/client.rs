@@ -131,6 +131,15 @@ impl User {
         call(&self.http, method, self.url(path), Some(&self.token), body).await
     }
 
+    /// The same user (same token) making its requests to another process of the server, at
+    /// `base` (a scale-out's processes share sessions).
+    pub fn on_process(&self, base: &str) -> User {
+        User {
+            base: base.to_owned(),
+            ..self.clone()
+        }
+    }
+
     /// The user an application service's token acts as (`None` for a logged-in user).
     pub fn appservice_user_id(&self) -> Option<&str> {
         self.acts_as.as_deref()

@@ -83,6 +83,11 @@ struct Cli {
     /// the big room's members, `@{prefix}big{n}`: scenario 12 registers them through it.
     #[arg(long)]
     appservice_token: Option<String>,
+    /// Other processes of the same server (a scale-out on one database), comma-separated:
+    /// scenarios 2 to 4 spread their senders and receivers over these and `--url`, and 3, 4
+    /// and 10 deliver each message through another process than the one that wrote it.
+    #[arg(long, value_delimiter = ',')]
+    process_urls: Vec<String>,
     /// Scenario 14: a shell command that stops the server, starts it again in the background
     /// and prints the new process's ID (run with `sh -c` after the big database is loaded).
     #[arg(long)]
@@ -183,6 +188,8 @@ struct Bench {
     database_url: Option<String>,
     /// The server's database, when given: scenario 11 loads its history through it.
     loader_url: Option<String>,
+    /// Every process of the server: `--url` first, then `--process-urls`.
+    processes: Vec<String>,
 }
 
 impl Bench {
@@ -207,9 +214,15 @@ impl Bench {
     }
 
     /// Two new users, a sender and a receiver, both in a public room the sender made.
+    /// The same user on the server's process number `n` (counted round the processes).
+    fn on_process(&self, user: User, n: usize) -> User {
+        user.on_process(&self.processes[n % self.processes.len()])
+    }
+
+    /// Two users in a new room: a sender on the first process and a receiver on the next.
     async fn pair_in_room(&self, role: &str) -> Result<(User, User, String), Failure> {
         let mut users = self.users(role, 2).await?;
-        let (sender, receiver) = (users.remove(0), users.remove(0));
+        let (sender, receiver) = (users.remove(0), self.on_process(users.remove(0), 1));
         let room = sender
             .create_room(json!({ "preset": "public_chat" }))
             .await?;
@@ -358,8 +371,17 @@ async fn fill_gap(
 /// Scenarios 2 and 4: users send concurrently, each into their own room, while receivers in
 /// every room check that every message arrives exactly once, in one order for all.
 async fn concurrent_sends(bench: &Bench, counts: &Counts) -> Result<(Value, Value, bool), Failure> {
-    let senders = bench.users("conc", counts.concurrent_users).await?;
-    let receivers = bench.users("recv", counts.receivers).await?;
+    // Over a scale-out's processes: sender i on process i, receiver j on process j + 1.
+    let senders: Vec<User> = (bench.users("conc", counts.concurrent_users).await?)
+        .into_iter()
+        .enumerate()
+        .map(|(i, user)| bench.on_process(user, i))
+        .collect();
+    let receivers: Vec<User> = (bench.users("recv", counts.receivers).await?)
+        .into_iter()
+        .enumerate()
+        .map(|(j, user)| bench.on_process(user, j + 1))
+        .collect();
     let mut rooms = Vec::new();
     for sender in &senders {
         let room = sender
@@ -833,11 +855,20 @@ async fn main() -> ExitCode {
         prefix: format!("b{:x}", rand::random::<u32>()),
         database_url: cli.database_url.clone().filter(|_| !cli.no_analyze),
         loader_url: cli.database_url.clone(),
+        processes: std::iter::once(&cli.url)
+            .chain(&cli.process_urls)
+            .map(|url| url.trim_end_matches('/').to_owned())
+            .collect(),
     };
     let idle_rss = rss_kib(cli.pid, "VmRSS:");
     let db_before = database_size(cli.database_url.as_deref()).await;
     let result = async {
-        let mut report = json!({ "label": cli.label, "server_name": cli.server_name, "url": bench.url });
+        let mut report = json!({
+            "label": cli.label,
+            "server_name": cli.server_name,
+            "url": bench.url,
+            "processes": bench.processes.len(),
+        });
         let runs = |name: &str| cli.only.is_empty() || cli.only.iter().any(|o| o == name);
         let mut complete = true;
         let mut messages_so_far = 0;
