@@ -10,6 +10,11 @@ CREATE TABLE room_member_counts (
     PRIMARY KEY (room_id, membership)
 );
 
+-- No membership may change between the counting and the triggers' creation (another process
+-- of a scale-out may be writing): the lock waits for its writes and holds off new ones until
+-- this migration commits.
+LOCK TABLE room_memberships IN SHARE ROW EXCLUSIVE MODE;
+
 INSERT INTO room_member_counts (room_id, membership, members)
 SELECT room_id, membership, count(*) FROM room_memberships GROUP BY room_id, membership;
 
