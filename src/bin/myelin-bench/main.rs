@@ -213,16 +213,27 @@ impl Bench {
         }
     }
 
-    /// Two new users, a sender and a receiver, both in a public room the sender made.
-    /// The same user on the server's process number `n` (counted round the processes).
-    fn on_process(&self, user: User, n: usize) -> User {
-        user.on_process(&self.processes[n % self.processes.len()])
+    /// `n` new users, user i making its requests to the server's process `first + i` (counted
+    /// round the processes of a scale-out; all to `--url` without `--process-urls`).
+    async fn users_on_processes(
+        &self,
+        role: &str,
+        n: usize,
+        first: usize,
+    ) -> Result<Vec<User>, Failure> {
+        let processes = &self.processes;
+        Ok((self.users(role, n).await?)
+            .into_iter()
+            .enumerate()
+            .map(|(i, user)| user.on_process(&processes[(first + i) % processes.len()]))
+            .collect())
     }
 
-    /// Two users in a new room: a sender on the first process and a receiver on the next.
+    /// Two new users, a sender and a receiver, both in a public room the sender made: the
+    /// sender on the first process, the receiver on the next.
     async fn pair_in_room(&self, role: &str) -> Result<(User, User, String), Failure> {
-        let mut users = self.users(role, 2).await?;
-        let (sender, receiver) = (users.remove(0), self.on_process(users.remove(0), 1));
+        let mut users = self.users_on_processes(role, 2, 0).await?;
+        let (sender, receiver) = (users.remove(0), users.remove(0));
         let room = sender
             .create_room(json!({ "preset": "public_chat" }))
             .await?;
@@ -372,16 +383,12 @@ async fn fill_gap(
 /// every room check that every message arrives exactly once, in one order for all.
 async fn concurrent_sends(bench: &Bench, counts: &Counts) -> Result<(Value, Value, bool), Failure> {
     // Over a scale-out's processes: sender i on process i, receiver j on process j + 1.
-    let senders: Vec<User> = (bench.users("conc", counts.concurrent_users).await?)
-        .into_iter()
-        .enumerate()
-        .map(|(i, user)| bench.on_process(user, i))
-        .collect();
-    let receivers: Vec<User> = (bench.users("recv", counts.receivers).await?)
-        .into_iter()
-        .enumerate()
-        .map(|(j, user)| bench.on_process(user, j + 1))
-        .collect();
+    let senders = bench
+        .users_on_processes("conc", counts.concurrent_users, 0)
+        .await?;
+    let receivers = bench
+        .users_on_processes("recv", counts.receivers, 1)
+        .await?;
     let mut rooms = Vec::new();
     for sender in &senders {
         let room = sender
