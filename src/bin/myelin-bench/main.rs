@@ -88,6 +88,10 @@ struct Cli {
     /// and 10 deliver each message through another process than the one that wrote it.
     #[arg(long, value_delimiter = ',')]
     process_urls: Vec<String>,
+    /// Scenario 2's long-polling receivers, instead of the scale's count; 0 measures the
+    /// concurrent sends alone, with no sync woken by them.
+    #[arg(long)]
+    receivers: Option<usize>,
     /// Scenario 14: a shell command that stops the server, starts it again in the background
     /// and prints the new process's ID (run with `sh -c` after the big database is loaded).
     #[arg(long)]
@@ -356,10 +360,24 @@ async fn fill_gap(
     room: &Value,
     last_seen: Option<String>,
 ) -> Result<Vec<String>, Failure> {
-    let mut from = room["timeline"]["prev_batch"].as_str().map(str::to_owned);
-    let mut gap = Vec::new();
-    'paging: while let Some(token) = from {
-        let page = receiver.messages(room_id, Some(&token), 100).await?;
+    match room["timeline"]["prev_batch"].as_str() {
+        Some(token) => loaded_events_back_to(receiver, room_id, Some(token), last_seen).await,
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The benchmark's load messages of a room from `from` (the room's end when `None`) back to
+/// `last_seen` (the room's start when `None`), oldest first.
+async fn loaded_events_back_to(
+    reader: &User,
+    room_id: &str,
+    from: Option<&str>,
+    last_seen: Option<String>,
+) -> Result<Vec<String>, Failure> {
+    let mut from = from.map(str::to_owned);
+    let mut events = Vec::new();
+    'paging: loop {
+        let page = reader.messages(room_id, from.as_deref(), 100).await?;
         for event in page["chunk"].as_array().into_iter().flatten() {
             let id = event["event_id"].as_str().unwrap_or_default().to_owned();
             if Some(&id) == last_seen.as_ref() {
@@ -370,17 +388,21 @@ async fn fill_gap(
                     .as_str()
                     .is_some_and(|b| b.starts_with("load "))
             {
-                gap.push(id);
+                events.push(id);
             }
         }
-        from = page["end"].as_str().map(str::to_owned);
+        match page["end"].as_str() {
+            Some(end) => from = Some(end.to_owned()),
+            None => break,
+        }
     }
-    gap.reverse();
-    Ok(gap)
+    events.reverse();
+    Ok(events)
 }
 
 /// Scenarios 2 and 4: users send concurrently, each into their own room, while receivers in
-/// every room check that every message arrives exactly once, in one order for all.
+/// every room check that every message arrives exactly once, in one order for all. With no
+/// receivers (sends alone, nothing woken), each sender reads its room's history back instead.
 async fn concurrent_sends(bench: &Bench, counts: &Counts) -> Result<(Value, Value, bool), Failure> {
     // Over a scale-out's processes: sender i on process i, receiver j on process j + 1.
     let senders = bench
@@ -442,10 +464,23 @@ async fn concurrent_sends(bench: &Bench, counts: &Counts) -> Result<(Value, Valu
     let mut send_summary = samples.summary();
     send_summary["messages_per_s"] = json!(round(expected as f64 / elapsed.as_secs_f64()));
 
+    let mut readings = Vec::new();
+    for follower in followers {
+        readings.push(follower.await.map_err(|e| e.to_string())??);
+    }
+    if receivers.is_empty() {
+        let mut history = HashMap::new();
+        for (sender, room) in senders.iter().zip(&rooms) {
+            history.insert(
+                room.clone(),
+                loaded_events_back_to(sender, room, None, None).await?,
+            );
+        }
+        readings.push(history);
+    }
     let mut delivered_ok = 0usize;
     let mut problems = Vec::new();
-    for follower in followers {
-        let seen = follower.await.map_err(|e| e.to_string())??;
+    for seen in readings {
         for (room, ids) in &sent {
             let got = seen.get(room).cloned().unwrap_or_default();
             let unique: HashSet<&String> = got.iter().collect();
@@ -463,7 +498,7 @@ async fn concurrent_sends(bench: &Bench, counts: &Counts) -> Result<(Value, Valu
             }
         }
     }
-    let total = expected * counts.receivers;
+    let total = expected * counts.receivers.max(1);
     let complete = problems.is_empty();
     let completeness = json!({
         "receivers": counts.receivers,
@@ -850,7 +885,8 @@ fn print_table(label: &str, report: &Value) {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let counts = Counts::of(cli.scale);
+    let mut counts = Counts::of(cli.scale);
+    counts.receivers = cli.receivers.unwrap_or(counts.receivers);
     // One socket per parked connection of scenario 10.
     myelin::limits::raise_open_files_limit();
     let bench = Bench {
