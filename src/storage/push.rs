@@ -242,7 +242,7 @@ pub struct UnreadCounts {
 /// The part of a query that says whether the push action `a` is after the user's read
 /// position: their latest receipt, public or private, unthreaded or for the action's thread
 /// (`main` for the main timeline).
-pub(super) const AFTER_READ_POSITION: &str = "a.stream_ordering > COALESCE((
+const AFTER_READ_POSITION: &str = "a.stream_ordering > COALESCE((
         SELECT MAX(r.event_stream) FROM receipts r
         WHERE r.room_id = a.room_id AND r.user_id = a.user_id
           AND r.thread_id IN ('', CASE WHEN a.thread_id = '' THEN 'main' ELSE a.thread_id END)
@@ -251,26 +251,20 @@ pub(super) const AFTER_READ_POSITION: &str = "a.stream_ordering > COALESCE((
 /// A user's unread counts in the given rooms, per thread, over events up to `up_to`. Counted
 /// at read time from the push actions after the read position, so they are exact whatever
 /// order receipts and events commit in.
+///
+/// Each room's actions are read by index from its read position on, not from the room's
+/// start: the main timeline's from its latest receipt, unthreaded or `main`; threads' (a
+/// partial index holds only their actions) from the latest unthreaded receipt, each then
+/// checked against its own thread's receipt. So a sync's cost follows what is unread, not
+/// the history a member has read. The plan is the same for any number of rooms (one indexed
+/// lookup each), so the statement is prepared once.
 pub async fn get_unread_counts(
     mut conn: &AsyncPgConnection,
     user_id: &str,
     room_ids: &[String],
     up_to: i64,
 ) -> QueryResult<Vec<UnreadCounts>> {
-    // One room (an incremental sync's usual case) is a prepared statement: planning the
-    // statement afresh cost more than running it. Many rooms stay `sql_query`, whose plan
-    // follows the number of rooms (see `cached_sql`).
-    if let [room_id] = room_ids {
-        static ONE_ROOM: std::sync::LazyLock<String> =
-            std::sync::LazyLock::new(|| unread_counts_sql("a.room_id = $2"));
-        return super::cached_sql(ONE_ROOM.as_str())
-            .bind::<Text, _>(user_id)
-            .bind::<Text, _>(room_id)
-            .bind::<BigInt, _>(up_to)
-            .load(&mut conn)
-            .await;
-    }
-    diesel::sql_query(unread_counts_sql("a.room_id = ANY($2)"))
+    super::cached_sql(UNREAD_COUNTS)
         .bind::<Text, _>(user_id)
         .bind::<Array<Text>, _>(room_ids)
         .bind::<BigInt, _>(up_to)
@@ -278,19 +272,37 @@ pub async fn get_unread_counts(
         .await
 }
 
-/// The unread-counts query with its room condition (`$2`).
-fn unread_counts_sql(rooms: &str) -> String {
-    format!(
-        "SELECT a.room_id, a.thread_id,
-                COUNT(*) FILTER (WHERE a.notify) AS notifications,
-                COUNT(*) FILTER (WHERE a.highlight) AS highlights,
-                COUNT(*) FILTER (WHERE a.unread) AS unread
-         FROM event_push_actions a
-         WHERE a.user_id = $1 AND {rooms} AND a.stream_ordering <= $3
-           AND {AFTER_READ_POSITION}
-         GROUP BY a.room_id, a.thread_id"
+const UNREAD_COUNTS: &str = "
+    WITH read_up_to AS (
+        SELECT q.room_id,
+               COALESCE((SELECT MAX(r.event_stream) FROM receipts r
+                         WHERE r.room_id = q.room_id AND r.user_id = $1
+                           AND r.thread_id = ''), 0) AS everything,
+               COALESCE((SELECT MAX(r.event_stream) FROM receipts r
+                         WHERE r.room_id = q.room_id AND r.user_id = $1
+                           AND r.thread_id IN ('', 'main')), 0) AS main_timeline
+        FROM unnest($2::TEXT[]) AS q (room_id)
     )
-}
+    SELECT a.room_id, a.thread_id,
+           COUNT(*) FILTER (WHERE a.notify) AS notifications,
+           COUNT(*) FILTER (WHERE a.highlight) AS highlights,
+           COUNT(*) FILTER (WHERE a.unread) AS unread
+    FROM read_up_to p
+    CROSS JOIN LATERAL (
+        SELECT a.room_id, a.thread_id, a.notify, a.highlight, a.unread
+        FROM event_push_actions a
+        WHERE a.user_id = $1 AND a.room_id = p.room_id AND a.thread_id = ''
+          AND a.stream_ordering > p.main_timeline AND a.stream_ordering <= $3
+        UNION ALL
+        SELECT a.room_id, a.thread_id, a.notify, a.highlight, a.unread
+        FROM event_push_actions a
+        WHERE a.user_id = $1 AND a.room_id = p.room_id AND a.thread_id <> ''
+          AND a.stream_ordering > p.everything AND a.stream_ordering <= $3
+          AND a.stream_ordering > COALESCE((SELECT MAX(r.event_stream) FROM receipts r
+                                            WHERE r.room_id = a.room_id AND r.user_id = $1
+                                              AND r.thread_id = a.thread_id), 0)
+    ) a
+    GROUP BY a.room_id, a.thread_id";
 
 /// One entry of a user's notification history.
 #[derive(Debug, Clone, QueryableByName)]

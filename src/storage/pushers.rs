@@ -179,25 +179,42 @@ pub async fn get_pending_notifications(
 }
 
 #[derive(QueryableByName)]
-struct Count {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    n: i64,
+struct RoomRow {
+    #[diesel(sql_type = Text)]
+    room_id: String,
 }
 
 /// The badge a push carries: how many rooms have unread notifications (as Synapse counts).
+/// The rooms a user has push actions in are found by skipping through the primary key (one
+/// lookup per room), then each is counted from its read position on: the cost follows the
+/// user's rooms and what is unread, not every notification they ever had.
 pub async fn count_rooms_with_notifications(
     mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<i64> {
-    let count: Count = diesel::sql_query(format!(
-        "SELECT COUNT(DISTINCT a.room_id) AS n FROM event_push_actions a
-         WHERE a.user_id = $1 AND a.notify AND {}",
-        super::push::AFTER_READ_POSITION
-    ))
+    let rooms: Vec<RoomRow> = super::cached_sql(
+        "WITH RECURSIVE rooms (room_id) AS (
+             (SELECT room_id FROM event_push_actions WHERE user_id = $1
+              ORDER BY room_id LIMIT 1)
+             UNION ALL
+             SELECT (SELECT a.room_id FROM event_push_actions a
+                     WHERE a.user_id = $1 AND a.room_id > r.room_id
+                     ORDER BY a.room_id LIMIT 1)
+             FROM rooms r WHERE r.room_id IS NOT NULL
+         )
+         SELECT room_id FROM rooms WHERE room_id IS NOT NULL",
+    )
     .bind::<Text, _>(user_id)
-    .get_result(&mut conn)
+    .load(&mut conn)
     .await?;
-    Ok(count.n)
+    let rooms: Vec<String> = rooms.into_iter().map(|row| row.room_id).collect();
+    let counts = super::push::get_unread_counts(conn, user_id, &rooms, i64::MAX).await?;
+    let notifying: std::collections::HashSet<&str> = counts
+        .iter()
+        .filter(|count| count.notifications > 0)
+        .map(|count| count.room_id.as_str())
+        .collect();
+    Ok(notifying.len() as i64)
 }
 
 /// Pushers with notifications after their progress mark.

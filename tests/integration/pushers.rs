@@ -448,3 +448,36 @@ async fn a_user_has_at_most_100_pushers() {
         .await
         .ok();
 }
+
+#[tokio::test]
+async fn the_badge_counts_rooms_with_unread_notifications_after_each_read_position() {
+    let (_server, gateway, alice, bob, first_room) = setup(Behaviour::FailFirst(0)).await;
+    let second_room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&second_room).await.ok();
+    let event_id = |response: Value| response["event_id"].as_str().unwrap().to_owned();
+    // Each push waited for: the badge is counted when the push is sent.
+    let within = Duration::from_secs(20);
+    let read = event_id(alice.send_text(&first_room, "1", "one").await.ok());
+    gateway.wait_for(1, within).await;
+    alice.send_text(&second_room, "2", "two").await.ok();
+    gateway.wait_for(2, within).await;
+    // Bob reads the first room to its end: the next push counts the second room alone.
+    bob.post(
+        &format!(
+            "/_matrix/client/v3/rooms/{}/receipt/m.read/{}",
+            crate::support::client::enc(&first_room),
+            crate::support::client::enc(&read)
+        ),
+        json!({}),
+    )
+    .await
+    .ok();
+    alice.send_text(&second_room, "3", "three").await.ok();
+
+    let received = gateway.wait_for(3, within).await;
+    let badges: Vec<&Value> = received
+        .iter()
+        .map(|request| &request["notification"]["counts"]["unread"])
+        .collect();
+    assert_eq!(badges, [&json!(1), &json!(2), &json!(1)], "{received:?}");
+}

@@ -331,6 +331,114 @@ async fn thread_replies_are_counted_per_thread_when_the_filter_asks() {
     assert_eq!(counts(&bob, &room).await, (0, 0, 0));
 }
 
+/// Asserts that `reader`'s threaded sync view of `room` equals a recount of the stored push
+/// actions after each one's read position as defined per action: the latest receipt,
+/// unthreaded or of the action's own thread (`main` for the main timeline). Returns the
+/// room's unread count.
+async fn assert_counts_equal_a_recount(
+    server: &TestServer,
+    reader: &Client,
+    room: &str,
+    threads: &[&str],
+) -> i64 {
+    let filter = json!({ "room": { "timeline": { "unread_thread_notifications": true } } });
+    let sync = reader.sync(None, 0, Some(&filter.to_string())).await;
+    let section = &sync["rooms"]["join"][room];
+    let recount = |thread: &str, column: &str| {
+        format!(
+            "SELECT COUNT(*) AS n FROM event_push_actions a
+             WHERE a.user_id = '{}' AND a.room_id = '{room}' AND a.thread_id = '{thread}'
+               AND a.{column}
+               AND a.stream_ordering > COALESCE((
+                   SELECT MAX(r.event_stream) FROM receipts r
+                   WHERE r.room_id = a.room_id AND r.user_id = a.user_id
+                     AND r.thread_id IN ('', CASE WHEN a.thread_id = '' THEN 'main'
+                                                  ELSE a.thread_id END)), 0)",
+            reader.user_id
+        )
+    };
+    let main = &section["unread_notifications"];
+    assert_eq!(
+        main["notification_count"],
+        server.count(&recount("", "notify")).await
+    );
+    assert_eq!(
+        main["highlight_count"],
+        server.count(&recount("", "highlight")).await
+    );
+    let mut unread = server.count(&recount("", "unread")).await;
+    for thread in threads {
+        let notifications = server.count(&recount(thread, "notify")).await;
+        let highlights = server.count(&recount(thread, "highlight")).await;
+        let expected = match notifications + highlights {
+            0 => Value::Null,
+            _ => json!({ "notification_count": notifications, "highlight_count": highlights }),
+        };
+        assert_eq!(
+            section["unread_thread_notifications"][*thread], expected,
+            "thread {thread}"
+        );
+        unread += server.count(&recount(thread, "unread")).await;
+    }
+    assert_eq!(section["org.matrix.msc2654.unread_count"], unread);
+    unread
+}
+
+#[tokio::test]
+async fn counts_equal_a_recount_through_receipts_of_every_kind_and_thread() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let reply = |root: &str, n: u32| {
+        json!({
+            "msgtype": "m.text",
+            "body": format!("reply {n}"),
+            "m.relates_to": { "rel_type": "m.thread", "event_id": root },
+        })
+    };
+    let first = text(&alice, &room, "m1", "one").await;
+    let root1 = text(&alice, &room, "root1", "thread one").await;
+    let reply1a = send(&alice, &room, "r1a", reply(&root1, 1)).await;
+    let root2 = text(&alice, &room, "root2", "thread two").await;
+    text(&alice, &room, "m2", "two").await;
+    send(&alice, &room, "r1b", reply(&root1, 2)).await;
+    send(&alice, &room, "r2a", reply(&root2, 3)).await;
+    let mention = json!({
+        "msgtype": "m.text",
+        "body": "bob?",
+        "m.mentions": { "user_ids": [bob.user_id] },
+    });
+    let mention = send(&alice, &room, "mention", mention).await;
+    let reply2b = send(&alice, &room, "r2b", reply(&root2, 4)).await;
+    let last = text(&alice, &room, "m3", "three").await;
+    let threads = [root1.as_str(), root2.as_str()];
+    assert_eq!(
+        assert_counts_equal_a_recount(&server, &bob, &room, &threads).await,
+        10
+    );
+
+    let receipts = [
+        // Thread one read partway.
+        ("m.read", &reply1a, Some(root1.as_str())),
+        // The main timeline, privately, past replies of both threads still unread.
+        ("m.read.private", &mention, Some("main")),
+        // Unthreaded, behind both.
+        ("m.read", &first, None),
+        // Thread two to its end.
+        ("m.read", &reply2b, Some(root2.as_str())),
+        // Unthreaded and private, past thread one's last reply.
+        ("m.read.private", &mention, None),
+        ("m.read", &last, Some("main")),
+        ("m.read", &last, None),
+    ];
+    let mut left = Vec::new();
+    for (kind, event, thread) in receipts {
+        receipt(&bob, &room, kind, event, thread).await;
+        left.push(assert_counts_equal_a_recount(&server, &bob, &room, &threads).await);
+    }
+    // What each receipt left unread: six main-timeline messages, two replies in each thread.
+    assert_eq!(left, [9, 4, 4, 2, 1, 0, 0]);
+}
+
 #[tokio::test]
 async fn recomputed_counts_match_the_maintained_ones() {
     let server = TestServer::start().await;

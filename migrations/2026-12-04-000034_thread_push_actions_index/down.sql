@@ -1,0 +1,1 @@
+DROP INDEX event_push_actions_threads_idx;
