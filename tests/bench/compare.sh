@@ -11,6 +11,8 @@
 # scratch directory, not BENCHMARKS.md, which always holds a whole run.
 # NO_ANALYZE=1 skips myelin-bench's VACUUM ANALYZE after each set-up (plans on the statistics each
 # server keeps, as on a server just filled); its report also goes to the scratch directory.
+# BENCH_ARGS adds myelin-bench arguments for both servers (e.g. "--big-account-members 30");
+# its report also goes to the scratch directory.
 # Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres), pgbench.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +21,8 @@ scale="${1:-full}"
 bench_args=()
 [ -n "${2:-}" ] && bench_args=(--only "$2")
 [ -n "${NO_ANALYZE:-}" ] && bench_args+=(--no-analyze)
+# shellcheck disable=SC2206 # word splitting of BENCH_ARGS is meant
+[ -n "${BENCH_ARGS:-}" ] && bench_args+=($BENCH_ARGS)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
 export PGHOST="${PGHOST:-127.0.0.1}" PGUSER="${PGUSER:-postgres}"
 work="$(mktemp -d /tmp/myelin-compare.XXXXXX)"
