@@ -74,8 +74,9 @@ pub type Conn = Object<AsyncPgConnection>;
 /// in a pipeline the parse is a round trip during which nothing else is sent. The text must
 /// not vary between runs (values go in binds), or every variant would stay cached. Only for
 /// statements whose plan does not depend on the values: after five runs PostgreSQL may
-/// switch a prepared statement to a generic plan, which for the big joins (unread counts,
-/// presence, device lists, search) was many times slower, so those stay `sql_query`.
+/// switch a prepared statement to a generic plan, which for the big joins (presence, device
+/// lists, search) was many times slower, so those stay `sql_query`. A statement made of one
+/// indexed lookup per element of an array (unread counts) has one plan for any length.
 pub fn cached_sql(sql: impl Into<std::borrow::Cow<'static, str>>) -> CachedSql {
     CachedSql(sql.into())
 }
