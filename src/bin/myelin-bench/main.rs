@@ -338,11 +338,7 @@ async fn follow(
     let mut sync = receiver.sync(None, Duration::ZERO, Some(&filter)).await?;
     let mut seen: HashMap<String, Vec<String>> = HashMap::new();
     // The first sync's timelines count too: under load it may answer after the first sends.
-    for (room_id, event_id, body) in timeline_events(&sync) {
-        if body.starts_with("load ") {
-            seen.entry(room_id).or_default().push(event_id);
-        }
-    }
+    add_loaded_events(&mut seen, &sync);
     let in_first_sync = seen.values().map(Vec::len).sum();
     let mut since = next_batch(&sync);
     while seen.values().map(Vec::len).sum::<usize>() < expected && Instant::now() < deadline {
@@ -357,13 +353,18 @@ async fn follow(
                 events.extend(gap);
             }
         }
-        for (room_id, event_id, body) in timeline_events(&sync) {
-            if body.starts_with("load ") {
-                seen.entry(room_id).or_default().push(event_id);
-            }
-        }
+        add_loaded_events(&mut seen, &sync);
     }
     Ok((seen, in_first_sync))
+}
+
+/// Appends a sync response's load messages to what a receiver has seen, per room.
+fn add_loaded_events(seen: &mut HashMap<String, Vec<String>>, sync: &Value) {
+    for (room_id, event_id, body) in timeline_events(sync) {
+        if body.starts_with("load ") {
+            seen.entry(room_id).or_default().push(event_id);
+        }
+    }
 }
 
 /// The events between the last one seen and a limited timeline's start, oldest first.
