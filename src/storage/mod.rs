@@ -11,6 +11,7 @@ pub mod admin_rooms;
 pub mod admin_users;
 pub mod appservice;
 pub mod backup;
+pub mod client_events;
 pub mod consistency;
 pub mod dag;
 pub mod dehydrated_devices;

@@ -648,3 +648,172 @@ async fn sync_filters_select_types_senders_urls_and_fields() {
         "{state:?}"
     );
 }
+
+/// `value` without any `age` (it moves between two reads).
+fn without_ages(mut value: Value) -> Value {
+    match &mut value {
+        Value::Object(map) => {
+            map.remove("age");
+            for (_, v) in map.iter_mut() {
+                *v = without_ages(v.take());
+            }
+        }
+        Value::Array(items) => {
+            for v in items.iter_mut() {
+                *v = without_ages(v.take());
+            }
+        }
+        _ => {}
+    }
+    value
+}
+
+#[tokio::test]
+async fn a_full_state_sync_serves_each_state_event_as_the_event_endpoint_does() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "name": "State" }))
+        .await;
+    bob.join(&room).await.ok();
+    let avatar = json!({ "url": format!("mxc://{}/avatar", server_name()) });
+    alice
+        .put_state(&room, "m.room.avatar", "", avatar)
+        .await
+        .ok();
+    let tricky = json!({
+        "text": "quote \" backslash \\ tab \t accent é emoji 🎉 control \u{1}",
+        "big": 9007199254740991_i64,
+        "negative": -5,
+        "nested": { "list": [1, { "none": null }], "yes": true, "empty": {} },
+    });
+    alice
+        .put_state(
+            &room,
+            "com.example.tricky",
+            "key with spaces",
+            tricky.clone(),
+        )
+        .await
+        .ok();
+    let topic = alice
+        .put_state(&room, "m.room.topic", "", json!({ "topic": "secret" }))
+        .await
+        .ok();
+    let topic_id = topic["event_id"].as_str().unwrap();
+    let redact = format!(
+        "/_matrix/client/v3/rooms/{}/redact/{}/r1",
+        enc(&room),
+        enc(topic_id)
+    );
+    alice.put(&redact, json!({ "reason": "oops" })).await.ok();
+
+    // Timeline limit 1: the state section holds all but the redaction.
+    let one = json!({ "room": { "timeline": { "limit": 1 } } });
+    let full = bob.sync(None, 0, Some(&one.to_string())).await;
+    let state = full["rooms"]["join"][&room]["state"]["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let current = bob
+        .get(&format!("/_matrix/client/v3/rooms/{}/state", enc(&room)))
+        .await
+        .ok();
+    let mut served: Vec<&str> = state
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect();
+    let mut expected: Vec<&str> = current
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect();
+    // The sync's state ends before its timeline (the redaction, not a state event).
+    let timeline_ids: Vec<&str> = timeline(&full, &room)
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect();
+    expected.retain(|id| !timeline_ids.contains(id));
+    served.sort();
+    expected.sort();
+    assert_eq!(served, expected);
+    let members = bob
+        .get(&format!("/_matrix/client/v3/rooms/{}/members", enc(&room)))
+        .await
+        .ok();
+    let members = members["chunk"].as_array().unwrap();
+    assert_eq!(members.len(), 2, "{members:?}");
+    let left = bob
+        .get(&format!(
+            "/_matrix/client/v3/rooms/{}/members?membership=leave",
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(left["chunk"], json!([]));
+    // Each read path that serves state as its parts serves what `/event` serves.
+    for event in state
+        .iter()
+        .chain(current.as_array().unwrap())
+        .chain(members)
+    {
+        let alone = bob
+            .get_event(&room, event["event_id"].as_str().unwrap())
+            .await
+            .ok();
+        assert_eq!(without_ages(event.clone()), without_ages(alone), "{event}");
+        assert!(event["unsigned"]["age"].as_i64().is_some(), "{event}");
+    }
+    let of_type = |kind: &str| {
+        state
+            .iter()
+            .find(|e| e["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {state:?}"))
+            .clone()
+    };
+    assert_eq!(of_type("com.example.tricky")["content"], tricky);
+    assert_eq!(
+        of_type("com.example.tricky")["state_key"],
+        "key with spaces"
+    );
+    let redacted = of_type("m.room.topic");
+    assert_eq!(redacted["content"], json!({}));
+    assert_eq!(
+        redacted["unsigned"]["redacted_because"]["content"]["reason"],
+        "oops"
+    );
+
+    // Filters apply to state read as its parts as they do to whole events.
+    let state_with = |mut filter: Value| {
+        let bob = bob.clone();
+        let room = room.clone();
+        filter["room"]["timeline"] = json!({ "limit": 1 });
+        async move {
+            let sync = bob.sync(None, 0, Some(&filter.to_string())).await;
+            sync["rooms"]["join"][&room]["state"]["events"]
+                .as_array()
+                .unwrap()
+                .clone()
+        }
+    };
+    let with_url = state_with(json!({ "room": { "state": { "contains_url": true } } })).await;
+    let types: Vec<&str> = with_url
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, vec!["m.room.avatar"]);
+    let without_url = state_with(json!({ "room": { "state": { "contains_url": false } } })).await;
+    assert_eq!(without_url.len(), state.len() - 1);
+    assert!(without_url.iter().all(|e| e["type"] != "m.room.avatar"));
+    let fields = state_with(json!({
+        "event_fields": ["type", "content.text"],
+        "room": { "state": { "types": ["com.example.tricky"] } },
+    }))
+    .await;
+    assert_eq!(
+        fields,
+        vec![json!({ "type": "com.example.tricky", "content": { "text": tricky["text"] } })]
+    );
+}

@@ -18,6 +18,7 @@ use ruma::{
         },
         Direction,
     },
+    serde::Raw,
     EventId, MilliSecondsSinceUnixEpoch, UInt,
 };
 use serde_json::Value;
@@ -134,7 +135,7 @@ pub async fn get_state_route(
         .rooms
         .room_state(&caller.user_id, &body.body.room_id)
         .await?;
-    Ok(get_state::Response::new(events.iter().map(to_raw).collect::<Result<_>>()?).into())
+    Ok(get_state::Response::new(events.into_iter().map(Raw::from_json).collect()).into())
 }
 
 /// `GET /_matrix/client/v3/rooms/{roomId}/state/{eventType}/{stateKey}`

@@ -392,7 +392,7 @@ pub async fn members_route(
                 .transpose()?,
         )
         .await?;
-    let chunk = events.iter().map(to_raw).collect::<Result<_>>()?;
+    let chunk = events.into_iter().map(Raw::from_json).collect();
     Ok(members::Response::new(chunk).into())
 }
 

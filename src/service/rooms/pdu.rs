@@ -11,7 +11,10 @@ use ruma::{
 use serde::Deserialize;
 use serde_json::{value::RawValue as RawJsonValue, Map, Value};
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    storage::client_events::ClientEventParts,
+};
 
 /// Largest PDU we create, in bytes of canonical JSON. The spec allows 65,536, but ruma's
 /// format check (and so every ruma-based server) drops anything over 65,535: one byte less
@@ -315,6 +318,51 @@ pub fn client_event(
     }
     event.insert("unsigned".into(), Value::Object(unsigned));
     Value::Object(event)
+}
+
+/// The client-format event of an unredacted event read as its parts, written as JSON text
+/// without building a tree: what [`client_event`] makes of the same event. Not for redacted
+/// events or redactions (their client form needs the whole PDU); `None` for those.
+pub fn client_event_from_parts(
+    parts: ClientEventParts,
+    now: i64,
+) -> Result<Option<Box<RawJsonValue>>> {
+    if parts.redacted_by.is_some() || parts.event_type == "m.room.redaction" {
+        return Ok(None);
+    }
+    #[derive(serde::Serialize)]
+    struct Unsigned {
+        age: i64,
+    }
+    #[derive(serde::Serialize)]
+    struct Event<'a> {
+        content: &'a RawJsonValue,
+        event_id: &'a str,
+        origin_server_ts: i64,
+        room_id: &'a str,
+        sender: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        state_key: Option<&'a str>,
+        #[serde(rename = "type")]
+        kind: &'a str,
+        unsigned: Unsigned,
+    }
+    let content = RawJsonValue::from_string(parts.content).map_err(Error::internal)?;
+    let event = Event {
+        content: &content,
+        event_id: &parts.event_id,
+        origin_server_ts: parts.origin_server_ts,
+        room_id: &parts.room_id,
+        sender: &parts.sender,
+        state_key: parts.state_key.as_deref(),
+        kind: &parts.event_type,
+        unsigned: Unsigned {
+            age: (now - parts.origin_server_ts).max(0),
+        },
+    };
+    serde_json::value::to_raw_value(&event)
+        .map(Some)
+        .map_err(Error::internal)
 }
 
 /// A PDU pruned by the room version's redaction algorithm: what is left of a redacted event,

@@ -4,13 +4,19 @@ use std::collections::{BTreeMap, HashMap};
 
 use diesel_async::AsyncPgConnection;
 use ruma::{room_version_rules::RoomVersionRules, OwnedRoomId, RoomId, UserId};
-use serde_json::{json, Value};
+use serde_json::{json, value::RawValue, Value};
 
-use super::{pdu::client_event, visibility::Visibility, writer::rules_for, Rooms};
+use super::{
+    pdu::{client_event, client_event_from_parts},
+    visibility::Visibility,
+    writer::rules_for,
+    Rooms,
+};
 use crate::{
     error::{Error, Result},
     service::sync::token::{pagination, Pagination},
     storage::{
+        client_events::{self, ClientEventParts},
         dag::{self, HistoryPosition},
         now_ms,
         rooms::{self as store, EventRow},
@@ -109,6 +115,49 @@ impl Rooms {
             .collect())
     }
 
+    /// Renders state events read as their client parts, in the order given, each as JSON text:
+    /// most straight from their parts, redacted ones (and redactions) through [`Self::render`].
+    pub(crate) async fn render_parts(
+        &self,
+        conn: &AsyncPgConnection,
+        rules: &RoomVersionRules,
+        parts: Vec<ClientEventParts>,
+    ) -> Result<Vec<Box<RawValue>>> {
+        let now = now_ms();
+        let mut rendered = Vec::with_capacity(parts.len());
+        // (index in `rendered`, event ID) of the events that need their whole PDU.
+        let mut whole = Vec::new();
+        for part in parts {
+            let event_id = part.event_id.clone();
+            match client_event_from_parts(part, now)? {
+                Some(event) => rendered.push(Some(event)),
+                None => {
+                    whole.push((rendered.len(), event_id));
+                    rendered.push(None);
+                }
+            }
+        }
+        if whole.is_empty() {
+            return Ok(rendered.into_iter().flatten().collect());
+        }
+        let ids: Vec<String> = whole.iter().map(|(_, id)| id.clone()).collect();
+        let rows = store::get_state_events(conn, &ids).await?;
+        let events = self.render(conn, rules, &rows).await?;
+        let by_id: HashMap<&str, &Value> = rows
+            .iter()
+            .map(|r| r.event_id.as_str())
+            .zip(events.iter())
+            .collect();
+        // One purged between the two reads is left out, as if read a moment later.
+        for (index, event_id) in whole {
+            if let Some(event) = by_id.get(event_id.as_str()) {
+                rendered[index] =
+                    Some(serde_json::value::to_raw_value(event).map_err(Error::internal)?);
+            }
+        }
+        Ok(rendered.into_iter().flatten().collect())
+    }
+
     /// What the user may see of the room's state; `M_FORBIDDEN` when nothing.
     async fn view(
         &self,
@@ -144,14 +193,14 @@ impl Rooms {
     }
 
     /// The state the user may see, at a point in history when given (never later than what
-    /// their membership allows).
-    async fn visible_state_rows(
+    /// their membership allows), as its map of IDs.
+    async fn visible_state_ids(
         &self,
         conn: &AsyncPgConnection,
         user_id: &UserId,
         room_id: &RoomId,
         at: Option<Pagination>,
-    ) -> Result<(RoomVersionRules, Vec<EventRow>)> {
+    ) -> Result<(RoomVersionRules, state_store::StateIds)> {
         let (rules, current_group) = self.room_rules(conn, room_id).await?;
         // A point in topological order is the position of the event at it.
         let at = match at {
@@ -187,22 +236,23 @@ impl Rooms {
                     .unwrap_or(bound)
             }
         };
-        let ids: Vec<String> = state_store::get_state_ids(conn, group)
-            .await?
-            .into_values()
-            .collect();
-        let mut rows = store::get_state_events(conn, &ids).await?;
-        rows.sort_by_key(|r| r.stream_ordering);
-        Ok((rules, rows))
+        Ok((rules, state_store::get_state_ids(conn, group).await?))
     }
 
-    /// The room state the user may see (`GET /rooms/{id}/state`).
-    pub async fn room_state(&self, user_id: &UserId, room_id: &RoomId) -> Result<Vec<Value>> {
+    /// The room state the user may see (`GET /rooms/{id}/state`), in stream order.
+    pub async fn room_state(
+        &self,
+        user_id: &UserId,
+        room_id: &RoomId,
+    ) -> Result<Vec<Box<RawValue>>> {
         let conn = self.db.conn().await?;
-        let (rules, rows) = self
-            .visible_state_rows(&conn, user_id, room_id, None)
+        let (rules, state) = self
+            .visible_state_ids(&conn, user_id, room_id, None)
             .await?;
-        self.render(&conn, &rules, &rows).await
+        let ids: Vec<String> = state.into_values().collect();
+        let mut parts = client_events::get_state_event_parts(&conn, &ids).await?;
+        parts.sort_by_key(|p| p.stream_ordering);
+        self.render_parts(&conn, &rules, parts).await
     }
 
     /// The room's whole current state as clients see events, with no membership check (for
@@ -231,14 +281,17 @@ impl Rooms {
         state_key: &str,
     ) -> Result<Value> {
         let conn = self.db.conn().await?;
-        let (rules, rows) = self
-            .visible_state_rows(&conn, user_id, room_id, None)
+        let (rules, state) = self
+            .visible_state_ids(&conn, user_id, room_id, None)
             .await?;
-        let row = rows
-            .into_iter()
-            .find(|r| r.event_type == kind && r.state_key.as_deref() == Some(state_key))
+        let event_id = state
+            .get(&(kind.to_owned(), state_key.to_owned()))
             .ok_or_else(|| Error::not_found("Event not found"))?;
-        Ok(self.render(&conn, &rules, &[row]).await?.remove(0))
+        let rows = store::get_state_events(&conn, std::slice::from_ref(event_id)).await?;
+        self.render(&conn, &rules, &rows)
+            .await?
+            .pop()
+            .ok_or_else(|| Error::not_found("Event not found"))
     }
 
     /// Member events (`GET /rooms/{id}/members`), filtered by membership.
@@ -249,23 +302,21 @@ impl Rooms {
         membership: Option<&str>,
         not_membership: Option<&str>,
         at: Option<Pagination>,
-    ) -> Result<Vec<Value>> {
+    ) -> Result<Vec<Box<RawValue>>> {
         let conn = self.db.conn().await?;
-        let (rules, rows) = self.visible_state_rows(&conn, user_id, room_id, at).await?;
-        let members: Vec<EventRow> = rows
+        let (rules, state) = self.visible_state_ids(&conn, user_id, room_id, at).await?;
+        let ids: Vec<String> = state
             .into_iter()
-            .filter(|r| r.event_type == "m.room.member")
-            .filter(|r| {
-                let m = r
-                    .pdu
-                    .pointer("/content/membership")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                membership.is_none_or(|want| want == m)
-                    && not_membership.is_none_or(|skip| skip != m)
-            })
+            .filter(|((kind, _), _)| kind == "m.room.member")
+            .map(|(_, id)| id)
             .collect();
-        self.render(&conn, &rules, &members).await
+        let mut members = client_events::get_state_event_parts(&conn, &ids).await?;
+        members.retain(|event| {
+            let m = event.membership.as_deref().unwrap_or_default();
+            membership.is_none_or(|want| want == m) && not_membership.is_none_or(|skip| skip != m)
+        });
+        members.sort_by_key(|p| p.stream_ordering);
+        self.render_parts(&conn, &rules, members).await
     }
 
     /// Joined members with their profiles (`GET /rooms/{id}/joined_members`), for members only:

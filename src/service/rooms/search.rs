@@ -258,7 +258,8 @@ impl Rooms {
                 let room = RoomId::parse(room_id.as_str()).map_err(Error::internal)?;
                 state.insert(
                     room_id.clone(),
-                    Value::from(self.room_state(user_id, &room).await?),
+                    serde_json::to_value(self.room_state(user_id, &room).await?)
+                        .map_err(Error::internal)?,
                 );
             }
             room_events["state"] = Value::Object(state);

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use ruma::api::client::filter::FilterDefinition;
 use serde_json::{json, Map, Value};
 
-use crate::storage::rooms::EventRow;
+use crate::storage::{client_events::ClientEventParts, rooms::EventRow};
 
 /// Timeline length when the filter does not say.
 const DEFAULT_TIMELINE_LIMIT: usize = 10;
@@ -48,20 +48,32 @@ impl EventFilter {
 
     /// Whether the filter lets an event of this type, sender and content through.
     pub fn allows(&self, kind: &str, sender: &str, content: Option<&Value>) -> bool {
+        self.allows_with_url(
+            kind,
+            sender,
+            content.is_some_and(|c| c.get("url").is_some()),
+        )
+    }
+
+    /// [`Self::allows`] for an event whose content has a `url` or not.
+    fn allows_with_url(&self, kind: &str, sender: &str, has_url: bool) -> bool {
         self.types
             .as_ref()
             .is_none_or(|types| types.iter().any(|t| type_matches(t, kind)))
             && !self.not_types.iter().any(|t| type_matches(t, kind))
             && self.senders.as_ref().is_none_or(|s| s.contains(sender))
             && !self.not_senders.contains(sender)
-            && self
-                .contains_url
-                .is_none_or(|want| want == content.is_some_and(|c| c.get("url").is_some()))
+            && self.contains_url.is_none_or(|want| want == has_url)
     }
 
     /// Whether the filter lets a stored event through.
     pub fn allows_row(&self, event: &EventRow) -> bool {
         self.allows(&event.event_type, &event.sender, event.pdu.get("content"))
+    }
+
+    /// Whether the filter lets an event read as its client parts through.
+    pub fn allows_parts(&self, event: &ClientEventParts) -> bool {
+        self.allows_with_url(&event.event_type, &event.sender, event.has_url)
     }
 }
 

@@ -37,7 +37,7 @@ use crate::{
     error::{Error, Result},
     metrics::Resumed,
     storage::{
-        account_data as account_store, e2ee as e2ee_store,
+        account_data as account_store, client_events, e2ee as e2ee_store,
         push::{self as push_store, UnreadCounts},
         rooms::{self as store, EventRow},
         state as state_store, streams, to_device as to_device_store, Db,
@@ -564,22 +564,22 @@ impl Sync {
                         }
                     },
                 )?;
-                let is_empty = section["timeline"]["events"]
-                    .as_array()
-                    .is_none_or(Vec::is_empty)
-                    && section["state"]["events"]
-                        .as_array()
-                        .is_none_or(Vec::is_empty)
+                let is_empty = section.timeline.events.is_empty()
+                    && section.state.events.is_empty()
                     && data.is_empty()
                     && ephemeral.is_empty();
                 if is_empty && range.since.is_some() {
                     return Ok(None);
                 }
-                section["account_data"] = json!({ "events": data });
-                section["ephemeral"] = json!({ "events": ephemeral });
-                section["summary"] = summary;
+                section
+                    .rest
+                    .insert("account_data".into(), json!({ "events": data }));
+                section
+                    .rest
+                    .insert("ephemeral".into(), json!({ "events": ephemeral }));
+                section.rest.insert("summary".into(), summary);
                 let counts = unread_counts.await.map_err(Error::internal)?;
-                add_unread_counts(&mut section, room_id, &counts, &request.filter);
+                add_unread_counts(&mut section.rest, room_id, &counts, &request.filter);
                 Ok(Some(("join", room_id, to_raw_value(&section)?)))
             }
             JobKind::Stripped { knock } => {
@@ -616,7 +616,9 @@ impl Sync {
                         &range,
                     )
                     .await?;
-                section["account_data"] = json!({ "events": data });
+                section
+                    .rest
+                    .insert("account_data".into(), json!({ "events": data }));
                 Ok(Some(("leave", room_id, to_raw_value(&section)?)))
             }
         }
@@ -633,7 +635,7 @@ impl Sync {
         room_id: &str,
         (membership, membership_position): (&str, i64),
         range: &Range,
-    ) -> Result<Value> {
+    ) -> Result<RoomSection> {
         let limit = request.filter.timeline_limit;
         let (room, mut rows) = tokio::try_join!(
             store::get_room(conn, room_id),
@@ -697,10 +699,6 @@ impl Sync {
                     .collect()
             }
         };
-        let mut state_rows = store::get_state_events(conn, &state_ids).await?;
-        state_rows.retain(|r| request.filter.state.allows_row(r));
-        state_rows.sort_by_key(|r| r.stream_ordering);
-
         let (mut timeline_events, mut state_events) = if request.filter.federation_format {
             // Redacted events go out pruned, as federation would serve them.
             let pdus = |rows: &[EventRow]| {
@@ -711,14 +709,24 @@ impl Sync {
                     })
                     .collect::<Vec<_>>()
             };
-            (pdus(&timeline), pdus(&state_rows))
+            let mut state_rows = store::get_state_events(conn, &state_ids).await?;
+            state_rows.retain(|r| request.filter.state.allows_row(r));
+            state_rows.sort_by_key(|r| r.stream_ordering);
+            let state = pdus(&state_rows)
+                .iter()
+                .map(to_raw_value)
+                .collect::<Result<Vec<_>>>()?;
+            (pdus(&timeline), state)
         } else {
-            (
-                rooms
-                    .render_with_relations(conn, &rules, request.user_id, &timeline)
-                    .await?,
-                rooms.render(conn, &rules, &state_rows).await?,
-            )
+            // State is most of a full sync's bytes (every member event): it is read as the
+            // parts clients get and written without a tree per event.
+            let mut state_parts = client_events::get_state_event_parts(conn, &state_ids).await?;
+            state_parts.retain(|p| request.filter.state.allows_parts(p));
+            state_parts.sort_by_key(|p| p.stream_ordering);
+            tokio::try_join!(
+                rooms.render_with_relations(conn, &rules, request.user_id, &timeline),
+                rooms.render_parts(conn, &rules, state_parts),
+            )?
         };
         self.add_transaction_ids(
             conn,
@@ -728,14 +736,25 @@ impl Sync {
         )
         .await?;
         if let Some(fields) = &request.filter.event_fields {
-            for event in timeline_events.iter_mut().chain(state_events.iter_mut()) {
+            for event in timeline_events.iter_mut() {
                 *event = keep_fields(event, fields);
             }
+            for event in state_events.iter_mut() {
+                let value: Value = serde_json::from_str(event.get()).map_err(Error::internal)?;
+                *event = to_raw_value(&keep_fields(&value, fields))?;
+            }
         }
-        Ok(json!({
-            "timeline": { "events": timeline_events, "limited": limited, "prev_batch": prev_batch },
-            "state": { "events": state_events },
-        }))
+        Ok(RoomSection {
+            timeline: Timeline {
+                events: timeline_events,
+                limited,
+                prev_batch,
+            },
+            state: Events {
+                events: state_events,
+            },
+            rest: Map::new(),
+        })
     }
 
     /// The remote echo: the sending device sees its `transaction_id`; nobody else does.
@@ -850,7 +869,7 @@ impl Sync {
 /// Sets `unread_notifications`, the MSC2654 `unread_count` and, when the filter asks,
 /// `unread_thread_notifications` on a joined room's section.
 fn add_unread_counts(
-    section: &mut Value,
+    section: &mut Map<String, Value>,
     room_id: &str,
     counts: &[UnreadCounts],
     filter: &SyncFilter,
@@ -874,16 +893,41 @@ fn add_unread_counts(
             highlights += count.highlights;
         }
     }
-    section["unread_notifications"] =
-        json!({ "notification_count": notifications, "highlight_count": highlights });
-    section["org.matrix.msc2654.unread_count"] = json!(unread);
+    section.insert(
+        "unread_notifications".into(),
+        json!({ "notification_count": notifications, "highlight_count": highlights }),
+    );
+    section.insert("org.matrix.msc2654.unread_count".into(), json!(unread));
     if filter.unread_thread_notifications {
-        section["unread_thread_notifications"] = Value::Object(threads);
+        section.insert("unread_thread_notifications".into(), Value::Object(threads));
     }
 }
 
-fn to_raw_value(section: &Value) -> Result<Box<RawValue>> {
+fn to_raw_value(section: &impl Serialize) -> Result<Box<RawValue>> {
     serde_json::value::to_raw_value(section).map_err(Error::internal)
+}
+
+/// One room's section (joined or left) before it is serialised; its state events are JSON
+/// text already.
+#[derive(Serialize)]
+struct RoomSection {
+    timeline: Timeline,
+    state: Events<Box<RawValue>>,
+    /// Account data, and for a joined room its ephemeral events, summary and unread counts.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+#[derive(Serialize)]
+struct Timeline {
+    events: Vec<Value>,
+    limited: bool,
+    prev_batch: String,
+}
+
+#[derive(Serialize)]
+struct Events<T> {
+    events: Vec<T>,
 }
 
 /// A `/sync` response. Each room's section is serialised as soon as it is built, so a big
