@@ -46,6 +46,19 @@ pub struct ClientEventParts {
     pub redacted_by: Option<String>,
 }
 
+/// The columns of [`ClientEventParts`], read from `events`.
+macro_rules! client_parts_columns {
+    () => {
+        "event_id, room_id, stream_ordering, sender, event_type, state_key, origin_server_ts, \
+         COALESCE(pdu -> 'content', '{}')::text AS content, \
+         pdu -> 'content' ->> 'membership' AS membership, \
+         COALESCE(jsonb_typeof(pdu -> 'content') = 'object' AND pdu -> 'content' ? 'url', false) \
+             AS has_url, \
+         redacted_by"
+    };
+}
+pub(crate) use client_parts_columns;
+
 /// The client parts of the given state events that passed authorisation, in no order.
 pub async fn get_state_event_parts(
     mut conn: &AsyncPgConnection,
@@ -54,15 +67,11 @@ pub async fn get_state_event_parts(
     if event_ids.is_empty() {
         return Ok(Vec::new());
     }
-    crate::storage::cached_sql(
-        "SELECT event_id, room_id, stream_ordering, sender, event_type, state_key, \
-             origin_server_ts, COALESCE(pdu -> 'content', '{}')::text AS content, \
-             pdu -> 'content' ->> 'membership' AS membership, \
-             COALESCE(jsonb_typeof(pdu -> 'content') = 'object' AND pdu -> 'content' ? 'url', \
-                 false) AS has_url, \
-             redacted_by \
-         FROM events WHERE event_id = ANY($1) AND rejected_reason IS NULL",
-    )
+    crate::storage::cached_sql(concat!(
+        "SELECT ",
+        client_parts_columns!(),
+        " FROM events WHERE event_id = ANY($1) AND rejected_reason IS NULL"
+    ))
     .bind::<Array<Text>, _>(event_ids)
     .load(&mut conn)
     .await

@@ -132,90 +132,96 @@ pub async fn has_annotation(
         .await
 }
 
-/// The latest replacement of each of the given events: `(original, replacement)`.
-pub async fn get_latest_edits(
-    mut conn: &AsyncPgConnection,
-    parents: &[String],
-) -> QueryResult<Vec<(String, String)>> {
-    #[derive(QueryableByName)]
-    struct Edit {
-        #[diesel(sql_type = Text)]
-        relates_to: String,
-        #[diesel(sql_type = Text)]
-        event_id: String,
-    }
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT DISTINCT ON (r.relates_to) r.relates_to, r.event_id FROM event_relations r
-             WHERE r.relates_to = ANY($1) AND r.rel_type = 'm.replace' AND {}
-             ORDER BY r.relates_to, r.stream_ordering DESC",
-            child_served_sql()
-        )
-    });
-    let rows: Vec<Edit> = crate::storage::cached_sql(SQL.as_str())
-        .bind::<Array<Text>, _>(parents)
-        .load(&mut conn)
-        .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| (r.relates_to, r.event_id))
-        .collect())
-}
-
 /// A thread's summary.
-#[derive(Debug, Clone, QueryableByName)]
+#[derive(Debug, Clone)]
 pub struct ThreadSummary {
     /// The root.
-    #[diesel(sql_type = Text)]
     pub root: String,
     /// Replies.
-    #[diesel(sql_type = BigInt)]
     pub count: i64,
     /// The newest reply.
-    #[diesel(sql_type = Text)]
     pub latest: String,
     /// Whether the user replied.
-    #[diesel(sql_type = Bool)]
     pub participated: bool,
 }
 
-/// Summaries of the threads rooted at the given events.
-pub async fn get_thread_summaries(
-    mut conn: &AsyncPgConnection,
-    roots: &[String],
-    user_id: &str,
-) -> QueryResult<Vec<ThreadSummary>> {
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT r.relates_to AS root, COUNT(*) AS count,
-                    (ARRAY_AGG(r.event_id ORDER BY r.stream_ordering DESC))[1] AS latest,
-                    BOOL_OR(r.sender = $2) AS participated
-             FROM event_relations r
-             WHERE r.relates_to = ANY($1) AND r.rel_type = 'm.thread' AND {}
-             GROUP BY r.relates_to",
-            child_served_sql()
-        )
-    });
-    crate::storage::cached_sql(SQL.as_str())
-        .bind::<Array<Text>, _>(roots)
-        .bind::<Text, _>(user_id)
-        .load(&mut conn)
-        .await
+/// The relations bundled with events served to clients.
+#[derive(Debug, Default)]
+pub struct Bundled {
+    /// The latest replacement of each event: `(original, replacement)`.
+    pub edits: Vec<(String, String)>,
+    /// Summaries of the threads rooted at the events.
+    pub threads: Vec<ThreadSummary>,
+    /// References to the events: `(referenced, referencing)`, oldest first.
+    pub references: Vec<(String, String)>,
 }
 
-/// References to the given events: `(referenced, referencing)`, oldest first.
-pub async fn get_references(
+/// The edits, thread summaries and references of the given events, in one statement (it is
+/// read for every timeline served: a sync reads it once per room).
+pub async fn get_bundled(
     mut conn: &AsyncPgConnection,
     parents: &[String],
-) -> QueryResult<Vec<(String, String)>> {
-    event_relations::table
-        .filter(event_relations::relates_to.eq_any(parents))
-        .filter(event_relations::rel_type.eq("m.reference"))
-        .filter(child_served())
-        .order(event_relations::stream_ordering)
-        .select((event_relations::relates_to, event_relations::event_id))
+    user_id: &str,
+) -> QueryResult<Bundled> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Text)]
+        rel_type: String,
+        #[diesel(sql_type = Text)]
+        relates_to: String,
+        /// The edit, the thread's newest reply or the reference.
+        #[diesel(sql_type = Text)]
+        event_id: String,
+        #[diesel(sql_type = BigInt)]
+        stream_ordering: i64,
+        /// Thread replies.
+        #[diesel(sql_type = BigInt)]
+        count: i64,
+        /// Whether the user replied in the thread.
+        #[diesel(sql_type = Bool)]
+        participated: bool,
+    }
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let served = child_served_sql();
+        format!(
+            "(SELECT DISTINCT ON (r.relates_to) r.rel_type, r.relates_to, r.event_id, \
+                     r.stream_ordering, 0::BIGINT AS count, false AS participated \
+              FROM event_relations r \
+              WHERE r.relates_to = ANY($1) AND r.rel_type = 'm.replace' AND {served} \
+              ORDER BY r.relates_to, r.stream_ordering DESC) \
+             UNION ALL \
+             (SELECT 'm.thread', r.relates_to, \
+                     (ARRAY_AGG(r.event_id ORDER BY r.stream_ordering DESC))[1], \
+                     MAX(r.stream_ordering), COUNT(*), BOOL_OR(r.sender = $2) \
+              FROM event_relations r \
+              WHERE r.relates_to = ANY($1) AND r.rel_type = 'm.thread' AND {served} \
+              GROUP BY r.relates_to) \
+             UNION ALL \
+             (SELECT r.rel_type, r.relates_to, r.event_id, r.stream_ordering, 0, false \
+              FROM event_relations r \
+              WHERE r.relates_to = ANY($1) AND r.rel_type = 'm.reference' AND {served})"
+        )
+    });
+    let mut rows: Vec<Row> = crate::storage::cached_sql(SQL.as_str())
+        .bind::<Array<Text>, _>(parents)
+        .bind::<Text, _>(user_id)
         .load(&mut conn)
-        .await
+        .await?;
+    rows.sort_by_key(|r| r.stream_ordering);
+    let mut bundled = Bundled::default();
+    for row in rows {
+        match row.rel_type.as_str() {
+            "m.replace" => bundled.edits.push((row.relates_to, row.event_id)),
+            "m.thread" => bundled.threads.push(ThreadSummary {
+                root: row.relates_to,
+                count: row.count,
+                latest: row.event_id,
+                participated: row.participated,
+            }),
+            _ => bundled.references.push((row.relates_to, row.event_id)),
+        }
+    }
+    Ok(bundled)
 }
 
 /// One page of an event's children for `/relations`: event IDs and positions, newest first

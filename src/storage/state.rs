@@ -9,7 +9,10 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::schema::{state_group_entries, state_groups};
+use super::{
+    client_events::{client_parts_columns, ClientEventParts},
+    schema::{state_group_entries, state_groups},
+};
 
 /// A state map: `(event type, state key) -> event ID`.
 pub type StateIds = HashMap<(String, String), String>;
@@ -25,7 +28,7 @@ const MIN_CHANGES_PER_SNAPSHOT: i32 = 64;
 /// SQL that starts with the delta chain of group `$1` as `chain (state_group, parent_group,
 /// level)`, nearest first, followed by the rest of the statement given.
 macro_rules! with_chain {
-    ($rest:literal) => {
+    ($($rest:tt)+) => {
         concat!(
             "WITH RECURSIVE chain (state_group, parent_group, level) AS ( \
                  SELECT state_group, parent_group, 0 FROM state_groups WHERE state_group = $1 \
@@ -33,7 +36,56 @@ macro_rules! with_chain {
                  SELECT g.state_group, g.parent_group, c.level + 1 \
                  FROM state_groups g JOIN chain c ON g.state_group = c.parent_group \
              )",
-            $rest
+            $($rest)+
+        )
+    };
+}
+
+/// SQL after [`with_chain`]: the state's entries `e (event_type, state_key, event_id)`, each
+/// group's entries read by index (`OFFSET 0` keeps the planner from turning that into a hash
+/// join over every group's entries: 13 ms instead of 1 ms for a 24-group chain once
+/// `state_group_entries` held 45,000 rows), nearer deltas winning.
+macro_rules! chain_entries {
+    () => {
+        " SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, e.event_id \
+         FROM chain c CROSS JOIN LATERAL ( \
+             SELECT event_type, state_key, event_id FROM state_group_entries \
+             WHERE state_group = c.state_group OFFSET 0 \
+         ) e \
+         ORDER BY e.event_type, e.state_key, c.level"
+    };
+}
+
+/// [`chain_entries`] with only the member entries of the users in `$2`: each group's entries
+/// are read by index as the ranges before, at and after `m.room.member`, so a big room's
+/// thousands of members are not read to be dropped.
+macro_rules! chain_entries_with_members {
+    () => {
+        " SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, e.event_id \
+         FROM chain c CROSS JOIN LATERAL ( \
+             SELECT event_type, state_key, event_id FROM state_group_entries \
+             WHERE state_group = c.state_group AND event_type < 'm.room.member' \
+             UNION ALL \
+             SELECT event_type, state_key, event_id FROM state_group_entries \
+             WHERE state_group = c.state_group AND event_type > 'm.room.member' \
+             UNION ALL \
+             SELECT event_type, state_key, event_id FROM state_group_entries \
+             WHERE state_group = c.state_group AND event_type = 'm.room.member' \
+               AND state_key = ANY($2) \
+             OFFSET 0 \
+         ) e \
+         ORDER BY e.event_type, e.state_key, c.level"
+    };
+}
+
+/// SQL after [`with_chain`] and `, entries AS (` one of the entry selections `)`: the client
+/// parts of the entries' events that passed authorisation, each read by its key.
+macro_rules! parts_of_entries {
+    () => {
+        concat!(
+            " SELECT p.* FROM entries CROSS JOIN LATERAL (SELECT ",
+            client_parts_columns!(),
+            " FROM events WHERE event_id = entries.event_id AND rejected_reason IS NULL) p"
         )
     };
 }
@@ -49,22 +101,11 @@ struct Entry {
 }
 
 /// The full state of a group: its chain of deltas, nearer deltas winning.
-///
-/// The entries are read per group of the chain, by index (`OFFSET 0` keeps the planner from
-/// turning that into a hash join over every group's entries: 13 ms instead of 1 ms for a
-/// 24-group chain once `state_group_entries` held 45,000 rows).
 pub async fn get_state_ids(mut conn: &AsyncPgConnection, group: i64) -> QueryResult<StateIds> {
-    let entries: Vec<Entry> = crate::storage::cached_sql(with_chain!(
-        " SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, e.event_id \
-         FROM chain c CROSS JOIN LATERAL ( \
-             SELECT event_type, state_key, event_id FROM state_group_entries \
-             WHERE state_group = c.state_group OFFSET 0 \
-         ) e \
-         ORDER BY e.event_type, e.state_key, c.level"
-    ))
-    .bind::<BigInt, _>(group)
-    .load(&mut conn)
-    .await?;
+    let entries: Vec<Entry> = crate::storage::cached_sql(with_chain!(chain_entries!()))
+        .bind::<BigInt, _>(group)
+        .load(&mut conn)
+        .await?;
     Ok(state_map(entries))
 }
 
@@ -76,35 +117,54 @@ fn state_map(entries: Vec<Entry>) -> StateIds {
 }
 
 /// The state of a group, as [`get_state_ids`], with only the members in `members` of its
-/// member entries (a lazy-loading sync's): each group's entries are read by index as the
-/// ranges before, at and after `m.room.member`, so a big room's thousands of members are
-/// not read to be dropped.
+/// member entries (a lazy-loading sync's).
 pub async fn get_state_ids_with_members(
     mut conn: &AsyncPgConnection,
     group: i64,
     members: &[String],
 ) -> QueryResult<StateIds> {
-    let entries: Vec<Entry> = crate::storage::cached_sql(with_chain!(
-        " SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, e.event_id \
-         FROM chain c CROSS JOIN LATERAL ( \
-             SELECT event_type, state_key, event_id FROM state_group_entries \
-             WHERE state_group = c.state_group AND event_type < 'm.room.member' \
-             UNION ALL \
-             SELECT event_type, state_key, event_id FROM state_group_entries \
-             WHERE state_group = c.state_group AND event_type > 'm.room.member' \
-             UNION ALL \
-             SELECT event_type, state_key, event_id FROM state_group_entries \
-             WHERE state_group = c.state_group AND event_type = 'm.room.member' \
-               AND state_key = ANY($2) \
-             OFFSET 0 \
-         ) e \
-         ORDER BY e.event_type, e.state_key, c.level"
-    ))
-    .bind::<BigInt, _>(group)
-    .bind::<Array<Text>, _>(members)
-    .load(&mut conn)
-    .await?;
+    let entries: Vec<Entry> =
+        crate::storage::cached_sql(with_chain!(chain_entries_with_members!()))
+            .bind::<BigInt, _>(group)
+            .bind::<Array<Text>, _>(members)
+            .load(&mut conn)
+            .await?;
     Ok(state_map(entries))
+}
+
+/// The state of a group as its events' client parts, in no order: [`get_state_ids`] and
+/// [`get_state_event_parts`](super::client_events::get_state_event_parts) in one statement;
+/// with `members`, only those members' member events (a lazy-loading sync's).
+pub async fn get_state_parts(
+    mut conn: &AsyncPgConnection,
+    group: i64,
+    members: Option<&[String]>,
+) -> QueryResult<Vec<ClientEventParts>> {
+    match members {
+        None => {
+            crate::storage::cached_sql(with_chain!(
+                ", entries AS (",
+                chain_entries!(),
+                ")",
+                parts_of_entries!()
+            ))
+            .bind::<BigInt, _>(group)
+            .load(&mut conn)
+            .await
+        }
+        Some(members) => {
+            crate::storage::cached_sql(with_chain!(
+                ", entries AS (",
+                chain_entries_with_members!(),
+                ")",
+                parts_of_entries!()
+            ))
+            .bind::<BigInt, _>(group)
+            .bind::<Array<Text>, _>(members)
+            .load(&mut conn)
+            .await
+        }
+    }
 }
 
 /// Where a group stands in its lineage (the groups since a snapshot).

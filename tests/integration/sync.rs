@@ -817,3 +817,66 @@ async fn a_full_state_sync_serves_each_state_event_as_the_event_endpoint_does() 
         vec![json!({ "type": "com.example.tricky", "content": { "text": tricky["text"] } })]
     );
 }
+
+#[tokio::test]
+async fn the_state_section_is_the_state_before_the_timeline_in_full_and_limited_syncs() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let room = alice
+        .create_room(json!({ "preset": "public_chat", "name": "Old" }))
+        .await;
+    bob.join(&room).await.ok();
+    let since = bob.next_batch().await;
+    alice
+        .put_state(&room, "m.room.topic", "", json!({ "topic": "first" }))
+        .await
+        .ok();
+    for i in 0..3 {
+        alice
+            .send_text(&room, &format!("m{i}"), "between")
+            .await
+            .ok();
+    }
+    alice
+        .put_state(&room, "m.room.name", "", json!({ "name": "New" }))
+        .await
+        .ok();
+    alice
+        .put_state(&room, "m.room.topic", "", json!({ "topic": "second" }))
+        .await
+        .ok();
+    alice.send_text(&room, "last", "last").await.ok();
+
+    let three = json!({ "room": { "timeline": { "limit": 3 } } }).to_string();
+    let content_of = |sync: &Value, kind: &str| -> Vec<Value> {
+        sync["rooms"]["join"][&room]["state"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == kind)
+            .map(|e| e["content"].clone())
+            .collect()
+    };
+    // Full: the timeline is the new name, the second topic and the last message; the state
+    // before it has the old name and the first topic.
+    let full = bob.sync(None, 0, Some(&three)).await;
+    assert_eq!(timeline(&full, &room).len(), 3);
+    assert_eq!(
+        content_of(&full, "m.room.name"),
+        vec![json!({ "name": "Old" })]
+    );
+    assert_eq!(
+        content_of(&full, "m.room.topic"),
+        vec![json!({ "topic": "first" })]
+    );
+    // Limited since the token: what changed before the timeline (the first topic), not what
+    // the timeline itself changes.
+    let limited = bob.sync(Some(&since), 0, Some(&three)).await;
+    assert_eq!(limited["rooms"]["join"][&room]["timeline"]["limited"], true);
+    assert_eq!(content_of(&limited, "m.room.name"), Vec::<Value>::new());
+    assert_eq!(
+        content_of(&limited, "m.room.topic"),
+        vec![json!({ "topic": "first" })]
+    );
+}

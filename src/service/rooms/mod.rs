@@ -85,6 +85,8 @@ pub struct Rooms {
     federation: Arc<Sender>,
     /// When this process last told other servers that a user (room, user) is typing.
     typing_sent: Mutex<LruCache<(String, String), Instant>>,
+    /// Rooms' versions (a room's never changes): room ID -> version.
+    versions: Mutex<LruCache<String, String>>,
 }
 
 impl Rooms {
@@ -104,6 +106,7 @@ impl Rooms {
             rate_limit,
             federation,
             typing_sent: Mutex::new(LruCache::new(NonZeroUsize::new(10_000).expect("non-zero"))),
+            versions: Mutex::new(LruCache::new(NonZeroUsize::new(100_000).expect("non-zero"))),
         }
     }
 }

@@ -70,6 +70,33 @@ impl Rooms {
         Ok((rules_for(&room.room_version)?, room.current_state_group))
     }
 
+    /// A room's version rules, `None` for a room this server does not have. A room's version
+    /// never changes, so each process reads it once (a sync needs it for every room).
+    pub(crate) async fn version_rules(
+        &self,
+        conn: &AsyncPgConnection,
+        room_id: &str,
+    ) -> Result<Option<RoomVersionRules>> {
+        let cached = self
+            .versions
+            .lock()
+            .expect("not poisoned")
+            .get(room_id)
+            .cloned();
+        let version = match cached {
+            Some(version) => version,
+            None => {
+                let Some(room) = store::get_room(conn, room_id).await? else {
+                    return Ok(None);
+                };
+                let mut versions = self.versions.lock().expect("not poisoned");
+                versions.put(room_id.to_owned(), room.room_version.clone());
+                room.room_version
+            }
+        };
+        rules_for(&version).map(Some)
+    }
+
     /// The version rules of the room of a stored event, looked up once per room for a list of
     /// events from many rooms.
     pub(super) async fn cached_rules<'a>(

@@ -141,11 +141,11 @@ impl Rooms {
         if ids.is_empty() {
             return Ok(());
         }
-        let (edits, threads, references) = tokio::try_join!(
-            store::get_latest_edits(conn, &ids),
-            store::get_thread_summaries(conn, &ids, user_id.as_str()),
-            store::get_references(conn, &ids),
-        )?;
+        let store::Bundled {
+            edits,
+            threads,
+            references,
+        } = store::get_bundled(conn, &ids, user_id.as_str()).await?;
         let redactions: Vec<String> = events
             .iter()
             .filter_map(|e| e["unsigned"]["redacted_because"]["event_id"].as_str())

@@ -31,7 +31,7 @@ use super::{
     notifier::Notifier,
     presence::Presence,
     push_rules::{push_rules_event, PUSH_RULES_TYPE},
-    rooms::{visibility::Visibility, writer::rules_for, Rooms},
+    rooms::{visibility::Visibility, Rooms},
 };
 use crate::{
     error::{Error, Result},
@@ -66,22 +66,67 @@ async fn state_at(
     room_id: &str,
     position: i64,
 ) -> Result<state_store::StateIds> {
-    state_with_members_at(conn, room_id, position, None).await
+    state_with_members_at(conn, room_id, (position, None), None).await
 }
 
-/// [`state_at`], with only `members`' member entries when given (lazy-loaded members).
+/// The state group after the last served event at or before a position, when not already
+/// known (`(position, known group)`).
+async fn group_at(
+    conn: &AsyncPgConnection,
+    room_id: &str,
+    (position, known): (i64, Option<i64>),
+) -> Result<Option<i64>> {
+    Ok(match known {
+        Some(group) => Some(group),
+        None => store::get_state_group_at(conn, room_id, position).await?,
+    })
+}
+
+/// [`state_at`] a position whose group may be known, with only `members`' member entries
+/// when given (lazy-loaded members).
 async fn state_with_members_at(
     conn: &AsyncPgConnection,
     room_id: &str,
-    position: i64,
+    at: (i64, Option<i64>),
     members: Option<&[String]>,
 ) -> Result<state_store::StateIds> {
-    let Some(group) = store::get_state_group_at(conn, room_id, position).await? else {
+    let Some(group) = group_at(conn, room_id, at).await? else {
         return Ok(state_store::StateIds::new());
     };
     Ok(match members {
         Some(members) => state_store::get_state_ids_with_members(conn, group, members).await?,
         None => state_store::get_state_ids(conn, group).await?,
+    })
+}
+
+/// The IDs of a room section's state up to the timeline's `start` (a position and, when known,
+/// its group): all of it for a full section, what changed since the token for a limited one,
+/// nothing otherwise.
+async fn section_state_ids(
+    conn: &AsyncPgConnection,
+    room_id: &str,
+    range: &Range,
+    limited: bool,
+    start: (i64, Option<i64>),
+    members: Option<&[String]>,
+) -> Result<Vec<String>> {
+    Ok(match range.since {
+        None => state_with_members_at(conn, room_id, start, members)
+            .await?
+            .into_values()
+            .collect(),
+        Some(_) if !limited => Vec::new(),
+        Some(since) => {
+            let (before, after) = tokio::try_join!(
+                state_with_members_at(conn, room_id, (since, None), members),
+                state_with_members_at(conn, room_id, start, members),
+            )?;
+            after
+                .into_iter()
+                .filter(|(key, id)| before.get(key) != Some(id))
+                .map(|(_, id)| id)
+                .collect()
+        }
     })
 }
 
@@ -637,19 +682,21 @@ impl Sync {
         range: &Range,
     ) -> Result<RoomSection> {
         let limit = request.filter.timeline_limit;
-        let (room, mut rows) = tokio::try_join!(
-            store::get_room(conn, room_id),
-            store::get_room_events_desc(
+        let (rules, mut rows) = tokio::try_join!(rooms.version_rules(conn, room_id), async {
+            Ok(store::get_room_events_desc(
                 conn,
                 room_id,
                 range.since.unwrap_or(0),
                 range.up_to,
                 limit as i64 + 1,
-            ),
-        )?;
-        let room = room.ok_or_else(|| Error::internal("membership in unknown room"))?;
-        let rules = rules_for(&room.room_version)?;
+            )
+            .await?)
+        },)?;
+        let rules = rules.ok_or_else(|| Error::internal("membership in unknown room"))?;
         let limited = rows.len() > limit;
+        // The row read past the timeline is the newest served event before its start: its
+        // group is the state there, as `get_state_group_at` would find it.
+        let group_at_start = rows.get(limit).and_then(|row| row.state_group);
         rows.truncate(limit);
         rows.reverse();
         // The timeline's start in history (topological order); with no events in the range, the
@@ -681,25 +728,10 @@ impl Sync {
         });
         let members = lazy_members.as_deref();
         // State up to the start of the timeline: all of it, or what changed since the token.
-        let state_ids: Vec<String> = match range.since {
-            None => state_with_members_at(conn, room_id, start, members)
-                .await?
-                .into_values()
-                .collect(),
-            Some(_) if !limited => Vec::new(),
-            Some(since) => {
-                let (before, after) = tokio::try_join!(
-                    state_with_members_at(conn, room_id, since, members),
-                    state_with_members_at(conn, room_id, start, members),
-                )?;
-                after
-                    .into_iter()
-                    .filter(|(key, id)| before.get(key) != Some(id))
-                    .map(|(_, id)| id)
-                    .collect()
-            }
-        };
+        let start = (start, group_at_start);
         let (mut timeline_events, mut state_events) = if request.filter.federation_format {
+            let state_ids =
+                section_state_ids(conn, room_id, range, limited, start, members).await?;
             // Redacted events go out pruned, as federation would serve them.
             let pdus = |rows: &[EventRow]| {
                 rows.iter()
@@ -719,8 +751,19 @@ impl Sync {
             (pdus(&timeline), state)
         } else {
             // State is most of a full sync's bytes (every member event): it is read as the
-            // parts clients get and written without a tree per event.
-            let mut state_parts = client_events::get_state_event_parts(conn, &state_ids).await?;
+            // parts clients get and written without a tree per event; a full section's in one
+            // statement with its entries.
+            let mut state_parts = match range.since {
+                None => match group_at(conn, room_id, start).await? {
+                    Some(group) => state_store::get_state_parts(conn, group, members).await?,
+                    None => Vec::new(),
+                },
+                Some(_) => {
+                    let ids =
+                        section_state_ids(conn, room_id, range, limited, start, members).await?;
+                    client_events::get_state_event_parts(conn, &ids).await?
+                }
+            };
             state_parts.retain(|p| request.filter.state.allows_parts(p));
             state_parts.sort_by_key(|p| p.stream_ordering);
             tokio::try_join!(
