@@ -672,6 +672,9 @@ pub async fn get_room_members_in(
 /// (leaving one user out): what a room summary's counts and heroes come from.
 #[derive(Debug, QueryableByName)]
 pub struct MembershipSummary {
+    /// The room.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub room_id: String,
     /// The membership.
     #[diesel(sql_type = diesel::sql_types::Text)]
     pub membership: String,
@@ -683,26 +686,28 @@ pub struct MembershipSummary {
     pub first: Vec<String>,
 }
 
-/// Joined and invited counts of a room, with the first `heroes` members of each other than
-/// `except`. The counts are the rows triggers keep (`room_member_counts`), not a count of the
-/// members; the heroes the first entries of a range of the `(room, membership, user)` index,
-/// not a sort of every member.
-pub async fn get_membership_summary(
+/// Joined and invited counts of each room, with the first `heroes` members of each other than
+/// `except`, in one statement for any number of rooms (a sync reads every room's at once). The
+/// counts are the rows triggers keep (`room_member_counts`), not a count of the members; the
+/// heroes the first entries of a range of the `(room, membership, user)` index, not a sort of
+/// every member.
+pub async fn get_membership_summaries(
     mut conn: &AsyncPgConnection,
-    room_id: &str,
+    room_ids: &[String],
     except: &str,
     heroes: i32,
 ) -> QueryResult<Vec<MembershipSummary>> {
     crate::storage::cached_sql(
-        "SELECT m.membership, \
+        "SELECT q.room_id, m.membership, \
                 COALESCE((SELECT members FROM room_member_counts \
-                          WHERE room_id = $1 AND membership = m.membership), 0) AS count, \
+                          WHERE room_id = q.room_id AND membership = m.membership), 0) AS count, \
                 ARRAY(SELECT user_id FROM room_memberships \
-                      WHERE room_id = $1 AND membership = m.membership AND user_id <> $2 \
+                      WHERE room_id = q.room_id AND membership = m.membership AND user_id <> $2 \
                       ORDER BY user_id LIMIT $3) AS first \
-         FROM (VALUES ('join'), ('invite')) AS m (membership)",
+         FROM unnest($1::TEXT[]) AS q (room_id) \
+         CROSS JOIN (VALUES ('join'), ('invite')) AS m (membership)",
     )
-    .bind::<diesel::sql_types::Text, _>(room_id)
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(room_ids)
     .bind::<diesel::sql_types::Text, _>(except)
     .bind::<diesel::sql_types::Integer, _>(heroes)
     .load(&mut conn)

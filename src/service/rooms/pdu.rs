@@ -347,7 +347,8 @@ pub fn client_event_from_parts(
         kind: &'a str,
         unsigned: Unsigned,
     }
-    let content = RawJsonValue::from_string(parts.content).map_err(Error::internal)?;
+    let content =
+        RawJsonValue::from_string(without_spaces(parts.content)).map_err(Error::internal)?;
     let event = Event {
         content: &content,
         event_id: &parts.event_id,
@@ -363,6 +364,33 @@ pub fn client_event_from_parts(
     serde_json::value::to_raw_value(&event)
         .map(Some)
         .map_err(Error::internal)
+}
+
+/// JSON text without the spaces outside its strings (PostgreSQL writes `jsonb` with one after
+/// each `:` and `,`), as serde writes it.
+fn without_spaces(json: String) -> String {
+    if !json.contains(' ') {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if c == ' ' {
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A PDU pruned by the room version's redaction algorithm: what is left of a redacted event,
@@ -397,6 +425,18 @@ pub fn millis(ms: i64) -> MilliSecondsSinceUnixEpoch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spaces_go_from_postgresql_json_text_but_not_from_its_strings() {
+        let stored = r#"{"a": "b c", "d": [1, {"e": null}], "f": "q\" x\\", "g": " "}"#;
+        let compact = without_spaces(stored.to_owned());
+        assert_eq!(
+            compact,
+            r#"{"a":"b c","d":[1,{"e":null}],"f":"q\" x\\","g":" "}"#
+        );
+        let value: Value = serde_json::from_str(stored).unwrap();
+        assert_eq!(compact, serde_json::to_string(&value).unwrap());
+    }
 
     /// Builds a v11 message whose body is `len` bytes; answers its size or the error.
     fn message_of(len: usize) -> Result<usize> {

@@ -440,29 +440,55 @@ impl Sync {
             });
         }
         // Unread counts as of the response's token (so a count never runs ahead of the timeline
-        // it comes with), read alongside the sections; each joined room's section waits for
-        // them, then is serialised.
+        // it comes with) and the summaries to send, each one statement for every room, read
+        // alongside the sections; each joined room's section waits for them, then is
+        // serialised.
         let join_rooms: Vec<String> = jobs
             .iter()
             .filter(|job| matches!(job.kind, JobKind::Join { .. }))
             .map(|job| job.room_id.to_owned())
             .collect();
-        let counts = async move {
-            if join_rooms.is_empty() {
-                return Ok(Arc::new(Vec::new()));
-            }
-            push_store::get_unread_counts(conn, user, &join_rooms, events_position)
-                .await
-                .map(Arc::new)
-                .map_err(|err| err.to_string())
+        let summary_rooms: Vec<String> = jobs
+            .iter()
+            .filter(|job| matches!(job.kind, JobKind::Join { summary: true, .. }))
+            .map(|job| job.room_id.to_owned())
+            .collect();
+        let joined_facts = async move {
+            let (counts, summaries) = tokio::try_join!(
+                async {
+                    match join_rooms.is_empty() {
+                        true => Ok(Vec::new()),
+                        false => {
+                            push_store::get_unread_counts(conn, user, &join_rooms, events_position)
+                                .await
+                        }
+                    }
+                },
+                async {
+                    match summary_rooms.is_empty() {
+                        true => Ok(Vec::new()),
+                        false => {
+                            store::get_membership_summaries(
+                                conn,
+                                &summary_rooms,
+                                user,
+                                HEROES as i32,
+                            )
+                            .await
+                        }
+                    }
+                },
+            )
+            .map_err(|err| err.to_string())?;
+            Ok(Arc::new(JoinedFacts::new(counts, summaries)))
         }
         .shared();
         let sections = futures_util::stream::iter(jobs)
-            .map(|job| self.room_job(rooms, conn, &ignored, request, job, counts.clone()))
+            .map(|job| self.room_job(rooms, conn, &ignored, request, job, joined_facts.clone()))
             .buffered(ROOMS_IN_FLIGHT)
             .try_collect::<Vec<_>>();
         let (_, sections) = tokio::try_join!(
-            async { counts.clone().await.map_err(Error::internal) },
+            async { joined_facts.clone().await.map_err(Error::internal) },
             sections
         )?;
         let mut sync_rooms = SyncRooms::default();
@@ -576,7 +602,7 @@ impl Sync {
         ignored: &HashSet<String>,
         request: &SyncRequest<'_>,
         job: RoomJob<'r>,
-        unread_counts: impl Future<Output = Result<Arc<Vec<UnreadCounts>>, String>>,
+        joined_facts: impl Future<Output = Result<Arc<JoinedFacts>, String>>,
     ) -> Result<Option<(&'static str, &'r str, Box<RawValue>)>> {
         let RoomJob {
             room_id,
@@ -592,23 +618,17 @@ impl Sync {
                 ephemeral,
                 summary,
             } => {
-                let (mut section, summary) = tokio::try_join!(
-                    self.room_section(
+                let mut section = self
+                    .room_section(
                         rooms,
                         conn,
                         ignored,
                         request,
                         room_id,
                         (membership, membership_position),
-                        &range
-                    ),
-                    async {
-                        match summary {
-                            true => self.summary(conn, room_id, request.user_id.as_str()).await,
-                            false => Ok(json!({})),
-                        }
-                    },
-                )?;
+                        &range,
+                    )
+                    .await?;
                 let is_empty = section.timeline.events.is_empty()
                     && section.state.events.is_empty()
                     && data.is_empty()
@@ -622,9 +642,17 @@ impl Sync {
                 section
                     .rest
                     .insert("ephemeral".into(), json!({ "events": ephemeral }));
+                let facts = joined_facts.await.map_err(Error::internal)?;
+                let summary = match summary {
+                    true => facts.summary(room_id),
+                    false => json!({}),
+                };
                 section.rest.insert("summary".into(), summary);
-                let counts = unread_counts.await.map_err(Error::internal)?;
-                add_unread_counts(&mut section.rest, room_id, &counts, &request.filter);
+                add_unread_counts(
+                    &mut section.rest,
+                    facts.counts.get(room_id).map_or(&[], Vec::as_slice),
+                    &request.filter,
+                );
                 Ok(Some(("join", room_id, to_raw_value(&section)?)))
             }
             JobKind::Stripped { knock } => {
@@ -844,23 +872,6 @@ impl Sync {
         Ok(super::rooms::receipts::receipt_events(receipts, Some(user)))
     }
 
-    /// Member counts and heroes.
-    async fn summary(&self, conn: &AsyncPgConnection, room_id: &str, user: &str) -> Result<Value> {
-        let counts = store::get_membership_summary(conn, room_id, user, HEROES as i32).await?;
-        let count = |membership: &str| {
-            counts
-                .iter()
-                .find(|c| c.membership == membership)
-                .map_or(0, |c| c.count)
-        };
-        let mut heroes: Vec<&String> = counts.iter().flat_map(|c| c.first.iter()).collect();
-        heroes.sort();
-        heroes.truncate(HEROES);
-        Ok(
-            json!({ "m.heroes": heroes, "m.joined_member_count": count("join"), "m.invited_member_count": count("invite") }),
-        )
-    }
-
     /// Stripped state for an invite or knock: what a client shows before joining.
     async fn stripped_state(
         &self,
@@ -909,17 +920,67 @@ impl Sync {
     }
 }
 
+/// What the joined rooms' sections need that is read for all of them at once, by room.
+struct JoinedFacts {
+    /// Unread counts (per thread).
+    counts: HashMap<String, Vec<UnreadCounts>>,
+    /// Member counts and first members by membership, of the rooms whose summary is sent.
+    summaries: HashMap<String, Vec<store::MembershipSummary>>,
+}
+
+impl JoinedFacts {
+    fn new(counts: Vec<UnreadCounts>, summaries: Vec<store::MembershipSummary>) -> Self {
+        let mut facts = JoinedFacts {
+            counts: HashMap::new(),
+            summaries: HashMap::new(),
+        };
+        for count in counts {
+            facts
+                .counts
+                .entry(count.room_id.clone())
+                .or_default()
+                .push(count);
+        }
+        for summary in summaries {
+            facts
+                .summaries
+                .entry(summary.room_id.clone())
+                .or_default()
+                .push(summary);
+        }
+        facts
+    }
+
+    /// A room's summary: member counts and heroes.
+    fn summary(&self, room_id: &str) -> Value {
+        let counts = self.summaries.get(room_id).map_or(&[][..], Vec::as_slice);
+        let count = |membership: &str| {
+            counts
+                .iter()
+                .find(|c| c.membership == membership)
+                .map_or(0, |c| c.count)
+        };
+        let mut heroes: Vec<&String> = counts.iter().flat_map(|c| c.first.iter()).collect();
+        heroes.sort();
+        heroes.truncate(HEROES);
+        json!({
+            "m.heroes": heroes,
+            "m.joined_member_count": count("join"),
+            "m.invited_member_count": count("invite"),
+        })
+    }
+}
+
 /// Sets `unread_notifications`, the MSC2654 `unread_count` and, when the filter asks,
-/// `unread_thread_notifications` on a joined room's section.
+/// `unread_thread_notifications` on a joined room's section, from the room's counts.
 fn add_unread_counts(
     section: &mut Map<String, Value>,
-    room_id: &str,
     counts: &[UnreadCounts],
     filter: &SyncFilter,
 ) {
     let (mut notifications, mut highlights, mut unread) = (0, 0, 0);
     let mut threads = Map::new();
-    for count in counts.iter().filter(|c| c.room_id == room_id) {
+    for count in counts {
         unread += count.unread;
         if filter.unread_thread_notifications && !count.thread_id.is_empty() {
             if count.notifications > 0 || count.highlights > 0 {

@@ -331,7 +331,9 @@ impl Sync {
         user: &str,
         current: &state_store::StateIds,
     ) -> Result<(i64, i64, Vec<Value>)> {
-        let counts = store::get_membership_summary(conn, room_id, user, HEROES as i32).await?;
+        let counts =
+            store::get_membership_summaries(conn, &[room_id.to_owned()], user, HEROES as i32)
+                .await?;
         let count = |membership: &str| {
             counts
                 .iter()
