@@ -44,6 +44,7 @@ pub mod state;
 pub mod statistics;
 pub mod streams;
 pub mod summaries;
+pub mod timelines;
 pub mod to_device;
 pub mod users;
 

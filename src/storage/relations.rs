@@ -156,8 +156,32 @@ pub struct Bundled {
     pub references: Vec<(String, String)>,
 }
 
+impl Bundled {
+    /// The part of these relations whose parent is one of `parents` (a sync reads them for
+    /// many rooms' timelines at once, and bundles them room by room).
+    pub fn of_parents(&self, parents: &std::collections::HashSet<&str>) -> Bundled {
+        let pairs = |pairs: &[(String, String)]| {
+            pairs
+                .iter()
+                .filter(|(parent, _)| parents.contains(parent.as_str()))
+                .cloned()
+                .collect()
+        };
+        Bundled {
+            edits: pairs(&self.edits),
+            threads: self
+                .threads
+                .iter()
+                .filter(|thread| parents.contains(thread.root.as_str()))
+                .cloned()
+                .collect(),
+            references: pairs(&self.references),
+        }
+    }
+}
+
 /// The edits, thread summaries and references of the given events, in one statement (it is
-/// read for every timeline served: a sync reads it once per room).
+/// read for every timeline served: a sync reads it once for many rooms).
 pub async fn get_bundled(
     mut conn: &AsyncPgConnection,
     parents: &[String],

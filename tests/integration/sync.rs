@@ -880,3 +880,124 @@ async fn the_state_section_is_the_state_before_the_timeline_in_full_and_limited_
         vec![json!({ "topic": "first" })]
     );
 }
+
+/// A sync builds its rooms in batches, each batch's newest events read in one statement and
+/// their relations in another: every room, on either side of a batch's end, gets its own
+/// newest events, its own `limited` and its own events' relations.
+#[tokio::test]
+async fn every_room_of_a_many_room_sync_gets_its_own_newest_events_and_relations() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    // More rooms than one batch (32), with zero to three messages each.
+    let mut rooms = Vec::new();
+    for i in 0..34 {
+        let room = alice
+            .create_room(json!({ "name": format!("Room {i}") }))
+            .await;
+        for n in 0..i % 4 {
+            alice
+                .send_text(
+                    &room,
+                    &format!("t{i}-{n}"),
+                    &format!("room {i} message {n}"),
+                )
+                .await
+                .ok();
+        }
+        rooms.push(room);
+    }
+    // An edited message with a thread in the first room and in the last (another batch).
+    let send = |room: &str, txn: &str, content: Value| {
+        // Transaction IDs are the device's, across rooms.
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/send/m.room.message/{txn}-{}",
+            enc(room),
+            enc(room)
+        );
+        let alice = &alice;
+        async move {
+            alice.put(&path, content).await.ok()["event_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let mut related = Vec::new();
+    for room in [&rooms[0], &rooms[33]] {
+        let original = send(
+            room,
+            "o",
+            json!({ "msgtype": "m.text", "body": "original" }),
+        )
+        .await;
+        let edit = send(
+            room,
+            "e",
+            json!({
+                "msgtype": "m.text",
+                "body": "* edited",
+                "m.new_content": { "msgtype": "m.text", "body": "edited" },
+                "m.relates_to": { "rel_type": "m.replace", "event_id": original },
+            }),
+        )
+        .await;
+        let reply = send(
+            room,
+            "r",
+            json!({
+                "msgtype": "m.text",
+                "body": "in the thread",
+                "m.relates_to": { "rel_type": "m.thread", "event_id": original },
+            }),
+        )
+        .await;
+        related.push((room.clone(), original, edit, reply));
+    }
+
+    let limit = 8;
+    let filter = json!({ "room": { "timeline": { "limit": limit } } }).to_string();
+    let sync = alice.sync(None, 0, Some(&filter)).await;
+    let joined = sync["rooms"]["join"].as_object().unwrap();
+    assert_eq!(joined.len(), rooms.len());
+    let mut limited_rooms = 0;
+    for room in &rooms {
+        let history = alice.page_back(room, None, None, 50).await;
+        let ids = |events: Vec<&Value>| -> Vec<String> {
+            events
+                .iter()
+                .map(|e| e["event_id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let newest = ids(history
+            .iter()
+            .skip(history.len().saturating_sub(limit))
+            .collect());
+        assert_eq!(ids(timeline(&sync, room)), newest, "{room}");
+        let limited = history.len() > limit;
+        assert_eq!(joined[room]["timeline"]["limited"], limited, "{room}");
+        limited_rooms += usize::from(limited);
+        let bundled: Vec<&Value> = timeline(&sync, room)
+            .into_iter()
+            .filter(|e| e["unsigned"].get("m.relations").is_some())
+            .collect();
+        match related.iter().find(|(r, ..)| r == room) {
+            Some((_, original, edit, reply)) => {
+                assert_eq!(bundled.len(), 1, "{room}: {bundled:?}");
+                let relations = &bundled[0]["unsigned"]["m.relations"];
+                assert_eq!(bundled[0]["event_id"], original.as_str());
+                assert_eq!(relations["m.replace"]["event_id"], edit.as_str());
+                assert_eq!(
+                    relations["m.thread"]["latest_event"]["event_id"],
+                    reply.as_str()
+                );
+                assert_eq!(relations["m.thread"]["count"], 1);
+            }
+            None => assert!(bundled.is_empty(), "{room}: {bundled:?}"),
+        }
+    }
+    // Both kinds of room were there.
+    assert!(
+        limited_rooms > 0 && limited_rooms < rooms.len(),
+        "{limited_rooms}"
+    );
+}

@@ -96,6 +96,13 @@ struct Cli {
     /// server whose set-up through the API would take hours at full scale.
     #[arg(long)]
     big_account_members: Option<usize>,
+    /// Scenario 12's members, instead of the scale's count: a smaller room for a server whose
+    /// joins through the API would take hours at full scale.
+    #[arg(long)]
+    big_room_members: Option<usize>,
+    /// Scenario 12's long-polling members, instead of the scale's count.
+    #[arg(long)]
+    big_room_pollers: Option<usize>,
     /// Scenario 14: a shell command that stops the server, starts it again in the background
     /// and prints the new process's ID (run with `sh -c` after the big database is loaded).
     #[arg(long)]
@@ -917,6 +924,8 @@ async fn main() -> ExitCode {
     counts.big_account_members = cli
         .big_account_members
         .unwrap_or(counts.big_account_members);
+    counts.big_room_members = cli.big_room_members.unwrap_or(counts.big_room_members);
+    counts.big_room_pollers = cli.big_room_pollers.unwrap_or(counts.big_room_pollers);
     // One socket per parked connection of scenario 10.
     myelin::limits::raise_open_files_limit();
     let bench = Bench {

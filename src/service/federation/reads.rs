@@ -13,10 +13,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    storage::{
-        event_graph,
-        rooms::{self as rooms_store, EventRow},
-    },
+    storage::{event_graph, rooms::EventRow},
 };
 
 /// Most events one `/backfill` answers, whatever its `limit` asks (Synapse's cap too).
@@ -160,8 +157,15 @@ impl Federation {
     ) -> Result<(OwnedEventId, i64)> {
         let conn = self.db.conn().await?;
         RoomAccess::open(&conn, origin, room_id).await?;
-        let nearest =
-            rooms_store::get_events_near_ts(&conn, room_id.as_str(), ts, forward, None, 1).await?;
+        let nearest = crate::storage::timelines::get_events_near_ts(
+            &conn,
+            room_id.as_str(),
+            ts,
+            forward,
+            None,
+            1,
+        )
+        .await?;
         let row = nearest
             .into_iter()
             .next()

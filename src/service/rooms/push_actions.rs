@@ -504,7 +504,7 @@ async fn recompute(
         .await?
         .remove(user_id.as_str())
         .unwrap_or_else(|| Arc::new(Ruleset::server_default(user_id)));
-    let events = rooms_store::get_room_events_between(
+    let events = crate::storage::timelines::get_room_events_between(
         conn,
         room_id.as_str(),
         joined_at.0 - 1,

@@ -20,7 +20,7 @@ use crate::{
         dag::{self, HistoryPosition},
         now_ms,
         rooms::{self as store, EventRow},
-        state as state_store, summaries as summaries_store,
+        state as state_store, summaries as summaries_store, timelines,
     },
 };
 
@@ -258,7 +258,7 @@ impl Rooms {
                     View::AtGroup(group) => group,
                     View::Current => current_group,
                 };
-                store::get_state_group_at(conn, room_id.as_str(), position)
+                timelines::get_state_group_at(conn, room_id.as_str(), position)
                     .await?
                     .unwrap_or(bound)
             }
@@ -479,8 +479,9 @@ impl Rooms {
         let mut visibility = Visibility::new(user_id);
         let mut after = None;
         for _ in 0..TIMESTAMP_SCAN_LIMIT / PAGE {
-            let rows = store::get_events_near_ts(&conn, room_id.as_str(), ts, forward, after, PAGE)
-                .await?;
+            let rows =
+                timelines::get_events_near_ts(&conn, room_id.as_str(), ts, forward, after, PAGE)
+                    .await?;
             for row in &rows {
                 if visibility.can_see(&conn, row).await? {
                     let origin_ts = row.pdu["origin_server_ts"].as_i64().unwrap_or_default();

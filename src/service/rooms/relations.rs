@@ -123,6 +123,28 @@ impl Rooms {
         Ok(events)
     }
 
+    /// Renders timeline events with their bundled relations, from relations read for these
+    /// events (and maybe others: a sync reads them for many rooms at once).
+    pub(crate) async fn render_with_bundled(
+        &self,
+        conn: &AsyncPgConnection,
+        rules: &RoomVersionRules,
+        user_id: &UserId,
+        rows: &[EventRow],
+        bundled: &store::Bundled,
+    ) -> Result<Vec<Value>> {
+        let mut events = self.render(conn, rules, rows).await?;
+        let parents: HashSet<&str> = rows
+            .iter()
+            .filter(|row| row.state_key.is_none())
+            .map(|row| row.event_id.as_str())
+            .collect();
+        let bundled = bundled.of_parents(&parents);
+        self.add_bundled(conn, rules, user_id, &mut events, bundled)
+            .await?;
+        Ok(events)
+    }
+
     /// Adds `unsigned.m.relations` to rendered events of one room: the latest valid edit
     /// (`m.replace`, the whole event), the thread summary (`m.thread`: `latest_event`, `count`,
     /// `current_user_participated`) and references (`m.reference`).
@@ -141,11 +163,26 @@ impl Rooms {
         if ids.is_empty() {
             return Ok(());
         }
+        let bundled = store::get_bundled(conn, &ids, user_id.as_str()).await?;
+        self.add_bundled(conn, rules, user_id, events, bundled)
+            .await
+    }
+
+    /// [`Rooms::bundle_relations`] with the relations read: only what the user may see of
+    /// them is bundled, and a redaction's reason only when they may see the redaction.
+    async fn add_bundled(
+        &self,
+        conn: &AsyncPgConnection,
+        rules: &RoomVersionRules,
+        user_id: &UserId,
+        events: &mut [Value],
+        bundled: store::Bundled,
+    ) -> Result<()> {
         let store::Bundled {
             edits,
             threads,
             references,
-        } = store::get_bundled(conn, &ids, user_id.as_str()).await?;
+        } = bundled;
         let redactions: Vec<String> = events
             .iter()
             .filter_map(|e| e["unsigned"]["redacted_because"]["event_id"].as_str())

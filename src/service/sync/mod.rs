@@ -46,8 +46,9 @@ use crate::{
     metrics::Resumed,
     storage::{
         account_data as account_store, client_events, e2ee as e2ee_store, push as push_store,
+        relations as relations_store,
         rooms::{self as store, EventRow},
-        state as state_store, streams, to_device as to_device_store, Db,
+        state as state_store, streams, timelines, to_device as to_device_store, Db,
     },
 };
 
@@ -122,6 +123,28 @@ enum JobKind {
     Leave {
         range: Range,
     },
+}
+
+/// A room's section in a response: which part it goes in, the room, the section.
+type Section<'r> = (&'static str, &'r str, Box<RawValue>);
+
+/// A room's newest events in its range, newest first and one past the timeline (read for a
+/// batch of rooms at once), with the relations and transaction IDs read for them.
+struct Newest<'b> {
+    rows: Vec<EventRow>,
+    bundled: &'b relations_store::Bundled,
+    /// The transaction IDs of the syncing device's events among them.
+    transaction_ids: &'b HashMap<String, String>,
+}
+
+impl RoomJob<'_> {
+    /// The part of the room's history its section covers, if it has a timeline.
+    fn range(&self) -> Option<&Range> {
+        match &self.kind {
+            JobKind::Join { range, .. } | JobKind::Leave { range } => Some(range),
+            JobKind::Stripped { .. } => None,
+        }
+    }
 }
 
 /// Which part of a room's history a section covers.
@@ -421,15 +444,18 @@ impl Sync {
         }
         .shared();
         let sections = futures_util::stream::iter(jobs)
-            .map(|job| self.room_job(rooms, conn, &ignored, request, job, joined_facts.clone()))
-            .buffered(ROOMS_IN_FLIGHT)
+            .chunks(ROOMS_IN_FLIGHT)
+            .map(|batch| {
+                self.batch_sections(rooms, conn, &ignored, request, batch, joined_facts.clone())
+            })
+            .buffered(2)
             .try_collect::<Vec<_>>();
         let (_, sections) = tokio::try_join!(
             async { joined_facts.clone().await.map_err(Error::internal) },
             sections
         )?;
         let mut sync_rooms = SyncRooms::default();
-        for (part, room_id, section) in sections.into_iter().flatten() {
+        for (part, room_id, section) in sections.into_iter().flatten().flatten() {
             let target = match part {
                 "join" => &mut sync_rooms.join,
                 "invite" => &mut sync_rooms.invite,
@@ -530,8 +556,82 @@ impl Sync {
         })
     }
 
+    /// The sections of a batch of rooms. Their newest events are one statement for the whole
+    /// batch, and those events' relations and transaction IDs one more each; then each room's
+    /// state and section.
+    async fn batch_sections<'r>(
+        &self,
+        rooms: &Rooms,
+        conn: &AsyncPgConnection,
+        ignored: &HashSet<String>,
+        request: &SyncRequest<'_>,
+        batch: Vec<RoomJob<'r>>,
+        joined_facts: impl Future<Output = Result<Arc<JoinedFacts>, String>> + Clone,
+    ) -> Result<Vec<Option<Section<'r>>>> {
+        // One past the timeline: the row before it says whether it is limited and where its
+        // state starts.
+        let limit = request.filter.timeline_limit;
+        let windows: Vec<timelines::Window> = batch
+            .iter()
+            .filter_map(|job| {
+                job.range().map(|range| timelines::Window {
+                    room_id: job.room_id,
+                    after: range.since.unwrap_or(0),
+                    up_to: range.up_to,
+                })
+            })
+            .collect();
+        let mut newest =
+            timelines::get_newest_events_of_rooms(conn, &windows, limit as i64 + 1).await?;
+        let user = request.user_id.as_str();
+        let timelines = || newest.values().flat_map(|rows| rows.iter().take(limit));
+        let parents: Vec<String> = timelines()
+            .filter(|row| row.state_key.is_none())
+            .map(|row| row.event_id.clone())
+            .collect();
+        let own: Vec<String> = timelines()
+            .filter(|row| row.sender == user)
+            .map(|row| row.event_id.clone())
+            .collect();
+        let (bundled, transaction_ids) = tokio::try_join!(
+            async {
+                // Federation-format timelines carry no bundled relations.
+                match parents.is_empty() || request.filter.federation_format {
+                    true => Ok(relations_store::Bundled::default()),
+                    false => relations_store::get_bundled(conn, &parents, user).await,
+                }
+            },
+            async {
+                match own.is_empty() {
+                    true => Ok(HashMap::new()),
+                    false => store::get_txn_ids_for_device(conn, user, request.device_id, &own)
+                        .await
+                        .map(|ids| ids.into_iter().collect()),
+                }
+            },
+        )?;
+        let sections = batch.into_iter().map(|job| {
+            let timeline = Newest {
+                rows: newest.remove(job.room_id).unwrap_or_default(),
+                bundled: &bundled,
+                transaction_ids: &transaction_ids,
+            };
+            self.room_job(
+                rooms,
+                conn,
+                ignored,
+                request,
+                job,
+                timeline,
+                joined_facts.clone(),
+            )
+        });
+        futures_util::future::try_join_all(sections).await
+    }
+
     /// Builds one room's section: `("join" | "invite" | "knock" | "leave", room, section)`, or
     /// nothing when there is nothing to say about the room.
+    #[allow(clippy::too_many_arguments)]
     async fn room_job<'r>(
         &self,
         rooms: &Rooms,
@@ -539,8 +639,9 @@ impl Sync {
         ignored: &HashSet<String>,
         request: &SyncRequest<'_>,
         job: RoomJob<'r>,
+        newest: Newest<'_>,
         joined_facts: impl Future<Output = Result<Arc<JoinedFacts>, String>>,
-    ) -> Result<Option<(&'static str, &'r str, Box<RawValue>)>> {
+    ) -> Result<Option<Section<'r>>> {
         let RoomJob {
             room_id,
             membership_event,
@@ -564,6 +665,7 @@ impl Sync {
                         room_id,
                         (membership, membership_position),
                         &range,
+                        newest,
                     )
                     .await?;
                 let is_empty = section.timeline.events.is_empty()
@@ -624,6 +726,7 @@ impl Sync {
                         room_id,
                         (membership, membership_position),
                         &range,
+                        newest,
                     )
                     .await?;
                 section
@@ -645,19 +748,18 @@ impl Sync {
         room_id: &str,
         (membership, membership_position): (&str, i64),
         range: &Range,
+        newest: Newest<'_>,
     ) -> Result<RoomSection> {
         let limit = request.filter.timeline_limit;
-        let (rules, mut rows) = tokio::try_join!(rooms.version_rules(conn, room_id), async {
-            Ok(store::get_room_events_desc(
-                conn,
-                room_id,
-                range.since.unwrap_or(0),
-                range.up_to,
-                limit as i64 + 1,
-            )
-            .await?)
-        },)?;
-        let rules = rules.ok_or_else(|| Error::internal("membership in unknown room"))?;
+        let Newest {
+            mut rows,
+            bundled,
+            transaction_ids,
+        } = newest;
+        let rules = rooms
+            .version_rules(conn, room_id)
+            .await?
+            .ok_or_else(|| Error::internal("membership in unknown room"))?;
         let limited = rows.len() > limit;
         // The row read past the timeline is the newest served event before its start: its
         // group is the state there, as `get_state_group_at` would find it.
@@ -732,17 +834,11 @@ impl Sync {
             state_parts.retain(|p| request.filter.state.allows_parts(p));
             state_parts.sort_by_key(|p| p.stream_ordering);
             tokio::try_join!(
-                rooms.render_with_relations(conn, &rules, request.user_id, &timeline),
+                rooms.render_with_bundled(conn, &rules, request.user_id, &timeline, bundled),
                 rooms.render_parts(conn, &rules, state_parts),
             )?
         };
-        self.add_transaction_ids(
-            conn,
-            request.user_id.as_str(),
-            request.device_id,
-            &mut timeline_events,
-        )
-        .await?;
+        set_transaction_ids(&mut timeline_events, transaction_ids);
         if let Some(fields) = &request.filter.event_fields {
             for event in timeline_events.iter_mut() {
                 *event = keep_fields(event, fields);
@@ -786,11 +882,7 @@ impl Sync {
                 .await?
                 .into_iter()
                 .collect();
-        for event in events.iter_mut() {
-            if let Some(txn) = event["event_id"].as_str().and_then(|id| txns.get(id)) {
-                event["unsigned"]["transaction_id"] = Value::from(txn.as_str());
-            }
-        }
+        set_transaction_ids(events, &txns);
         Ok(())
     }
 
@@ -854,6 +946,18 @@ impl Sync {
                 })
             })
             .collect())
+    }
+}
+
+/// The remote echo, from the transaction IDs read: each event the device sent gets its own.
+fn set_transaction_ids(events: &mut [Value], transaction_ids: &HashMap<String, String>) {
+    for event in events.iter_mut() {
+        if let Some(txn) = event["event_id"]
+            .as_str()
+            .and_then(|id| transaction_ids.get(id))
+        {
+            event["unsigned"]["transaction_id"] = Value::from(txn.as_str());
+        }
     }
 }
 

@@ -10,11 +10,7 @@ use serde_json::{json, value::RawValue, Map, Value};
 use super::{filter::SyncFilter, Range, HEROES};
 use crate::{
     error::Result,
-    storage::{
-        push::UnreadCounts,
-        rooms::{self as store, MembershipSummary},
-        state as state_store,
-    },
+    storage::{push::UnreadCounts, rooms::MembershipSummary, state as state_store, timelines},
 };
 
 /// A room's state after the last event at or before `position`.
@@ -35,7 +31,7 @@ pub(super) async fn group_at(
 ) -> Result<Option<i64>> {
     Ok(match known {
         Some(group) => Some(group),
-        None => store::get_state_group_at(conn, room_id, position).await?,
+        None => timelines::get_state_group_at(conn, room_id, position).await?,
     })
 }
 

@@ -13,7 +13,7 @@ use crate::{
         rooms::{visibility::Visibility, writer::rules_for, Rooms},
         sync::{state_at, token, Sync, HEROES},
     },
-    storage::{dag::HistoryPosition, rooms as store, state as state_store},
+    storage::{dag::HistoryPosition, rooms as store, state as state_store, timelines},
 };
 
 /// One room to build.
@@ -99,14 +99,18 @@ impl Sync {
         let (room_row, mut rows, group_before) = tokio::try_join!(
             async { Ok::<_, Error>(store::get_room(conn, room.room_id).await?) },
             async {
-                Ok(
-                    store::get_room_events_desc(conn, room.room_id, after, up_to, limit as i64 + 1)
-                        .await?,
+                Ok(timelines::get_room_events_desc(
+                    conn,
+                    room.room_id,
+                    after,
+                    up_to,
+                    limit as i64 + 1,
                 )
+                .await?)
             },
             async {
                 Ok(match delta_from {
-                    Some(from) => store::get_state_group_at(conn, room.room_id, from).await?,
+                    Some(from) => timelines::get_state_group_at(conn, room.room_id, from).await?,
                     None => None,
                 })
             },
