@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
 use super::{delayed_events::DELAYED_CHANNEL, sessions::Sessions, typing::Typing};
-use crate::storage::{rooms as store, Db};
+use crate::storage::{memberships as store, Db};
 
 /// Channel for room changes (payload: room ID).
 pub const ROOM_CHANNEL: &str = "myelin_room";

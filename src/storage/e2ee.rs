@@ -374,7 +374,7 @@ pub async fn get_device_list_changes_for(
         "SELECT DISTINCT c.user_id FROM device_list_changes c
          WHERE c.stream_ordering > $2 AND c.stream_ordering <= $3
            AND (c.user_id = $1 OR {})",
-        super::rooms::shares_joined_room("c.user_id")
+        super::memberships::shares_joined_room("c.user_id")
     ))
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)
@@ -422,7 +422,7 @@ pub async fn get_membership_changes_for(
          SELECT c.user_id, {shares} AS shares
          FROM changed c WHERE c.user_id <> $1",
         served = super::rooms::SERVED_TO_CLIENTS,
-        shares = super::rooms::shares_joined_room("c.user_id")
+        shares = super::memberships::shares_joined_room("c.user_id")
     ))
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)

@@ -24,6 +24,7 @@ pub mod federation_received;
 pub mod federation_sending;
 pub mod leader;
 pub mod media;
+pub mod memberships;
 pub mod openid;
 pub mod presence;
 pub mod push;

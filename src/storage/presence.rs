@@ -144,7 +144,7 @@ pub async fn get_presence_changed_for(
         "SELECT p.* FROM presence p
          WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3
            AND (p.user_id = $1 OR {})",
-        super::rooms::shares_joined_room("p.user_id")
+        super::memberships::shares_joined_room("p.user_id")
     ))
     .bind::<Text, _>(user_id)
     .bind::<BigInt, _>(after)

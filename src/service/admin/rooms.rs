@@ -26,7 +26,7 @@ use crate::{
     },
     storage::{
         admin_rooms::{self as store, AdminRoomRow, RoomDeletionRow, RoomQuery},
-        now_ms, rooms as rooms_store,
+        memberships as membership_store, now_ms, rooms as rooms_store,
     },
 };
 
@@ -155,7 +155,7 @@ impl Admin {
         {
             return Err(Error::not_found("Room not found"));
         }
-        let members = rooms_store::get_room_members(&conn, room_id.as_str(), "join").await?;
+        let members = membership_store::get_room_members(&conn, room_id.as_str(), "join").await?;
         Ok(json!({ "total": members.len(), "members": members }))
     }
 

@@ -330,7 +330,7 @@ impl Admin {
         self.ensure_exists(user_id).await?;
         let conn = self.db.conn().await?;
         let memberships: serde_json::Map<String, Value> =
-            crate::storage::rooms::get_user_memberships(&conn, user_id.as_str())
+            crate::storage::memberships::get_user_memberships(&conn, user_id.as_str())
                 .await?
                 .into_iter()
                 .map(|(room_id, membership, ..)| (room_id, Value::from(membership)))

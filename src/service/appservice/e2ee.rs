@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use super::{interest::RoomInterest, Registration};
 use crate::{
     error::Result,
-    storage::{appservice as store, rooms as rooms_store, rooms::EventRow},
+    storage::{appservice as store, memberships as membership_store, rooms::EventRow},
 };
 
 /// Device-list changes read per pass.
@@ -62,7 +62,7 @@ async fn follows(
     if registration.is_interested_in_user(user_id) {
         return Ok(true);
     }
-    for room_id in rooms_store::get_rooms_for_user(conn, user_id, "join").await? {
+    for room_id in membership_store::get_rooms_for_user(conn, user_id, "join").await? {
         if interest.room(conn, &room_id).await? {
             return Ok(true);
         }
@@ -135,7 +135,7 @@ pub async fn add_to_body(
             .cloned(),
     );
     for room_id in rooms {
-        let members = rooms_store::get_room_members_in(conn, room_id, &["join"]).await?;
+        let members = membership_store::get_room_members_in(conn, room_id, &["join"]).await?;
         users.extend(
             members
                 .into_iter()

@@ -18,7 +18,10 @@ use diesel_async::AsyncPgConnection;
 use super::Registration;
 use crate::{
     error::Result,
-    storage::rooms::{self as rooms_store, EventRow},
+    storage::{
+        memberships as membership_store,
+        rooms::{self as rooms_store, EventRow},
+    },
 };
 
 /// Which rooms interest one appservice, remembered for one batch of events.
@@ -43,7 +46,7 @@ impl<'a> RoomInterest<'a> {
         }
         let registration = self.registration;
         let interested = registration.matches_room(room_id)
-            || rooms_store::get_room_members_in(conn, room_id, &["join", "invite"])
+            || membership_store::get_room_members_in(conn, room_id, &["join", "invite"])
                 .await?
                 .iter()
                 .any(|user| registration.is_interested_in_user(user))
@@ -60,7 +63,7 @@ impl<'a> RoomInterest<'a> {
         if self.registration.is_interested_in_user(user_id) {
             return Ok(true);
         }
-        for room_id in rooms_store::get_rooms_for_user(conn, user_id, "join").await? {
+        for room_id in membership_store::get_rooms_for_user(conn, user_id, "join").await? {
             if self.room(conn, &room_id).await? {
                 return Ok(true);
             }

@@ -23,7 +23,7 @@ use crate::{
         messages::{Page, PageRequest},
         Rooms,
     },
-    storage::{dag, rooms as store},
+    storage::{dag, memberships as membership_store, rooms as store},
 };
 
 /// Events asked for in one round (Synapse asks for 100 too).
@@ -63,7 +63,8 @@ impl Federation {
         if extremities.is_empty() {
             return Ok(0);
         }
-        let joined = store::get_room_members_in(&conn, room_id.as_str(), &["join"]).await?;
+        let joined =
+            membership_store::get_room_members_in(&conn, room_id.as_str(), &["join"]).await?;
         drop(conn);
         let from: Vec<OwnedEventId> = extremities
             .into_iter()

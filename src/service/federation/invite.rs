@@ -24,7 +24,7 @@ use super::{membership::member_template, query::client_error, Federation};
 use crate::{
     error::{Error, Result},
     service::rooms::{incoming::Received, pdu::Pdu, Rooms, SUPPORTED_VERSIONS},
-    storage::{rooms as store, users},
+    storage::{memberships as membership_store, rooms as store, users},
 };
 
 /// The state types an invite shows (with the inviter's member event).
@@ -96,7 +96,7 @@ impl Federation {
             .await?
             .ok_or_else(|| Error::not_found("Unknown room"))?;
         if let Some((membership, _)) =
-            store::get_membership(&conn, room_id.as_str(), target.as_str()).await?
+            membership_store::get_membership(&conn, room_id.as_str(), target.as_str()).await?
         {
             if membership == "join" {
                 return Err(Error::forbidden(format!("{target} is already in the room")));

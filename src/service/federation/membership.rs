@@ -30,7 +30,7 @@ use crate::{
         writer::choose_prev_events,
         Rooms,
     },
-    storage::{dag, now_ms, rooms as store},
+    storage::{dag, memberships as membership_store, now_ms, rooms as store},
 };
 
 /// An unsigned `m.room.member` event of `sender` about `target` with `content`, on the
@@ -418,7 +418,11 @@ impl Federation {
         let (room, acl, local_members) = tokio::try_join!(
             store::get_room(conn, room_id.as_str()),
             store::get_current_state_event(conn, room_id.as_str(), "m.room.server_acl", ""),
-            store::count_local_joined(conn, room_id.as_str(), self.config.server_name.as_str()),
+            membership_store::count_local_joined(
+                conn,
+                room_id.as_str(),
+                self.config.server_name.as_str()
+            ),
         )?;
         let room = room
             .filter(|_| local_members > 0)

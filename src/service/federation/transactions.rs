@@ -37,7 +37,8 @@ use crate::{
         typing,
     },
     storage::{
-        federation_received as store, now_ms, presence as presence_store,
+        federation_received as store, memberships as membership_store, now_ms,
+        presence as presence_store,
         receipts::{self as receipts_store, NewReceipt},
         remote_devices,
         rooms::{self as rooms_store, notify},
@@ -201,7 +202,8 @@ impl Federation {
         origin: &ServerName,
         room_id: &RoomId,
     ) -> Result<Option<&'static str>> {
-        let joined = rooms_store::get_room_members_in(conn, room_id.as_str(), &["join"]).await?;
+        let joined =
+            membership_store::get_room_members_in(conn, room_id.as_str(), &["join"]).await?;
         if !joined
             .iter()
             .any(|user| UserId::parse(user.as_str()).is_ok_and(|u| u.server_name() == origin))
@@ -247,7 +249,7 @@ impl Federation {
         if let Some(reason) = self.room_edu_refused(conn, origin, &room_id).await? {
             return drop_edu(origin, edu, reason);
         }
-        let membership = rooms_store::get_membership(conn, room_id.as_str(), user_id).await?;
+        let membership = membership_store::get_membership(conn, room_id.as_str(), user_id).await?;
         if membership.is_none_or(|(membership, _)| membership != "join") {
             return drop_edu(origin, edu, "its user is not joined to the room");
         }

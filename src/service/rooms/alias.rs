@@ -9,7 +9,7 @@ use super::Rooms;
 use crate::{
     error::{Error, Result},
     service::sessions::Caller,
-    storage::{is_unique_violation, now_ms, rooms as store},
+    storage::{is_unique_violation, memberships as membership_store, now_ms, rooms as store},
 };
 
 impl Rooms {
@@ -73,7 +73,7 @@ impl Rooms {
         }
         let room_id = self.get_alias(alias).await?;
         let conn = self.db.conn().await?;
-        let members = store::get_room_members(&conn, room_id.as_str(), "join").await?;
+        let members = membership_store::get_room_members(&conn, room_id.as_str(), "join").await?;
         let ours = &self.config.server_name;
         let mut servers = vec![ours.clone()];
         let others: BTreeSet<OwnedServerName> = members

@@ -7,7 +7,7 @@ use diesel_async::AsyncPgConnection;
 use ruma::{ServerName, UserId};
 use serde_json::Value;
 
-use crate::storage::{now_ms, push as push_store, remote_devices, rooms as store};
+use crate::storage::{memberships as store, now_ms, push as push_store, remote_devices};
 
 /// Records the member event `event_id` (with `content`) as `user`'s membership of `room`: its
 /// `membership` (`leave` when unreadable) and display name. A user no longer joined loses

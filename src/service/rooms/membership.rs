@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    storage::{admin_rooms, rooms as store, users},
+    storage::{admin_rooms, memberships as membership_store, rooms as store, users},
 };
 
 /// A membership change one user makes for another (or themselves).
@@ -104,7 +104,7 @@ impl Rooms {
         let conn = self.db.conn().await?;
         self.ensure_local_room(&conn, &room_id).await?;
         if let Some((membership, _)) =
-            store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?
+            membership_store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?
         {
             if membership == "join" {
                 return Ok(room_id);
@@ -148,7 +148,7 @@ impl Rooms {
             return Ok(None);
         }
         if let Some((membership, _)) =
-            store::get_membership(conn, room_id.as_str(), user_id.as_str()).await?
+            membership_store::get_membership(conn, room_id.as_str(), user_id.as_str()).await?
         {
             if membership == "invite" || membership == "join" {
                 return Ok(None);
@@ -168,7 +168,7 @@ impl Rooms {
                 continue;
             };
             if let Some((membership, _)) =
-                store::get_membership(conn, allowed_room, user_id.as_str()).await?
+                membership_store::get_membership(conn, allowed_room, user_id.as_str()).await?
             {
                 in_allowed_room |= membership == "join";
             }
@@ -181,7 +181,7 @@ impl Rooms {
         // Any joined local member whose power suffices to invite; the auth rules verify it.
         let levels = self.power_levels(conn, room_id).await?;
         let invite_level = levels.get("invite").and_then(Value::as_i64).unwrap_or(0);
-        for member in store::get_room_members(conn, room_id.as_str(), "join").await? {
+        for member in membership_store::get_room_members(conn, room_id.as_str(), "join").await? {
             let Ok(member_id) = UserId::parse(&member) else {
                 continue;
             };
@@ -226,7 +226,7 @@ impl Rooms {
         user_id: &UserId,
     ) -> Result<bool> {
         Ok(
-            store::get_membership(conn, room_id.as_str(), user_id.as_str())
+            membership_store::get_membership(conn, room_id.as_str(), user_id.as_str())
                 .await?
                 .is_some_and(|(m, _)| m == "join"),
         )
@@ -321,7 +321,8 @@ impl Rooms {
         origin: Origin,
     ) -> Result<()> {
         let conn = self.db.conn().await?;
-        let current = store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?;
+        let current =
+            membership_store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?;
         if !matches!(
             current.as_ref().map(|(m, _)| m.as_str()),
             Some("join" | "invite" | "knock")
@@ -393,7 +394,8 @@ impl Rooms {
                 self.ensure_local_user(&conn, target).await?;
                 self.ensure_not_blocked(room_id).await?;
                 if let Some((current, _)) =
-                    store::get_membership(&conn, room_id.as_str(), target.as_str()).await?
+                    membership_store::get_membership(&conn, room_id.as_str(), target.as_str())
+                        .await?
                 {
                     if current == "join" {
                         return Err(Error::forbidden(format!("{target} is already in the room")));
@@ -403,7 +405,8 @@ impl Rooms {
             }
             Change::Kick => {
                 let current =
-                    store::get_membership(&conn, room_id.as_str(), target.as_str()).await?;
+                    membership_store::get_membership(&conn, room_id.as_str(), target.as_str())
+                        .await?;
                 if !matches!(
                     current.as_ref().map(|(m, _)| m.as_str()),
                     Some("join" | "invite" | "knock")
@@ -415,7 +418,8 @@ impl Rooms {
             Change::Ban => "ban",
             Change::Unban => {
                 let current =
-                    store::get_membership(&conn, room_id.as_str(), target.as_str()).await?;
+                    membership_store::get_membership(&conn, room_id.as_str(), target.as_str())
+                        .await?;
                 if current.as_ref().map(|(m, _)| m.as_str()) != Some("ban") {
                     return Err(Error::forbidden(format!("{target} is not banned")));
                 }
@@ -499,9 +503,12 @@ impl Rooms {
     /// Forgets a room the user has left.
     pub async fn forget(&self, user_id: &UserId, room_id: &RoomId) -> Result<()> {
         let conn = self.db.conn().await?;
-        match store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await? {
+        match membership_store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await? {
             None => Err(Error::not_found("You have never been in this room")),
-            Some(_) if store::forget_room(&conn, room_id.as_str(), user_id.as_str()).await? => {
+            Some(_)
+                if membership_store::forget_room(&conn, room_id.as_str(), user_id.as_str())
+                    .await? =>
+            {
                 Ok(())
             }
             Some(_) => Err(Error::matrix(
@@ -518,7 +525,7 @@ impl Rooms {
     pub async fn propagate_profile(&self, user_id: &UserId) -> Result<()> {
         let conn = self.db.conn().await?;
         let profile = self.member_profile(&conn, user_id).await?;
-        let rooms = store::get_rooms_for_user(&conn, user_id.as_str(), "join").await?;
+        let rooms = membership_store::get_rooms_for_user(&conn, user_id.as_str(), "join").await?;
         drop(conn);
         for room in rooms {
             let Ok(room_id) = RoomId::parse(&room) else {
@@ -546,7 +553,7 @@ impl Rooms {
     /// refuses the leave is logged and skipped, so one room cannot keep the user in the rest.
     pub async fn leave_all_rooms(&self, user_id: &UserId) -> Result<()> {
         let conn = self.db.conn().await?;
-        let memberships = store::get_user_memberships(&conn, user_id.as_str()).await?;
+        let memberships = membership_store::get_user_memberships(&conn, user_id.as_str()).await?;
         drop(conn);
         for (room, membership, ..) in memberships {
             if !matches!(membership.as_str(), "join" | "invite" | "knock") {

@@ -16,7 +16,7 @@ use crate::{
     },
     storage::{
         dag::{self, HistoryPosition},
-        rooms as store, state as state_store,
+        memberships as membership_store, rooms as store, state as state_store,
     },
 };
 
@@ -81,7 +81,7 @@ impl Rooms {
         let user = request.user_id.as_str();
         let (room, membership, ignored) = tokio::try_join!(
             async { Ok(store::get_room(conn, room_id).await?) },
-            async { Ok(store::get_membership_position(conn, room_id, user).await?) },
+            async { Ok(membership_store::get_membership_position(conn, room_id, user).await?) },
             crate::service::account_data::ignored_users(conn, user),
         )?;
         let room = room.ok_or_else(|| Error::forbidden("You are not in this room"))?;

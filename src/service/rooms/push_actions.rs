@@ -29,6 +29,7 @@ use crate::{
     error::{Error, Result},
     service::push_rules::{load_rulesets, PUSH_RULES_TYPE},
     storage::{
+        memberships as membership_store,
         push::{self as store, PushActionRow},
         rooms as rooms_store, state as state_store, summaries as summaries_store,
     },
@@ -488,7 +489,7 @@ async fn recompute(
     let Some(room) = rooms_store::get_room(conn, room_id.as_str()).await? else {
         return Err(Error::not_found("Unknown room"));
     };
-    let joined = rooms_store::get_membership(conn, room_id.as_str(), user_id.as_str())
+    let joined = membership_store::get_membership(conn, room_id.as_str(), user_id.as_str())
         .await?
         .is_some_and(|(membership, _)| membership == "join");
     if !joined || user_id.server_name() != server_name {
@@ -496,7 +497,8 @@ async fn recompute(
     }
     let rules = rules_for(&room.room_version)?;
     let Some(joined_at) =
-        rooms_store::get_membership_stretch_start(conn, room_id.as_str(), user_id.as_str()).await?
+        membership_store::get_membership_stretch_start(conn, room_id.as_str(), user_id.as_str())
+            .await?
     else {
         return Ok(Vec::new());
     };
@@ -594,7 +596,7 @@ impl super::Rooms {
         let mut conn = self.db.conn().await?;
         let rooms = match room_id {
             Some(room) => vec![room.to_owned()],
-            None => rooms_store::get_rooms_for_user(&conn, user_id.as_str(), "join")
+            None => membership_store::get_rooms_for_user(&conn, user_id.as_str(), "join")
                 .await?
                 .into_iter()
                 .filter_map(|r| ruma::OwnedRoomId::try_from(r).ok())

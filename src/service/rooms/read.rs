@@ -18,7 +18,7 @@ use crate::{
     storage::{
         client_events::{self, ClientEventParts},
         dag::{self, HistoryPosition},
-        now_ms,
+        memberships as membership_store, now_ms,
         rooms::{self as store, EventRow},
         state as state_store, summaries as summaries_store, timelines,
     },
@@ -52,7 +52,7 @@ impl Rooms {
     /// Rooms the user is joined to.
     pub async fn joined_rooms(&self, user_id: &UserId) -> Result<Vec<OwnedRoomId>> {
         let conn = self.db.conn().await?;
-        let rooms = store::get_rooms_for_user(&conn, user_id.as_str(), "join").await?;
+        let rooms = membership_store::get_rooms_for_user(&conn, user_id.as_str(), "join").await?;
         rooms
             .into_iter()
             .map(|r| RoomId::parse(r).map_err(Error::internal))
@@ -193,12 +193,13 @@ impl Rooms {
         room_id: &RoomId,
         current_group: i64,
     ) -> Result<View> {
-        match store::get_membership(conn, room_id.as_str(), user_id.as_str()).await? {
+        match membership_store::get_membership(conn, room_id.as_str(), user_id.as_str()).await? {
             Some((m, _)) if m == "join" => return Ok(View::Current),
             // A room the user has forgotten is one they were never in.
             Some((m, event_id)) if m == "leave" || m == "ban" => {
                 let forgotten =
-                    store::is_forgotten(conn, room_id.as_str(), user_id.as_str()).await?;
+                    membership_store::is_forgotten(conn, room_id.as_str(), user_id.as_str())
+                        .await?;
                 let event = store::get_state_event(conn, &event_id).await?;
                 // An out-of-band membership (an outlier) has no state to show.
                 if let Some(group) = event.and_then(|e| e.state_group).filter(|_| !forgotten) {
@@ -244,11 +245,13 @@ impl Rooms {
             View::Current if at.is_none() => current_group,
             view => {
                 let limit = match view {
-                    View::AtGroup(_) => {
-                        store::get_membership_position(conn, room_id.as_str(), user_id.as_str())
-                            .await?
-                            .map_or(0, |(_, position)| position)
-                    }
+                    View::AtGroup(_) => membership_store::get_membership_position(
+                        conn,
+                        room_id.as_str(),
+                        user_id.as_str(),
+                    )
+                    .await?
+                    .map_or(0, |(_, position)| position),
                     View::Current => i64::MAX,
                 };
                 let position = at.unwrap_or(i64::MAX).min(limit);
@@ -355,7 +358,8 @@ impl Rooms {
     ) -> Result<BTreeMap<String, Value>> {
         let conn = self.db.conn().await?;
         // An unknown room has no members: the same answer.
-        let membership = store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?;
+        let membership =
+            membership_store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?;
         if membership.is_none_or(|(m, _)| m != "join") {
             return Err(Error::forbidden("You are not in this room"));
         }

@@ -11,7 +11,7 @@ use crate::{
     error::{Error, Result},
     service::notifier,
     storage::{
-        dag, now_ms, rooms as store,
+        dag, memberships as membership_store, now_ms, rooms as store,
         state::{self as state_store},
         streams,
     },
@@ -46,9 +46,12 @@ impl Rooms {
     /// takes part in it).
     pub async fn is_resident(&self, room_id: &RoomId) -> Result<bool> {
         let conn = self.db.conn().await?;
-        let joined =
-            store::count_local_joined(&conn, room_id.as_str(), self.config.server_name.as_str())
-                .await?;
+        let joined = membership_store::count_local_joined(
+            &conn,
+            room_id.as_str(),
+            self.config.server_name.as_str(),
+        )
+        .await?;
         Ok(joined > 0)
     }
 
@@ -283,7 +286,7 @@ impl Rooms {
                     Some(membership @ ("invite" | "knock")) => membership,
                     _ => return Err(Error::internal("neither an invite nor a knock")),
                 };
-                store::set_membership(
+                membership_store::set_membership(
                     conn,
                     room,
                     invitee,
@@ -308,10 +311,13 @@ impl Rooms {
         user_id: &UserId,
     ) -> Result<Option<String>> {
         let conn = self.db.conn().await?;
-        let knock = match store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await? {
-            Some((membership, event_id)) if membership == "knock" => event_id,
-            _ => return Ok(None),
-        };
+        let knock =
+            match membership_store::get_membership(&conn, room_id.as_str(), user_id.as_str())
+                .await?
+            {
+                Some((membership, event_id)) if membership == "knock" => event_id,
+                _ => return Ok(None),
+            };
         drop(conn);
         Ok((!self.is_resident(room_id).await?).then_some(knock))
     }
@@ -345,7 +351,7 @@ impl Rooms {
     pub async fn inviter(&self, room_id: &RoomId, user_id: &UserId) -> Result<Option<OwnedUserId>> {
         let conn = self.db.conn().await?;
         let Some((membership, event_id)) =
-            store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?
+            membership_store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?
         else {
             return Ok(None);
         };
@@ -501,7 +507,7 @@ async fn store_leave_in_place(
         store::insert_event(conn, &new_event, None),
         dag::insert_edges(conn, event, room, &prev_ids, &auth_ids),
     )?;
-    store::set_membership(conn, room, user_id.as_str(), "leave", None, event).await?;
+    membership_store::set_membership(conn, room, user_id.as_str(), "leave", None, event).await?;
     store::notify(conn, notifier::USER_CHANNEL, user_id.as_str()).await?;
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::{
     service::sync::{token, EventFilter},
     storage::{
         dag::HistoryPosition,
+        memberships as membership_store,
         rooms::{self as rooms_store, EventRow},
         search::{self as store, SearchQuery},
         state as state_store,
@@ -135,7 +136,7 @@ impl Rooms {
             .limit
             .map_or(DEFAULT_LIMIT, |l| (u64::from(l) as i64).clamp(1, MAX_LIMIT));
         let conn = self.db.conn().await?;
-        let joined = rooms_store::get_rooms_for_user(&conn, user_id.as_str(), "join").await?;
+        let joined = membership_store::get_rooms_for_user(&conn, user_id.as_str(), "join").await?;
         let filter = &criteria.filter;
         let rooms: Vec<String> = joined
             .into_iter()

@@ -21,6 +21,7 @@ use crate::{
     error::{Error, Result},
     service::federation::room_access::acl_allows,
     storage::{
+        memberships as membership_store,
         rooms::{self as store, EventRow},
         summaries,
     },
@@ -250,7 +251,7 @@ impl Rooms {
     pub async fn membership(&self, room_id: &RoomId, user_id: &UserId) -> Result<Option<String>> {
         let conn = self.db.conn().await?;
         Ok(
-            store::get_membership(&conn, room_id.as_str(), user_id.as_str())
+            membership_store::get_membership(&conn, room_id.as_str(), user_id.as_str())
                 .await?
                 .map(|(membership, _)| membership),
         )
@@ -265,7 +266,7 @@ impl Rooms {
     ) -> Result<Option<ruma::OwnedUserId>> {
         let conn = self.db.conn().await?;
         let Some((membership, event_id)) =
-            store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?
+            membership_store::get_membership(&conn, room_id.as_str(), user_id.as_str()).await?
         else {
             return Ok(None);
         };
@@ -331,7 +332,7 @@ impl Rooms {
             return Ok(false);
         };
         if let Some((membership, _)) =
-            store::get_membership(conn, facts.room_id.as_str(), user_id.as_str()).await?
+            membership_store::get_membership(conn, facts.room_id.as_str(), user_id.as_str()).await?
         {
             if membership == "join" || membership == "invite" {
                 return Ok(true);
@@ -349,7 +350,7 @@ impl Rooms {
         rooms: &[String],
     ) -> Result<bool> {
         for room in rooms {
-            if store::get_membership(conn, room, user_id.as_str())
+            if membership_store::get_membership(conn, room, user_id.as_str())
                 .await?
                 .is_some_and(|(m, _)| m == "join")
             {
@@ -437,7 +438,7 @@ impl Rooms {
             return Ok(true);
         }
         Ok(
-            store::get_membership(&conn, room_id.as_str(), user_id.as_str())
+            membership_store::get_membership(&conn, room_id.as_str(), user_id.as_str())
                 .await?
                 .is_some_and(|(m, _)| m == "join" || m == "invite"),
         )

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    storage::rooms as store,
+    storage::{memberships as membership_store, rooms as store},
 };
 
 /// State that moves to the replacement room, in the order it is sent there.
@@ -77,7 +77,7 @@ impl Rooms {
             .unwrap_or_default();
         // Bans carry over, or every banned user could walk into the replacement room.
         let mut bans = Vec::new();
-        for banned in store::get_room_members(&conn, old_room.as_str(), "ban").await? {
+        for banned in membership_store::get_room_members(&conn, old_room.as_str(), "ban").await? {
             if let Some(event) =
                 store::get_current_state_event(&conn, old_room.as_str(), "m.room.member", &banned)
                     .await?

@@ -13,6 +13,7 @@ use crate::{
     error::Result,
     storage::{
         dag::HistoryPosition,
+        memberships as membership_store,
         rooms::{self as store, EventRow},
         state::{self as state_store, StateIds},
     },
@@ -114,7 +115,8 @@ impl<'u> Visibility<'u> {
             return Ok(true);
         }
         if !self.joined_since.contains_key(&event.room_id) {
-            let membership = store::get_membership_position(conn, &event.room_id, user).await?;
+            let membership =
+                membership_store::get_membership_position(conn, &event.room_id, user).await?;
             let joined = membership.and_then(|(m, position)| (m == "join").then_some(position));
             self.joined_since.insert(event.room_id.clone(), joined);
         }
@@ -156,7 +158,8 @@ impl<'u> Visibility<'u> {
                 return Ok(true);
             }
             if !self.last_join.contains_key(&event.room_id) {
-                let last = store::get_last_join_position(conn, &event.room_id, user).await?;
+                let last =
+                    membership_store::get_last_join_position(conn, &event.room_id, user).await?;
                 self.last_join.insert(event.room_id.clone(), last);
             }
             if self.last_join[&event.room_id].is_some_and(|join| join > HistoryPosition::at(event))

@@ -11,7 +11,7 @@ use std::{num::NonZeroUsize, sync::Arc, sync::Mutex};
 use diesel_async::AsyncPgConnection;
 use lru::LruCache;
 
-use crate::{error::Result, storage::rooms as store};
+use crate::{error::Result, storage::memberships as store};
 
 /// One membership: `(room_id, membership, event_id, stream_ordering)`.
 pub type Membership = (String, String, String, i64);

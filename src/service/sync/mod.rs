@@ -45,8 +45,8 @@ use crate::{
     error::{Error, Result},
     metrics::Resumed,
     storage::{
-        account_data as account_store, client_events, e2ee as e2ee_store, push as push_store,
-        relations as relations_store,
+        account_data as account_store, client_events, e2ee as e2ee_store,
+        memberships as membership_store, push as push_store, relations as relations_store,
         rooms::{self as store, EventRow},
         state as state_store, streams, timelines, to_device as to_device_store, Db,
     },
@@ -428,7 +428,7 @@ impl Sync {
                     match summary_rooms.is_empty() {
                         true => Ok(Vec::new()),
                         false => {
-                            store::get_membership_summaries(
+                            membership_store::get_membership_summaries(
                                 conn,
                                 &summary_rooms,
                                 user,

@@ -10,7 +10,9 @@ use serde_json::{json, value::RawValue, Map, Value};
 use super::{filter::SyncFilter, Range, HEROES};
 use crate::{
     error::Result,
-    storage::{push::UnreadCounts, rooms::MembershipSummary, state as state_store, timelines},
+    storage::{
+        memberships::MembershipSummary, push::UnreadCounts, state as state_store, timelines,
+    },
 };
 
 /// A room's state after the last event at or before `position`.

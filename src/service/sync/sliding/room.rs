@@ -13,7 +13,10 @@ use crate::{
         rooms::{visibility::Visibility, writer::rules_for, Rooms},
         sync::{state_at, token, Sync, HEROES},
     },
-    storage::{dag::HistoryPosition, rooms as store, state as state_store, timelines},
+    storage::{
+        dag::HistoryPosition, memberships as membership_store, rooms as store,
+        state as state_store, timelines,
+    },
 };
 
 /// One room to build.
@@ -335,9 +338,13 @@ impl Sync {
         user: &str,
         current: &state_store::StateIds,
     ) -> Result<(i64, i64, Vec<Value>)> {
-        let counts =
-            store::get_membership_summaries(conn, &[room_id.to_owned()], user, HEROES as i32)
-                .await?;
+        let counts = membership_store::get_membership_summaries(
+            conn,
+            &[room_id.to_owned()],
+            user,
+            HEROES as i32,
+        )
+        .await?;
         let count = |membership: &str| {
             counts
                 .iter()

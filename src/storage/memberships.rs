@@ -1,0 +1,312 @@
+//! Memberships: each user's current membership in each room (`room_memberships`, which the
+//! member events keep), the counts and heroes of room summaries, and the queries that start
+//! from a user's rooms.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::rooms::{served, SERVED_TO_CLIENTS};
+use super::schema::{events, room_memberships, user_membership_versions};
+
+/// Records a user's current membership in a room.
+pub async fn set_membership(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+    membership: &str,
+    display_name: Option<&str>,
+    event_id: &str,
+) -> QueryResult<()> {
+    // The position is the member event's, read from its row (written earlier in the same
+    // transaction), so this can go out in the pipeline before the position is known here.
+    crate::storage::cached_sql(
+        "INSERT INTO room_memberships \
+             (room_id, user_id, membership, display_name, event_id, stream_ordering) \
+         VALUES ($1, $2, $3, $4, $5, (SELECT stream_ordering FROM events WHERE event_id = $5)) \
+         ON CONFLICT (room_id, user_id) DO UPDATE SET \
+             membership = EXCLUDED.membership, display_name = EXCLUDED.display_name, \
+             event_id = EXCLUDED.event_id, stream_ordering = EXCLUDED.stream_ordering, \
+             forgotten = false",
+    )
+    .bind::<diesel::sql_types::Text, _>(room_id)
+    .bind::<diesel::sql_types::Text, _>(user_id)
+    .bind::<diesel::sql_types::Text, _>(membership)
+    .bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(display_name)
+    .bind::<diesel::sql_types::Text, _>(event_id)
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
+/// A user's current membership in a room and the event that set it.
+pub async fn get_membership(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<Option<(String, String)>> {
+    room_memberships::table
+        .find((room_id, user_id))
+        .select((room_memberships::membership, room_memberships::event_id))
+        .first(&mut conn)
+        .await
+        .optional()
+}
+
+/// Rooms where the user's current membership is `membership`.
+pub async fn get_rooms_for_user(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+    membership: &str,
+) -> QueryResult<Vec<String>> {
+    room_memberships::table
+        .filter(room_memberships::user_id.eq(user_id))
+        .filter(room_memberships::membership.eq(membership))
+        .order(room_memberships::stream_ordering)
+        .select(room_memberships::room_id)
+        .load(&mut conn)
+        .await
+}
+
+/// Users whose current membership in a room is `membership`.
+pub async fn get_room_members(
+    conn: &AsyncPgConnection,
+    room_id: &str,
+    membership: &str,
+) -> QueryResult<Vec<String>> {
+    get_room_members_in(conn, room_id, &[membership]).await
+}
+
+/// The users whose membership in a room is one of `memberships`.
+pub async fn get_room_members_in(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    memberships: &[&str],
+) -> QueryResult<Vec<String>> {
+    room_memberships::table
+        .filter(room_memberships::room_id.eq(room_id))
+        .filter(room_memberships::membership.eq_any(memberships))
+        .select(room_memberships::user_id)
+        .load(&mut conn)
+        .await
+}
+
+/// How many users have one membership in a room, and the first few of them by user ID
+/// (leaving one user out): what a room summary's counts and heroes come from.
+#[derive(Debug, QueryableByName)]
+pub struct MembershipSummary {
+    /// The room.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub room_id: String,
+    /// The membership.
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub membership: String,
+    /// How many users have it.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub count: i64,
+    /// The first users with it, in user ID order.
+    #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Text>)]
+    pub first: Vec<String>,
+}
+
+/// Joined and invited counts of each room, with the first `heroes` members of each other than
+/// `except`, in one statement for any number of rooms (a sync reads every room's at once). The
+/// counts are the rows triggers keep (`room_member_counts`), not a count of the members; the
+/// heroes the first entries of a range of the `(room, membership, user)` index, not a sort of
+/// every member.
+pub async fn get_membership_summaries(
+    mut conn: &AsyncPgConnection,
+    room_ids: &[String],
+    except: &str,
+    heroes: i32,
+) -> QueryResult<Vec<MembershipSummary>> {
+    crate::storage::cached_sql(
+        "SELECT q.room_id, m.membership, \
+                COALESCE((SELECT members FROM room_member_counts \
+                          WHERE room_id = q.room_id AND membership = m.membership), 0) AS count, \
+                ARRAY(SELECT user_id FROM room_memberships \
+                      WHERE room_id = q.room_id AND membership = m.membership AND user_id <> $2 \
+                      ORDER BY user_id LIMIT $3) AS first \
+         FROM unnest($1::TEXT[]) AS q (room_id) \
+         CROSS JOIN (VALUES ('join'), ('invite')) AS m (membership)",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(room_ids)
+    .bind::<diesel::sql_types::Text, _>(except)
+    .bind::<diesel::sql_types::Integer, _>(heroes)
+    .load(&mut conn)
+    .await
+}
+
+/// Where in the room's history (topological order) the user's latest join event is, if they
+/// ever joined.
+pub async fn get_last_join_position(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<Option<super::dag::HistoryPosition>> {
+    let position: Option<(i64, i64)> = events::table
+        .filter(events::room_id.eq(room_id))
+        .filter(events::event_type.eq("m.room.member"))
+        .filter(events::state_key.eq(user_id))
+        .filter(served())
+        .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
+            "pdu->'content'->>'membership' = 'join'",
+        ))
+        .order((events::depth.desc(), events::stream_ordering.desc()))
+        .select((events::depth, events::stream_ordering))
+        .first(&mut conn)
+        .await
+        .optional()?;
+    Ok(position.map(|(depth, stream)| super::dag::HistoryPosition { depth, stream }))
+}
+
+/// Whether the user has forgotten the room.
+pub async fn is_forgotten(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<bool> {
+    room_memberships::table
+        .find((room_id, user_id))
+        .select(room_memberships::forgotten)
+        .first(&mut conn)
+        .await
+        .optional()
+        .map(|forgotten| forgotten.unwrap_or(false))
+}
+
+/// Marks a room forgotten for a user; returns false when they are still joined or invited.
+pub async fn forget_room(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<bool> {
+    let updated = diesel::update(
+        room_memberships::table
+            .find((room_id, user_id))
+            .filter(room_memberships::membership.ne_all(vec!["join", "invite", "knock"])),
+    )
+    .set(room_memberships::forgotten.eq(true))
+    .execute(&mut conn)
+    .await?;
+    Ok(updated > 0)
+}
+
+/// The counter that moves with every change to a user's memberships (0: none since the
+/// counter was introduced; a trigger on `room_memberships` keeps it).
+pub async fn get_user_membership_version(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<i64> {
+    user_membership_versions::table
+        .find(user_id)
+        .select(user_membership_versions::version)
+        .first(&mut conn)
+        .await
+        .optional()
+        .map(Option::unwrap_or_default)
+}
+
+/// Every room a user has a membership in: `(room_id, membership, event_id, stream_ordering)`.
+pub async fn get_user_memberships(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+) -> QueryResult<Vec<(String, String, String, i64)>> {
+    room_memberships::table
+        .filter(room_memberships::user_id.eq(user_id))
+        .filter(room_memberships::forgotten.eq(false))
+        .select((
+            room_memberships::room_id,
+            room_memberships::membership,
+            room_memberships::event_id,
+            room_memberships::stream_ordering,
+        ))
+        .load(&mut conn)
+        .await
+}
+
+/// A user's current membership in a room and the stream position it was set at.
+pub async fn get_membership_position(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<Option<(String, i64)>> {
+    room_memberships::table
+        .find((room_id, user_id))
+        .select((
+            room_memberships::membership,
+            room_memberships::stream_ordering,
+        ))
+        .first(&mut conn)
+        .await
+        .optional()
+}
+
+#[derive(QueryableByName)]
+struct StretchStart {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    stream_ordering: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    state_group: i64,
+}
+
+/// Where a user's current stretch of being joined began: the stream position and state group
+/// of the first join after their last non-join membership (display name changes are joins too).
+pub async fn get_membership_stretch_start(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    user_id: &str,
+) -> QueryResult<Option<(i64, i64)>> {
+    // Served events have a state group (only outliers have none).
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT stream_ordering, state_group FROM events
+             WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2
+               AND pdu->'content'->>'membership' = 'join' AND {SERVED_TO_CLIENTS}
+               AND stream_ordering > COALESCE((
+                   SELECT MAX(stream_ordering) FROM events
+                   WHERE room_id = $1 AND event_type = 'm.room.member' AND state_key = $2
+                     AND pdu->'content'->>'membership' <> 'join' AND {SERVED_TO_CLIENTS}), 0)
+             ORDER BY stream_ordering LIMIT 1"
+        )
+    });
+    let start: Option<StretchStart> = crate::storage::cached_sql(SQL.as_str())
+        .bind::<diesel::sql_types::Text, _>(room_id)
+        .bind::<diesel::sql_types::Text, _>(user_id)
+        .get_result(&mut conn)
+        .await
+        .optional()?;
+    Ok(start.map(|s| (s.stream_ordering, s.state_group)))
+}
+
+/// SQL: whether the user in `$1` shares a joined room with the user in column `other`.
+pub(super) fn shares_joined_room(other: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM room_memberships mine
+                 JOIN room_memberships theirs ON theirs.room_id = mine.room_id
+                 WHERE mine.user_id = $1 AND mine.membership = 'join'
+                   AND theirs.user_id = {other} AND theirs.membership = 'join')"
+    )
+}
+
+/// How many users of `server_name` are joined to a room (whether this server is in it).
+pub async fn count_local_joined(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    server_name: &str,
+) -> QueryResult<i64> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    // A user ID ends with ':' and the server name (which may itself hold a ':port').
+    let count: Count = crate::storage::cached_sql(
+        "SELECT count(*) AS n FROM room_memberships \
+         WHERE room_id = $1 AND membership = 'join' AND right(user_id, length($2) + 1) = ':' || $2",
+    )
+    .bind::<diesel::sql_types::Text, _>(room_id)
+    .bind::<diesel::sql_types::Text, _>(server_name)
+    .get_result(&mut conn)
+    .await?;
+    Ok(count.n)
+}
