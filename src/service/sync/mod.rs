@@ -85,7 +85,8 @@ pub struct Sync {
 /// How many members a room summary names.
 const HEROES: usize = 5;
 
-/// How many rooms' sections are built at once (their queries pipelined on one connection).
+/// How many rooms' sections are built at once (their queries pipelined on one connection); a
+/// sync's batch of rooms, whose newest events are read in one statement.
 const ROOMS_IN_FLIGHT: usize = 32;
 
 /// One computed response (`/sync`'s or sliding sync's).
