@@ -47,35 +47,37 @@ pub async fn server_has_member(
     Ok(found.found)
 }
 
+/// A joined member's profile in a room, as their membership event gives it.
 #[derive(QueryableByName)]
-struct JoinedProfile {
+pub struct JoinedProfile {
     #[diesel(sql_type = diesel::sql_types::Text)]
-    user_id: String,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Jsonb>)]
-    display_name: Option<serde_json::Value>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Jsonb>)]
-    avatar_url: Option<serde_json::Value>,
+    pub user_id: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub display_name: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub avatar_url: Option<String>,
 }
 
 /// The joined members of a room with the `displayname` and `avatar_url` of their membership
-/// events, as the JSON values the events hold (`None` where absent): read from the current
-/// memberships, two fields of each event taken out by PostgreSQL, so a room of 20,000 is not
-/// read through its state chain and every member event parsed.
+/// events where those are strings (any other value a member event may hold is left out, as
+/// absent): read from the current memberships, two fields of each event taken out by
+/// PostgreSQL, so a room of 20,000 is not read through its state chain and every member event
+/// parsed.
 pub async fn get_joined_profiles(
     mut conn: &AsyncPgConnection,
     room_id: &str,
-) -> QueryResult<Vec<(String, Option<serde_json::Value>, Option<serde_json::Value>)>> {
-    let rows: Vec<JoinedProfile> = super::cached_sql(
-        "SELECT m.user_id, e.pdu->'content'->'displayname' AS display_name, \
-                e.pdu->'content'->'avatar_url' AS avatar_url \
+) -> QueryResult<Vec<JoinedProfile>> {
+    super::cached_sql(
+        "SELECT m.user_id, \
+                CASE WHEN jsonb_typeof(c.content->'displayname') = 'string' \
+                     THEN c.content->>'displayname' END AS display_name, \
+                CASE WHEN jsonb_typeof(c.content->'avatar_url') = 'string' \
+                     THEN c.content->>'avatar_url' END AS avatar_url \
          FROM room_memberships m JOIN events e ON e.event_id = m.event_id \
+         CROSS JOIN LATERAL (SELECT e.pdu->'content' AS content) c \
          WHERE m.room_id = $1 AND m.membership = 'join'",
     )
     .bind::<diesel::sql_types::Text, _>(room_id)
     .load(&mut conn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| (r.user_id, r.display_name, r.avatar_url))
-        .collect())
+    .await
 }

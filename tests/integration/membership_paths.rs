@@ -333,3 +333,45 @@ async fn member_counts_stay_equal_to_a_recount_through_every_membership_change()
         0
     );
 }
+
+/// `/joined_members` gives each joined member's profile from their member event, and a
+/// member event whose profile fields are not strings (any client may write one) neither
+/// breaks the list for everyone nor reaches it.
+#[tokio::test]
+async fn joined_members_lists_string_profiles_and_survives_others() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let mallory = server.register("mallory").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    mallory.join(&room).await.ok();
+    let own_member = |user: &str| {
+        format!(
+            "/_matrix/client/v3/rooms/{}/state/m.room.member/{}",
+            enc(&room),
+            enc(user)
+        )
+    };
+    alice
+        .put(
+            &own_member(&alice.user_id),
+            json!({ "membership": "join", "displayname": "Alice", "avatar_url": "mxc://x/a" }),
+        )
+        .await
+        .ok();
+    mallory
+        .put(
+            &own_member(&mallory.user_id),
+            json!({ "membership": "join", "displayname": 42, "avatar_url": { "not": "a url" } }),
+        )
+        .await
+        .ok();
+    let path = format!("/_matrix/client/v3/rooms/{}/joined_members", enc(&room));
+    let listed = alice.get(&path).await.ok();
+    assert_eq!(
+        listed,
+        json!({ "joined": {
+            alice.user_id.clone(): { "display_name": "Alice", "avatar_url": "mxc://x/a" },
+            mallory.user_id.clone(): {},
+        } })
+    );
+}

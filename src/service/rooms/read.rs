@@ -355,7 +355,7 @@ impl Rooms {
         &self,
         user_id: &UserId,
         room_id: &RoomId,
-    ) -> Result<BTreeMap<String, Value>> {
+    ) -> Result<Vec<summaries_store::JoinedProfile>> {
         let conn = self.db.conn().await?;
         // An unknown room has no members: the same answer.
         let membership =
@@ -363,17 +363,7 @@ impl Rooms {
         if membership.is_none_or(|(m, _)| m != "join") {
             return Err(Error::forbidden("You are not in this room"));
         }
-        let profiles = summaries_store::get_joined_profiles(&conn, room_id.as_str()).await?;
-        Ok(profiles
-            .into_iter()
-            .map(|(user, display_name, avatar_url)| {
-                let profile = json!({
-                    "display_name": display_name.unwrap_or(Value::Null),
-                    "avatar_url": avatar_url.unwrap_or(Value::Null),
-                });
-                (user, profile)
-            })
-            .collect())
+        Ok(summaries_store::get_joined_profiles(&conn, room_id.as_str()).await?)
     }
 
     /// One event the user may see (`GET /rooms/{id}/event/{eventId}`); `M_NOT_FOUND` otherwise.
