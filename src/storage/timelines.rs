@@ -1,6 +1,6 @@
-//! Timelines: a room's served events by stream position (sync's newest events, `/messages`'
-//! stream pages, `timestamp_to_event`), the newest events of many rooms at once, and the state
-//! group at a position.
+//! Timelines: rooms' served events by stream position (the newest events of many rooms at once
+//! for a sync, `/messages`' stream pages, `timestamp_to_event`) and the state group at a
+//! position.
 
 use std::collections::HashMap;
 
@@ -13,7 +13,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use super::rooms::{served, EventRow, EVENT_COLUMNS, SERVED_TO_CLIENTS};
 use super::schema::events;
 
-/// One room's part of [`get_newest_events_of_rooms`]: its served events in `(after, up_to]`.
+/// One room's part of [`get_newest_events_of_rooms`]: up to `limit` of its served events in
+/// `(after, up_to]`.
 pub struct Window<'a> {
     /// The room.
     pub room_id: &'a str,
@@ -21,38 +22,40 @@ pub struct Window<'a> {
     pub after: i64,
     /// Inclusive end.
     pub up_to: i64,
+    /// How many.
+    pub limit: i64,
 }
 
-/// Up to `limit` served events of each room in its window, newest first, by room: what
-/// [`get_room_events_desc`] reads for one room, for many in one statement. The plan is an
-/// index range per room whatever the planner's statistics say (a sync reads this for every
-/// room it sends).
+/// The newest served events of each room in its window, newest first, by room, for many rooms
+/// in one statement. The plan is an index range per room whatever the planner's statistics
+/// say (a sync reads this for every room it sends).
 pub async fn get_newest_events_of_rooms(
     mut conn: &AsyncPgConnection,
     windows: &[Window<'_>],
-    limit: i64,
 ) -> QueryResult<HashMap<String, Vec<EventRow>>> {
     if windows.is_empty() {
         return Ok(HashMap::new());
     }
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
-            "SELECT e.* FROM unnest($1::TEXT[], $2::BIGINT[], $3::BIGINT[]) AS w(room, after_pos, up_to_pos) \
+            "SELECT e.* FROM unnest($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::BIGINT[]) \
+                 AS w(room, after_pos, up_to_pos, lim) \
              CROSS JOIN LATERAL ( \
                  SELECT {EVENT_COLUMNS} FROM events \
                  WHERE room_id = w.room AND {SERVED_TO_CLIENTS} \
                    AND stream_ordering > w.after_pos AND stream_ordering <= w.up_to_pos \
-                 ORDER BY stream_ordering DESC LIMIT $4) e"
+                 ORDER BY stream_ordering DESC LIMIT w.lim) e"
         )
     });
     let rooms: Vec<&str> = windows.iter().map(|w| w.room_id).collect();
     let after: Vec<i64> = windows.iter().map(|w| w.after).collect();
     let up_to: Vec<i64> = windows.iter().map(|w| w.up_to).collect();
+    let limits: Vec<i64> = windows.iter().map(|w| w.limit).collect();
     let rows: Vec<EventRow> = super::cached_sql(SQL.as_str())
         .bind::<Array<Text>, _>(rooms)
         .bind::<Array<BigInt>, _>(after)
         .bind::<Array<BigInt>, _>(up_to)
-        .bind::<BigInt, _>(limit)
+        .bind::<Array<BigInt>, _>(limits)
         .load(&mut conn)
         .await?;
     let mut by_room: HashMap<String, Vec<EventRow>> = HashMap::with_capacity(windows.len());
@@ -60,26 +63,6 @@ pub async fn get_newest_events_of_rooms(
         by_room.entry(row.room_id.clone()).or_default().push(row);
     }
     Ok(by_room)
-}
-
-/// Up to `limit` served events of a room in `(after, up_to]` in stream order, newest first.
-pub async fn get_room_events_desc(
-    mut conn: &AsyncPgConnection,
-    room_id: &str,
-    after: i64,
-    up_to: i64,
-    limit: i64,
-) -> QueryResult<Vec<EventRow>> {
-    events::table
-        .filter(events::room_id.eq(room_id))
-        .filter(served())
-        .filter(events::stream_ordering.gt(after))
-        .filter(events::stream_ordering.le(up_to))
-        .order(events::stream_ordering.desc())
-        .limit(limit)
-        .select(EventRow::as_select())
-        .load(&mut conn)
-        .await
 }
 
 /// The state group after the last served event of a room at or before position `at`. Before

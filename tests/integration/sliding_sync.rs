@@ -859,3 +859,99 @@ async fn leaving_kicks_and_rejoining() {
     let rejoined = sss(&alice, Some(&pos(&later)), 0, body).await.ok();
     assert_eq!(rejoined["rooms"][&left]["initial"], true, "{rejoined}");
 }
+
+/// Rooms are built in batches of 32 whose newest events, relations and transaction IDs are
+/// read together: over two lists with different timeline limits, every room of either batch
+/// gets its own newest events up to its own list's limit, the remote echo of its own
+/// messages and only its own events' relations.
+#[tokio::test]
+async fn every_room_of_a_big_window_gets_its_own_timeline() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let mut rooms = Vec::new();
+    for i in 0..34 {
+        let room = alice
+            .create_room(json!({ "name": format!("Room {i}") }))
+            .await;
+        for n in 0..i % 4 {
+            alice
+                .send_text(
+                    &room,
+                    &format!("t{i}-{n}"),
+                    &format!("room {i} message {n}"),
+                )
+                .await
+                .ok();
+        }
+        rooms.push(room);
+    }
+    // An edit of the newest room's message (the first room of the first window).
+    let edited = &rooms[33];
+    let original = alice.send_text(edited, "original", "original").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "/_matrix/client/v3/rooms/{}/send/m.room.message/edit",
+        enc(edited)
+    );
+    let edit = alice
+        .put(
+            &path,
+            json!({
+                "msgtype": "m.text",
+                "body": "* edited",
+                "m.new_content": { "msgtype": "m.text", "body": "edited" },
+                "m.relates_to": { "rel_type": "m.replace", "event_id": original },
+            }),
+        )
+        .await
+        .ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let lists = json!({ "lists": {
+        "newer": { "ranges": [[0, 16]], "timeline_limit": 2, "required_state": [] },
+        "older": { "ranges": [[17, 33]], "timeline_limit": 5, "required_state": [] },
+    } });
+    let response = sss(&alice, None, 0, lists).await.ok();
+    let results = response["rooms"].as_object().unwrap();
+    assert_eq!(results.len(), rooms.len());
+    let (newer, older) = (window(&response, "newer"), window(&response, "older"));
+    assert_eq!((newer.len(), older.len()), (17, 17));
+    assert_eq!(newer[0], *edited);
+    for (room, limit) in newer
+        .iter()
+        .map(|room| (room, 2))
+        .chain(older.iter().map(|room| (room, 5)))
+    {
+        let result = &results[room];
+        let history = alice.page_back(room, None, None, 50).await;
+        let ids = |events: &[Value]| -> Vec<String> {
+            events
+                .iter()
+                .map(|e| e["event_id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let timeline = result["timeline"].as_array().unwrap();
+        assert_eq!(
+            ids(timeline),
+            ids(&history[history.len() - limit..]),
+            "{room}"
+        );
+        assert_eq!(result["limited"], history.len() > limit, "{room}");
+        for event in timeline {
+            let echo = &event["unsigned"]["transaction_id"];
+            match event["type"] == "m.room.message" {
+                true => assert!(echo.is_string(), "{event}"),
+                false => assert!(echo.is_null(), "{event}"),
+            }
+            let relations = &event["unsigned"]["m.relations"];
+            match event["event_id"] == original.as_str() {
+                true => assert_eq!(relations["m.replace"]["event_id"], edit.as_str()),
+                false => assert!(relations.is_null(), "{event}"),
+            }
+        }
+    }
+}

@@ -4,6 +4,7 @@
 pub mod filter;
 mod long_poll;
 pub mod memberships;
+mod newest;
 pub mod room_index;
 mod section;
 pub mod sliding;
@@ -24,6 +25,7 @@ use serde_json::{json, value::RawValue, Map, Value};
 
 pub use self::filter::{keep_fields, EventFilter, SyncFilter};
 use self::{
+    newest::{read_newest, set_transaction_ids, Newest},
     room_index::RoomIndex,
     section::{
         add_unread_counts, group_at, section_state_ids, state_at, Events, JoinedFacts, RoomSection,
@@ -46,7 +48,7 @@ use crate::{
     metrics::Resumed,
     storage::{
         account_data as account_store, client_events, e2ee as e2ee_store,
-        memberships as membership_store, push as push_store, relations as relations_store,
+        memberships as membership_store, push as push_store,
         rooms::{self as store, EventRow},
         state as state_store, streams, timelines, to_device as to_device_store, Db,
     },
@@ -128,15 +130,6 @@ enum JobKind {
 
 /// A room's section in a response: which part it goes in, the room, the section.
 type Section<'r> = (&'static str, &'r str, Box<RawValue>);
-
-/// A room's newest events in its range, newest first and one past the timeline (read for a
-/// batch of rooms at once), with the relations and transaction IDs read for them.
-struct Newest<'b> {
-    rows: Vec<EventRow>,
-    bundled: &'b relations_store::Bundled,
-    /// The transaction IDs of the syncing device's events among them.
-    transaction_ids: &'b HashMap<String, String>,
-}
 
 impl RoomJob<'_> {
     /// The part of the room's history its section covers, if it has a timeline.
@@ -571,7 +564,6 @@ impl Sync {
     ) -> Result<Vec<Option<Section<'r>>>> {
         // One past the timeline: the row before it says whether it is limited and where its
         // state starts.
-        let limit = request.filter.timeline_limit;
         let windows: Vec<timelines::Window> = batch
             .iter()
             .filter_map(|job| {
@@ -579,43 +571,22 @@ impl Sync {
                     room_id: job.room_id,
                     after: range.since.unwrap_or(0),
                     up_to: range.up_to,
+                    limit: request.filter.timeline_limit as i64 + 1,
                 })
             })
             .collect();
-        let mut newest =
-            timelines::get_newest_events_of_rooms(conn, &windows, limit as i64 + 1).await?;
-        let user = request.user_id.as_str();
-        let timelines = || newest.values().flat_map(|rows| rows.iter().take(limit));
-        let parents: Vec<String> = timelines()
-            .filter(|row| row.state_key.is_none())
-            .map(|row| row.event_id.clone())
-            .collect();
-        let own: Vec<String> = timelines()
-            .filter(|row| row.sender == user)
-            .map(|row| row.event_id.clone())
-            .collect();
-        let (bundled, transaction_ids) = tokio::try_join!(
-            async {
-                // Federation-format timelines carry no bundled relations.
-                match parents.is_empty() || request.filter.federation_format {
-                    true => Ok(relations_store::Bundled::default()),
-                    false => relations_store::get_bundled(conn, &parents, user).await,
-                }
-            },
-            async {
-                match own.is_empty() {
-                    true => Ok(HashMap::new()),
-                    false => store::get_txn_ids_for_device(conn, user, request.device_id, &own)
-                        .await
-                        .map(|ids| ids.into_iter().collect()),
-                }
-            },
-        )?;
+        let (mut newest, extras) = read_newest(
+            conn,
+            request.user_id.as_str(),
+            request.device_id,
+            &windows,
+            !request.filter.federation_format,
+        )
+        .await?;
         let sections = batch.into_iter().map(|job| {
             let timeline = Newest {
                 rows: newest.remove(job.room_id).unwrap_or_default(),
-                bundled: &bundled,
-                transaction_ids: &transaction_ids,
+                extras: &extras,
             };
             self.room_job(
                 rooms,
@@ -752,11 +723,7 @@ impl Sync {
         newest: Newest<'_>,
     ) -> Result<RoomSection> {
         let limit = request.filter.timeline_limit;
-        let Newest {
-            mut rows,
-            bundled,
-            transaction_ids,
-        } = newest;
+        let Newest { mut rows, extras } = newest;
         let rules = rooms
             .version_rules(conn, room_id)
             .await?
@@ -835,11 +802,17 @@ impl Sync {
             state_parts.retain(|p| request.filter.state.allows_parts(p));
             state_parts.sort_by_key(|p| p.stream_ordering);
             tokio::try_join!(
-                rooms.render_with_bundled(conn, &rules, request.user_id, &timeline, bundled),
+                rooms.render_with_bundled(
+                    conn,
+                    &rules,
+                    request.user_id,
+                    &timeline,
+                    &extras.bundled
+                ),
                 rooms.render_parts(conn, &rules, state_parts),
             )?
         };
-        set_transaction_ids(&mut timeline_events, transaction_ids);
+        set_transaction_ids(&mut timeline_events, &extras.transaction_ids);
         if let Some(fields) = &request.filter.event_fields {
             for event in timeline_events.iter_mut() {
                 *event = keep_fields(event, fields);
@@ -860,31 +833,6 @@ impl Sync {
             },
             rest: Map::new(),
         })
-    }
-
-    /// The remote echo: the sending device sees its `transaction_id`; nobody else does.
-    async fn add_transaction_ids(
-        &self,
-        conn: &AsyncPgConnection,
-        user_id: &str,
-        device_id: &str,
-        events: &mut [Value],
-    ) -> Result<()> {
-        let own: Vec<String> = events
-            .iter()
-            .filter(|e| e["sender"] == user_id)
-            .filter_map(|e| e["event_id"].as_str().map(str::to_owned))
-            .collect();
-        if own.is_empty() {
-            return Ok(());
-        }
-        let txns: HashMap<String, String> =
-            store::get_txn_ids_for_device(conn, user_id, device_id, &own)
-                .await?
-                .into_iter()
-                .collect();
-        set_transaction_ids(events, &txns);
-        Ok(())
     }
 
     /// `m.receipt` events per room for receipts changed in `(after, up_to]`; other users'
@@ -947,18 +895,6 @@ impl Sync {
                 })
             })
             .collect())
-    }
-}
-
-/// The remote echo, from the transaction IDs read: each event the device sent gets its own.
-fn set_transaction_ids(events: &mut [Value], transaction_ids: &HashMap<String, String>) {
-    for event in events.iter_mut() {
-        if let Some(txn) = event["event_id"]
-            .as_str()
-            .and_then(|id| transaction_ids.get(id))
-        {
-            event["unsigned"]["transaction_id"] = Value::from(txn.as_str());
-        }
     }
 }
 

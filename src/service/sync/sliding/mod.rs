@@ -28,13 +28,18 @@ use self::{
     model::{RoomConfig, SlidingRequest},
     room::{RoomContext, RoomJob},
 };
-use super::{token::SyncToken, Computed, Sync, ROOMS_IN_FLIGHT};
+use super::{
+    newest::{read_newest, Newest},
+    token::SyncToken,
+    Computed, Sync, ROOMS_IN_FLIGHT,
+};
 use crate::{
     error::Result,
     metrics::Resumed,
     service::rooms::Rooms,
     storage::{
         account_data as account_store, e2ee as e2ee_store, push as push_store, receipts, streams,
+        timelines::Window,
     },
 };
 
@@ -402,7 +407,7 @@ impl Sync {
             since_events: since.map(|s| s.events),
             up_to: events_position,
         };
-        let (counts, mut built) = tokio::try_join!(
+        let (counts, built) = tokio::try_join!(
             async {
                 let mut counts: HashMap<String, RoomCounts> = HashMap::new();
                 if !counted.is_empty() {
@@ -417,18 +422,12 @@ impl Sync {
                 Ok::<_, crate::error::Error>(counts)
             },
             futures_util::stream::iter(jobs)
-                .map(|job| {
-                    let ctx = &ctx;
-                    async move {
-                        let room_id = job.room.room_id.to_owned();
-                        let fresh = job.replay_extensions;
-                        let built = self.sliding_room(conn, ctx, job).await?;
-                        Ok::<_, crate::error::Error>((room_id, fresh, built))
-                    }
-                })
-                .buffered(ROOMS_IN_FLIGHT)
-                .try_collect::<Vec<(String, bool, room::BuiltRoom)>>(),
+                .chunks(ROOMS_IN_FLIGHT)
+                .map(|batch| self.sliding_batch(conn, &ctx, batch))
+                .buffered(2)
+                .try_collect::<Vec<_>>(),
         )?;
+        let mut built: Vec<(String, bool, room::BuiltRoom)> = built.into_iter().flatten().collect();
         let joined: HashSet<&str> = counted.iter().map(String::as_str).collect();
         for (room_id, _, room) in &mut built {
             if let (true, Value::Object(fields)) =
@@ -476,6 +475,33 @@ impl Sync {
             empty,
             positions,
         })
+    }
+
+    /// Builds a batch of rooms: their newest events, those events' relations and the device's
+    /// transaction IDs are one statement each for the batch; then each room, all at once on
+    /// the connection. Each comes back with its ID and whether its extensions start afresh.
+    async fn sliding_batch(
+        &self,
+        conn: &AsyncPgConnection,
+        ctx: &RoomContext<'_>,
+        batch: Vec<RoomJob<'_>>,
+    ) -> Result<Vec<(String, bool, room::BuiltRoom)>> {
+        let windows: Vec<Window> = batch.iter().filter_map(|job| job.window(ctx)).collect();
+        let (mut newest, extras) =
+            read_newest(conn, ctx.user.as_str(), ctx.device_id, &windows, true).await?;
+        let rooms = batch.into_iter().map(|job| {
+            let room_id = job.room.room_id.to_owned();
+            let fresh = job.replay_extensions;
+            let timeline = Newest {
+                rows: newest.remove(&room_id).unwrap_or_default(),
+                extras: &extras,
+            };
+            async move {
+                let built = self.sliding_room(conn, ctx, job, timeline).await?;
+                Ok::<_, crate::error::Error>((room_id, fresh, built))
+            }
+        });
+        futures_util::future::try_join_all(rooms).await
     }
 }
 

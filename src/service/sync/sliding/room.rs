@@ -11,11 +11,15 @@ use crate::{
     error::{Error, Result},
     service::{
         rooms::{visibility::Visibility, writer::rules_for, Rooms},
-        sync::{state_at, token, Sync, HEROES},
+        sync::{
+            newest::{set_transaction_ids, Newest},
+            state_at, token, Sync, HEROES,
+        },
     },
     storage::{
-        dag::HistoryPosition, memberships as membership_store, rooms as store,
-        state as state_store, timelines,
+        dag::HistoryPosition,
+        memberships as membership_store, rooms as store, state as state_store,
+        timelines::{self, Window},
     },
 };
 
@@ -40,6 +44,30 @@ pub struct RoomJob<'r> {
     /// Whether the extensions send the room's receipts, account data and typing in full
     /// (first sent, timeline grown, or back after missing updates out of every window).
     pub replay_extensions: bool,
+}
+
+impl<'r> RoomJob<'r> {
+    /// Where the room's timeline is read (its newest events, one past the timeline), unless
+    /// the room has none to send (an invite or a knock).
+    pub fn window(&self, ctx: &RoomContext<'_>) -> Option<Window<'r>> {
+        if matches!(self.room.membership, "invite" | "knock") {
+            return None;
+        }
+        Some(Window {
+            room_id: self.room.room_id,
+            after: self.from.filter(|_| !self.expanded_timeline).unwrap_or(0),
+            up_to: self.up_to(ctx),
+            limit: self.config.timeline_limit as i64 + 1,
+        })
+    }
+
+    /// The end of the room's timeline: the response's position, or the user's leave.
+    fn up_to(&self, ctx: &RoomContext<'_>) -> i64 {
+        match self.room.membership {
+            "join" => ctx.up_to,
+            _ => self.room.membership_position,
+        }
+    }
 }
 
 /// What every room of one response shares.
@@ -73,6 +101,7 @@ impl Sync {
         conn: &AsyncPgConnection,
         ctx: &RoomContext<'_>,
         job: RoomJob<'_>,
+        newest: Newest<'_>,
     ) -> Result<BuiltRoom> {
         let room = job.room;
         let mut result = Map::new();
@@ -89,28 +118,14 @@ impl Sync {
             });
         }
         let user = ctx.user.as_str();
-        let up_to = if room.membership == "join" {
-            ctx.up_to
-        } else {
-            room.membership_position
-        };
+        let up_to = job.up_to(ctx);
         let limit = job.config.timeline_limit as usize;
-        let after = job.from.filter(|_| !job.expanded_timeline).unwrap_or(0);
+        let Newest { mut rows, extras } = newest;
         let delta_from = job.from.filter(|_| !job.initial);
         // For a delta, the state group the last response ended with: a joined room whose
         // current group is still that one has the same state, and neither state is read.
-        let (room_row, mut rows, group_before) = tokio::try_join!(
+        let (room_row, group_before) = tokio::try_join!(
             async { Ok::<_, Error>(store::get_room(conn, room.room_id).await?) },
-            async {
-                Ok(timelines::get_room_events_desc(
-                    conn,
-                    room.room_id,
-                    after,
-                    up_to,
-                    limit as i64 + 1,
-                )
-                .await?)
-            },
             async {
                 Ok(match delta_from {
                     Some(from) => timelines::get_state_group_at(conn, room.room_id, from).await?,
@@ -239,11 +254,10 @@ impl Sync {
                 })
             },
             ctx.rooms
-                .render_with_relations(conn, &rules, ctx.user, &timeline),
+                .render_with_bundled(conn, &rules, ctx.user, &timeline, &extras.bundled),
         )?;
         state_rows.sort_by_key(|r| r.stream_ordering);
-        self.add_transaction_ids(conn, user, ctx.device_id, &mut timeline_events)
-            .await?;
+        set_transaction_ids(&mut timeline_events, &extras.transaction_ids);
         let state_events = ctx.rooms.render(conn, &rules, &state_rows).await?;
         let num_live = match ctx.since_events {
             Some(since) => timeline
