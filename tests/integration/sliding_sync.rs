@@ -868,23 +868,8 @@ async fn leaving_kicks_and_rejoining() {
 async fn every_room_of_a_big_window_gets_its_own_timeline() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
-    let mut rooms = Vec::new();
-    for i in 0..34 {
-        let room = alice
-            .create_room(json!({ "name": format!("Room {i}") }))
-            .await;
-        for n in 0..i % 4 {
-            alice
-                .send_text(
-                    &room,
-                    &format!("t{i}-{n}"),
-                    &format!("room {i} message {n}"),
-                )
-                .await
-                .ok();
-        }
-        rooms.push(room);
-    }
+    // More rooms than one batch (32), with zero to three messages each.
+    let rooms = alice.rooms_with_messages(34).await;
     // An edit of the newest room's message (the first room of the first window).
     let edited = &rooms[33];
     let original = alice.send_text(edited, "original", "original").await.ok()["event_id"]

@@ -889,23 +889,7 @@ async fn every_room_of_a_many_room_sync_gets_its_own_newest_events_and_relations
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
     // More rooms than one batch (32), with zero to three messages each.
-    let mut rooms = Vec::new();
-    for i in 0..34 {
-        let room = alice
-            .create_room(json!({ "name": format!("Room {i}") }))
-            .await;
-        for n in 0..i % 4 {
-            alice
-                .send_text(
-                    &room,
-                    &format!("t{i}-{n}"),
-                    &format!("room {i} message {n}"),
-                )
-                .await
-                .ok();
-        }
-        rooms.push(room);
-    }
+    let rooms = alice.rooms_with_messages(34).await;
     // An edited message with a thread in the first room and in the last (another batch).
     let send = |room: &str, txn: &str, content: Value| {
         // Transaction IDs are the device's, across rooms.

@@ -307,6 +307,28 @@ pub fn timeline<'a>(sync: &'a Value, room_id: &str) -> Vec<&'a Value> {
 }
 
 impl Client {
+    /// Creates `count` rooms, the i-th named "Room i" with `i % 4` messages ("room i message
+    /// n", transaction IDs "ti-n"), and returns their IDs in creation order.
+    pub async fn rooms_with_messages(&self, count: usize) -> Vec<String> {
+        let mut rooms = Vec::with_capacity(count);
+        for i in 0..count {
+            let room = self
+                .create_room(json!({ "name": format!("Room {i}") }))
+                .await;
+            for n in 0..i % 4 {
+                self.send_text(
+                    &room,
+                    &format!("t{i}-{n}"),
+                    &format!("room {i} message {n}"),
+                )
+                .await
+                .ok();
+            }
+            rooms.push(room);
+        }
+        rooms
+    }
+
     /// Pages `/messages` backwards from `from` (down to `to`, if given) with pages of `limit`
     /// until the end, returning the events oldest first.
     pub async fn page_back(
