@@ -8,7 +8,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use super::rooms::{served, SERVED_TO_CLIENTS};
 use super::schema::{events, room_memberships, user_membership_versions};
 
-/// Records a user's current membership in a room.
+/// Records a user's current membership in a room, with the display name and avatar URL its
+/// event gives (each only when a string).
 pub async fn set_membership(
     mut conn: &AsyncPgConnection,
     room_id: &str,
@@ -17,16 +18,20 @@ pub async fn set_membership(
     display_name: Option<&str>,
     event_id: &str,
 ) -> QueryResult<()> {
-    // The position is the member event's, read from its row (written earlier in the same
-    // transaction), so this can go out in the pipeline before the position is known here.
+    // The position and avatar are the member event's, read from its row (written earlier in
+    // the same transaction), so this can go out in the pipeline before the position is known.
     crate::storage::cached_sql(
         "INSERT INTO room_memberships \
-             (room_id, user_id, membership, display_name, event_id, stream_ordering) \
-         VALUES ($1, $2, $3, $4, $5, (SELECT stream_ordering FROM events WHERE event_id = $5)) \
+             (room_id, user_id, membership, display_name, avatar_url, event_id, stream_ordering) \
+         SELECT $1, $2, $3, $4, \
+                CASE WHEN jsonb_typeof(e.pdu->'content'->'avatar_url') = 'string' \
+                     THEN e.pdu->'content'->>'avatar_url' END, \
+                $5, e.stream_ordering \
+         FROM (SELECT $5::TEXT AS event_id) wanted LEFT JOIN events e USING (event_id) \
          ON CONFLICT (room_id, user_id) DO UPDATE SET \
              membership = EXCLUDED.membership, display_name = EXCLUDED.display_name, \
-             event_id = EXCLUDED.event_id, stream_ordering = EXCLUDED.stream_ordering, \
-             forgotten = false",
+             avatar_url = EXCLUDED.avatar_url, event_id = EXCLUDED.event_id, \
+             stream_ordering = EXCLUDED.stream_ordering, forgotten = false",
     )
     .bind::<diesel::sql_types::Text, _>(room_id)
     .bind::<diesel::sql_types::Text, _>(user_id)

@@ -363,9 +363,12 @@ pub async fn set_redacted(
     .bind::<diesel::sql_types::Text, _>(redaction_id)
     .execute(&mut conn)
     .await?;
-    // A redacted member event no longer names anyone.
+    // A redacted member event no longer names anyone or shows an avatar.
     diesel::update(room_memberships::table.filter(room_memberships::event_id.eq(event_id)))
-        .set(room_memberships::display_name.eq(None::<String>))
+        .set((
+            room_memberships::display_name.eq(None::<String>),
+            room_memberships::avatar_url.eq(None::<String>),
+        ))
         .execute(&mut conn)
         .await
         .map(drop)

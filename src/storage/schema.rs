@@ -371,6 +371,7 @@ diesel::table! {
         stream_ordering -> Int8,
         forgotten -> Bool,
         display_name -> Nullable<Text>,
+        avatar_url -> Nullable<Text>,
     }
 }
 

@@ -60,22 +60,15 @@ pub struct JoinedProfile {
 
 /// The joined members of a room with the `displayname` and `avatar_url` of their membership
 /// events where those are strings (any other value a member event may hold is left out, as
-/// absent): read from the current memberships, two fields of each event taken out by
-/// PostgreSQL, so a room of 20,000 is not read through its state chain and every member event
-/// parsed.
+/// absent): read from the current memberships alone, which keep both, so a room of 20,000 is
+/// neither read through its state chain nor every member event taken apart.
 pub async fn get_joined_profiles(
     mut conn: &AsyncPgConnection,
     room_id: &str,
 ) -> QueryResult<Vec<JoinedProfile>> {
     super::cached_sql(
-        "SELECT m.user_id, \
-                CASE WHEN jsonb_typeof(c.content->'displayname') = 'string' \
-                     THEN c.content->>'displayname' END AS display_name, \
-                CASE WHEN jsonb_typeof(c.content->'avatar_url') = 'string' \
-                     THEN c.content->>'avatar_url' END AS avatar_url \
-         FROM room_memberships m JOIN events e ON e.event_id = m.event_id \
-         CROSS JOIN LATERAL (SELECT e.pdu->'content' AS content) c \
-         WHERE m.room_id = $1 AND m.membership = 'join'",
+        "SELECT user_id, display_name, avatar_url FROM room_memberships \
+         WHERE room_id = $1 AND membership = 'join'",
     )
     .bind::<diesel::sql_types::Text, _>(room_id)
     .load(&mut conn)

@@ -34,6 +34,7 @@ use crate::{
         },
         Services,
     },
+    storage::summaries::JoinedProfile,
 };
 
 fn raw_object<T>(raw: &Raw<T>, what: &str) -> Result<Map<String, Value>> {
@@ -368,22 +369,40 @@ pub async fn joined_members_route(
         .rooms
         .joined_members(&caller.user_id, &body.body.room_id)
         .await?;
-    let joined: Map<String, Value> = profiles
-        .into_iter()
-        .map(|member| {
-            let mut profile = Map::new();
-            if let Some(name) = member.display_name {
-                profile.insert("display_name".into(), Value::String(name));
-            }
-            if let Some(url) = member.avatar_url {
-                profile.insert("avatar_url".into(), Value::String(url));
-            }
-            (member.user_id, Value::Object(profile))
-        })
-        .collect();
-    let mut answer = Map::new();
-    answer.insert("joined".into(), Value::Object(joined));
-    Ok(HttpResponse::Ok().json(answer))
+    Ok(HttpResponse::Ok().json(JoinedMembers {
+        joined: Joined(&profiles),
+    }))
+}
+
+/// `/joined_members`' answer, serialised as it is read.
+#[derive(serde::Serialize)]
+struct JoinedMembers<'a> {
+    joined: Joined<'a>,
+}
+
+/// Each joined member's profile by user ID.
+struct Joined<'a>(&'a [JoinedProfile]);
+
+impl serde::Serialize for Joined<'_> {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Profile<'p> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            display_name: Option<&'p str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            avatar_url: Option<&'p str>,
+        }
+        serializer.collect_map(self.0.iter().map(|member| {
+            let profile = Profile {
+                display_name: member.display_name.as_deref(),
+                avatar_url: member.avatar_url.as_deref(),
+            };
+            (&member.user_id, profile)
+        }))
+    }
 }
 
 /// `GET /_matrix/client/v3/rooms/{roomId}/members`
