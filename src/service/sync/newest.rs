@@ -18,7 +18,6 @@ use crate::{
 };
 
 /// What a batch's timelines share: their events' bundled relations and transaction IDs.
-#[derive(Default)]
 pub(super) struct TimelineExtras {
     pub bundled: Bundled,
     /// The transaction IDs of the syncing device's events.

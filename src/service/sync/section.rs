@@ -118,22 +118,29 @@ impl JoinedFacts {
 
     /// A room's summary: member counts and heroes.
     pub(super) fn summary(&self, room_id: &str) -> Value {
-        let counts = self.summaries.get(room_id).map_or(&[][..], Vec::as_slice);
-        let count = |membership: &str| {
-            counts
-                .iter()
-                .find(|c| c.membership == membership)
-                .map_or(0, |c| c.count)
-        };
-        let mut heroes: Vec<&String> = counts.iter().flat_map(|c| c.first.iter()).collect();
-        heroes.sort();
-        heroes.truncate(HEROES);
+        let summaries = self.summaries.get(room_id).map_or(&[][..], Vec::as_slice);
+        let (joined, invited, heroes) = counts_and_heroes(summaries);
         json!({
             "m.heroes": heroes,
-            "m.joined_member_count": count("join"),
-            "m.invited_member_count": count("invite"),
+            "m.joined_member_count": joined,
+            "m.invited_member_count": invited,
         })
     }
+}
+
+/// A room's joined and invited member counts and its heroes (the first [`HEROES`] members by
+/// user ID, whatever their membership), from its membership summaries.
+pub(super) fn counts_and_heroes(summaries: &[MembershipSummary]) -> (i64, i64, Vec<&String>) {
+    let count = |membership: &str| {
+        summaries
+            .iter()
+            .find(|s| s.membership == membership)
+            .map_or(0, |s| s.count)
+    };
+    let mut heroes: Vec<&String> = summaries.iter().flat_map(|s| s.first.iter()).collect();
+    heroes.sort();
+    heroes.truncate(HEROES);
+    (count("join"), count("invite"), heroes)
 }
 
 /// Sets `unread_notifications`, the MSC2654 `unread_count` and, when the filter asks,

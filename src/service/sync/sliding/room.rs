@@ -13,6 +13,7 @@ use crate::{
         rooms::{visibility::Visibility, writer::rules_for, Rooms},
         sync::{
             newest::{set_transaction_ids, Newest},
+            section::counts_and_heroes,
             state_at, token, Sync, HEROES,
         },
     },
@@ -352,25 +353,15 @@ impl Sync {
         user: &str,
         current: &state_store::StateIds,
     ) -> Result<(i64, i64, Vec<Value>)> {
-        let counts = membership_store::get_membership_summaries(
+        let summaries = membership_store::get_membership_summaries(
             conn,
             &[room_id.to_owned()],
             user,
             HEROES as i32,
         )
         .await?;
-        let count = |membership: &str| {
-            counts
-                .iter()
-                .find(|c| c.membership == membership)
-                .map_or(0, |c| c.count)
-        };
-        let mut heroes: Vec<String> = counts
-            .iter()
-            .flat_map(|c| c.first.iter().cloned())
-            .collect();
-        heroes.sort();
-        heroes.truncate(HEROES);
+        let (joined, invited, heroes) = counts_and_heroes(&summaries);
+        let mut heroes: Vec<String> = heroes.into_iter().cloned().collect();
         if heroes.is_empty() {
             // Nobody else is here: those who left name the room (a DM whose peer left).
             heroes = current
@@ -408,7 +399,7 @@ impl Sync {
                 entry
             })
             .collect();
-        Ok((count("join"), count("invite"), heroes))
+        Ok((joined, invited, heroes))
     }
 }
 
