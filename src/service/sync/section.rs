@@ -1,17 +1,31 @@
-//! One room's section of a `/sync` response: its state up to the timeline's start, the facts
-//! read for every joined room at once (unread counts, summaries) and the section's shape.
+//! The rooms' sections of a `/sync` response: each batch of rooms built together, a room's
+//! timeline and its state up to the timeline's start, the facts read for every joined room at
+//! once (unread counts, summaries) and the section's shape.
 
-use std::collections::HashMap;
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    sync::Arc,
+};
 
 use diesel_async::AsyncPgConnection;
 use serde::Serialize;
 use serde_json::{json, value::RawValue, Map, Value};
 
-use super::{filter::SyncFilter, Range, HEROES};
+use super::{
+    filter::{keep_fields, SyncFilter},
+    newest::{read_newest, set_transaction_ids, Newest},
+    to_raw_value, token, JobKind, Range, RoomJob, Section, Sync, SyncRequest, HEROES,
+};
 use crate::{
-    error::Result,
+    error::{Error, Result},
+    service::rooms::{visibility::Visibility, Rooms},
     storage::{
-        memberships::MembershipSummary, push::UnreadCounts, state as state_store, timelines,
+        client_events,
+        memberships::MembershipSummary,
+        push::UnreadCounts,
+        rooms::{self as store, EventRow},
+        state as state_store, timelines,
     },
 };
 
@@ -200,4 +214,291 @@ pub(super) struct Timeline {
 #[derive(Serialize)]
 pub(super) struct Events<T> {
     pub(super) events: Vec<T>,
+}
+
+impl Sync {
+    /// The sections of a batch of rooms. Their newest events are one statement for the whole
+    /// batch, and those events' relations and transaction IDs one more each; then each room's
+    /// state and section.
+    pub(super) async fn batch_sections<'r>(
+        &self,
+        rooms: &Rooms,
+        conn: &AsyncPgConnection,
+        ignored: &HashSet<String>,
+        request: &SyncRequest<'_>,
+        batch: Vec<RoomJob<'r>>,
+        joined_facts: impl Future<Output = Result<Arc<JoinedFacts>, String>> + Clone,
+    ) -> Result<Vec<Option<Section<'r>>>> {
+        // One past the timeline: the row before it says whether it is limited and where its
+        // state starts.
+        let windows: Vec<timelines::Window> = batch
+            .iter()
+            .filter_map(|job| {
+                job.range().map(|range| timelines::Window {
+                    room_id: job.room_id,
+                    after: range.since.unwrap_or(0),
+                    up_to: range.up_to,
+                    limit: request.filter.timeline_limit as i64 + 1,
+                })
+            })
+            .collect();
+        let (mut newest, extras) = read_newest(
+            conn,
+            request.user_id.as_str(),
+            request.device_id,
+            &windows,
+            !request.filter.federation_format,
+        )
+        .await?;
+        let sections = batch.into_iter().map(|job| {
+            let timeline = Newest {
+                rows: newest.remove(job.room_id).unwrap_or_default(),
+                extras: &extras,
+            };
+            self.room_job(
+                rooms,
+                conn,
+                ignored,
+                request,
+                job,
+                timeline,
+                joined_facts.clone(),
+            )
+        });
+        futures_util::future::try_join_all(sections).await
+    }
+
+    /// Builds one room's section: `("join" | "invite" | "knock" | "leave", room, section)`, or
+    /// nothing when there is nothing to say about the room.
+    #[allow(clippy::too_many_arguments)]
+    async fn room_job<'r>(
+        &self,
+        rooms: &Rooms,
+        conn: &AsyncPgConnection,
+        ignored: &HashSet<String>,
+        request: &SyncRequest<'_>,
+        job: RoomJob<'r>,
+        newest: Newest<'_>,
+        joined_facts: impl Future<Output = Result<Arc<JoinedFacts>, String>>,
+    ) -> Result<Option<Section<'r>>> {
+        let RoomJob {
+            room_id,
+            membership_event,
+            membership,
+            membership_position,
+            data,
+            kind,
+        } = job;
+        match kind {
+            JobKind::Join {
+                range,
+                ephemeral,
+                summary,
+            } => {
+                let mut section = self
+                    .room_section(
+                        rooms,
+                        conn,
+                        ignored,
+                        request,
+                        room_id,
+                        (membership, membership_position),
+                        &range,
+                        newest,
+                    )
+                    .await?;
+                let is_empty = section.timeline.events.is_empty()
+                    && section.state.events.is_empty()
+                    && data.is_empty()
+                    && ephemeral.is_empty();
+                if is_empty && range.since.is_some() {
+                    return Ok(None);
+                }
+                section
+                    .rest
+                    .insert("account_data".into(), json!({ "events": data }));
+                section
+                    .rest
+                    .insert("ephemeral".into(), json!({ "events": ephemeral }));
+                let facts = joined_facts.await.map_err(Error::internal)?;
+                let summary = match summary {
+                    true => facts.summary(room_id),
+                    false => json!({}),
+                };
+                section.rest.insert("summary".into(), summary);
+                add_unread_counts(
+                    &mut section.rest,
+                    facts.counts.get(room_id).map_or(&[], Vec::as_slice),
+                    &request.filter,
+                );
+                Ok(Some(("join", room_id, to_raw_value(&section)?)))
+            }
+            JobKind::Stripped { knock } => {
+                let inviter = store::get_state_event(conn, membership_event)
+                    .await?
+                    .map(|e| e.sender);
+                if inviter.is_some_and(|sender| ignored.contains(&sender)) {
+                    return Ok(None);
+                }
+                let stripped = self.stripped_state(conn, membership_event).await?;
+                Ok(Some(if knock {
+                    (
+                        "knock",
+                        room_id,
+                        to_raw_value(&json!({ "knock_state": { "events": stripped } }))?,
+                    )
+                } else {
+                    (
+                        "invite",
+                        room_id,
+                        to_raw_value(&json!({ "invite_state": { "events": stripped } }))?,
+                    )
+                }))
+            }
+            JobKind::Leave { range } => {
+                let mut section = self
+                    .room_section(
+                        rooms,
+                        conn,
+                        ignored,
+                        request,
+                        room_id,
+                        (membership, membership_position),
+                        &range,
+                        newest,
+                    )
+                    .await?;
+                section
+                    .rest
+                    .insert("account_data".into(), json!({ "events": data }));
+                Ok(Some(("leave", room_id, to_raw_value(&section)?)))
+            }
+        }
+    }
+
+    /// The timeline and state of one room over a range.
+    #[allow(clippy::too_many_arguments)]
+    async fn room_section(
+        &self,
+        rooms: &Rooms,
+        conn: &AsyncPgConnection,
+        ignored: &HashSet<String>,
+        request: &SyncRequest<'_>,
+        room_id: &str,
+        (membership, membership_position): (&str, i64),
+        range: &Range,
+        newest: Newest<'_>,
+    ) -> Result<RoomSection> {
+        let limit = request.filter.timeline_limit;
+        let Newest { mut rows, extras } = newest;
+        let rules = rooms
+            .version_rules(conn, room_id)
+            .await?
+            .ok_or_else(|| Error::internal("membership in unknown room"))?;
+        let limited = rows.len() > limit;
+        // The row read past the timeline is the newest served event before its start: its
+        // group is the state there, as `get_state_group_at` would find it.
+        let group_at_start = rows.get(limit).and_then(|row| row.state_group);
+        rows.truncate(limit);
+        rows.reverse();
+        // The timeline's start in history (topological order); with no events in the range, the
+        // range's end in stream order, placed in history by the `/messages` that needs it.
+        let prev_batch = match rows.first() {
+            Some(first) => token::pagination(crate::storage::dag::HistoryPosition::before(first)),
+            None => token::stream_pagination(range.up_to),
+        };
+        let start = rows.first().map_or(range.up_to, |r| r.stream_ordering - 1);
+
+        let mut visibility = Visibility::new(request.user_id);
+        visibility.know_membership(room_id, membership, membership_position);
+        let mut timeline = Vec::new();
+        for row in rows {
+            if request.filter.timeline.allows_row(&row)
+                && !ignored.contains(&row.sender)
+                && visibility.can_see(conn, &row).await?
+            {
+                timeline.push(row);
+            }
+        }
+
+        // Lazy-loaded members: only those of the timeline's senders and the user's own, read
+        // alone (a big room's other members are not read).
+        let lazy_members: Option<Vec<String>> = request.filter.lazy_load_members.then(|| {
+            let mut needed: HashSet<&str> = timeline.iter().map(|e| e.sender.as_str()).collect();
+            needed.insert(request.user_id.as_str());
+            needed.into_iter().map(str::to_owned).collect()
+        });
+        let members = lazy_members.as_deref();
+        // State up to the start of the timeline: all of it, or what changed since the token.
+        let start = (start, group_at_start);
+        let (mut timeline_events, mut state_events) = if request.filter.federation_format {
+            let state_ids =
+                section_state_ids(conn, room_id, range, limited, start, members).await?;
+            // Redacted events go out pruned, as federation would serve them.
+            let pdus = |rows: &[EventRow]| {
+                rows.iter()
+                    .map(|r| match r.redacted_by {
+                        Some(_) => crate::service::rooms::pdu::prune(&r.pdu, &rules),
+                        None => r.pdu.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let mut state_rows = store::get_state_events(conn, &state_ids).await?;
+            state_rows.retain(|r| request.filter.state.allows_row(r));
+            state_rows.sort_by_key(|r| r.stream_ordering);
+            let state = pdus(&state_rows)
+                .iter()
+                .map(to_raw_value)
+                .collect::<Result<Vec<_>>>()?;
+            (pdus(&timeline), state)
+        } else {
+            // State is most of a full sync's bytes (every member event): it is read as the
+            // parts clients get and written without a tree per event; a full section's in one
+            // statement with its entries.
+            let mut state_parts = match range.since {
+                None => match group_at(conn, room_id, start).await? {
+                    Some(group) => state_store::get_state_parts(conn, group, members).await?,
+                    None => Vec::new(),
+                },
+                Some(_) => {
+                    let ids =
+                        section_state_ids(conn, room_id, range, limited, start, members).await?;
+                    client_events::get_state_event_parts(conn, &ids).await?
+                }
+            };
+            state_parts.retain(|p| request.filter.state.allows_parts(p));
+            state_parts.sort_by_key(|p| p.stream_ordering);
+            tokio::try_join!(
+                rooms.render_with_bundled(
+                    conn,
+                    &rules,
+                    request.user_id,
+                    &timeline,
+                    &extras.bundled
+                ),
+                rooms.render_parts(conn, &rules, state_parts),
+            )?
+        };
+        set_transaction_ids(&mut timeline_events, &extras.transaction_ids);
+        if let Some(fields) = &request.filter.event_fields {
+            for event in timeline_events.iter_mut() {
+                *event = keep_fields(event, fields);
+            }
+            for event in state_events.iter_mut() {
+                let value: Value = serde_json::from_str(event.get()).map_err(Error::internal)?;
+                *event = to_raw_value(&keep_fields(&value, fields))?;
+            }
+        }
+        Ok(RoomSection {
+            timeline: Timeline {
+                events: timeline_events,
+                limited,
+                prev_batch,
+            },
+            state: Events {
+                events: state_events,
+            },
+            rest: Map::new(),
+        })
+    }
 }
