@@ -86,14 +86,20 @@ struct Extremity {
 }
 
 /// A room's forward extremities (the events nothing references yet) with their depths.
+///
+/// Each depth is one primary-key lookup (the `LIMIT` keeps the planner from turning the
+/// lookups into a join): joined, the plan depends on the statistics of `events`, and on a
+/// table grown since its last `ANALYZE` it was a scan of every event, for every send.
 pub async fn get_forward_extremities(
     mut conn: &AsyncPgConnection,
     room_id: &str,
 ) -> QueryResult<Vec<(String, i64)>> {
     let rows: Vec<Extremity> = super::cached_sql(
-        "SELECT e.event_id, e.depth \
+        "SELECT x.event_id, e.depth \
          FROM rooms r CROSS JOIN LATERAL unnest(r.forward_extremities) AS x (event_id) \
-         JOIN events e ON e.event_id = x.event_id \
+         CROSS JOIN LATERAL ( \
+             SELECT depth FROM events WHERE event_id = x.event_id LIMIT 1 \
+         ) e \
          WHERE r.room_id = $1",
     )
     .bind::<Text, _>(room_id)
