@@ -47,6 +47,7 @@ pub mod streams;
 pub mod summaries;
 pub mod timelines;
 pub mod to_device;
+pub mod transaction;
 pub mod users;
 
 use std::{

@@ -62,6 +62,7 @@ mod state_storage;
 mod support;
 mod sync;
 mod sync_concurrency;
+mod transactions;
 mod typing;
 mod unread;
 mod url_previews;

@@ -242,14 +242,23 @@ pub struct Audience {
     other_servers_joined: Option<bool>,
 }
 
-impl Audience {
-    /// Reads the audience of an event `sender` is about to send into `room_id`.
-    pub async fn load(
+/// What an [`Audience`] is made from, read as one step of a pipeline: a send reads it in the
+/// same round trip as it takes the room's lock.
+pub struct AudienceReads {
+    /// Which members were read: under the default rules a membership change notifies nobody.
+    silent_by_default: bool,
+    /// `(member, display name, whether they have push rules of their own)`.
+    members: Vec<(String, Option<String>, bool)>,
+    joined: usize,
+    /// The power levels and create event, by type.
+    state: Vec<(String, Value)>,
+}
+
+impl AudienceReads {
+    /// Reads what the audience of an event into `room_id` is made from, as the room is now.
+    pub async fn read(
         conn: &AsyncPgConnection,
-        server_name: &ServerName,
-        rules: &RoomVersionRules,
         room_id: &RoomId,
-        sender: &str,
         silent_by_default: bool,
     ) -> Result<Self> {
         let state_types = ["m.room.power_levels", "m.room.create"];
@@ -281,6 +290,49 @@ impl Audience {
             let joined = members.len();
             ((members, joined), state)
         };
+        Ok(AudienceReads {
+            silent_by_default,
+            members,
+            joined,
+            state,
+        })
+    }
+
+    /// Whether these reads are the ones an event with this flag needs.
+    pub fn suit(&self, silent_by_default: bool) -> bool {
+        self.silent_by_default == silent_by_default
+    }
+}
+
+impl Audience {
+    /// Reads the audience of an event `sender` is about to send into `room_id`.
+    pub async fn load(
+        conn: &AsyncPgConnection,
+        server_name: &ServerName,
+        rules: &RoomVersionRules,
+        room_id: &RoomId,
+        sender: &str,
+        silent_by_default: bool,
+    ) -> Result<Self> {
+        let reads = AudienceReads::read(conn, room_id, silent_by_default).await?;
+        Self::from_reads(conn, server_name, rules, sender, reads).await
+    }
+
+    /// The audience of an event `sender` is about to send, from what was read of its room
+    /// (the push rules of members who have their own are read here).
+    pub async fn from_reads(
+        conn: &AsyncPgConnection,
+        server_name: &ServerName,
+        rules: &RoomVersionRules,
+        sender: &str,
+        reads: AudienceReads,
+    ) -> Result<Self> {
+        let AudienceReads {
+            silent_by_default,
+            members,
+            joined,
+            state,
+        } = reads;
         let mut on_defaults = Vec::new();
         let mut own = Vec::new();
         let mut other_servers_joined = false;

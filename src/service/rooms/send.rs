@@ -1,10 +1,10 @@
 //! Sending messages and state into a room, idempotently per client transaction.
 
-use diesel_async::AsyncConnection;
 use ruma::{EventId, OwnedEventId, RoomId, UserId};
 use serde_json::Value;
 
 use super::{
+    push_actions::{silent_by_default, AudienceReads},
     writer::{common_auth_keys, NewEvent, RoomWriter},
     Rooms,
 };
@@ -121,12 +121,12 @@ impl Rooms {
         let prefetch = common_auth_keys(user, member_target);
         let limited = self.is_rate_limited(sender);
         let transaction_started = std::time::Instant::now();
-        let result = conn
-            .transaction::<_, Error, _>(async |conn| {
-                // A retry, a shadow-banned sender, or what limits the sender's rate, is found
-                // in the same round trip as the room's lock and state: most sends are neither.
-                let conn = &*conn;
-                let prechecks = async {
+        let result = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            // A retry, a shadow-banned sender, or what limits the sender's rate, is found
+            // in the same round trip as the room's lock and state: most sends are neither.
+            // So is what push rules need of the room, read as it is before the event.
+            let prechecks = async {
+                let checks = async {
                     Ok(tokio::try_join!(
                         async {
                             match sender.txn {
@@ -146,58 +146,57 @@ impl Rooms {
                         },
                     )?)
                 };
-                let (mut writer, (earlier, shadow_banned, message_limit)) = RoomWriter::open_with(
-                    conn,
-                    &self.keys,
-                    server_name,
-                    room_id,
-                    &prefetch,
-                    prechecks,
-                )
-                .await?;
-                if let Some(id) = earlier {
-                    return Ok(Outcome::Earlier(id));
-                }
-                let mut content = content.clone();
-                if shadow_banned {
-                    if !is_membership_of_self(sender, kind, state_key) {
-                        return Ok(Outcome::ShadowBanned);
-                    }
-                    // Joining and leaving stay real, but carry nothing for others to read; a
-                    // change of name or reason alone is faked.
-                    let membership = content.get("membership").and_then(Value::as_str);
-                    if membership.is_some()
-                        && membership.map(str::to_owned) == writer.current_membership(user)
-                    {
-                        return Ok(Outcome::ShadowBanned);
-                    }
-                    if let Some(fields) = content.as_object_mut() {
-                        fields.retain(|key, _| key == "membership");
-                    }
-                }
-                // Counted once the event is certain to be new (a retry of a stored
-                // transaction is not), as Synapse counts at persistence.
-                if let Some((is_admin, user_override)) = message_limit {
-                    if !is_admin {
-                        self.rate_limit
-                            .check_message(sender.user_id, user_override.map(message_override))?;
-                    }
-                }
-                self.check_content(&mut writer, kind, state_key, &content)
+                let audience =
+                    AudienceReads::read(conn, room_id, silent_by_default(kind, &content));
+                tokio::try_join!(checks, audience)
+            };
+            let (writer, ((earlier, shadow_banned, message_limit), audience)) =
+                RoomWriter::open_with(conn, &self.keys, server_name, room_id, &prefetch, prechecks)
                     .await?;
-                let event = NewEvent {
-                    sender: sender.user_id,
-                    kind,
-                    state_key,
-                    content,
-                    txn: sender.txn,
-                    ts: sender.ts,
-                };
-                // A concurrent retry of the same transaction that commits first makes this
-                // one fail on the transaction's unique key; its event is returned below.
-                Ok(Outcome::Sent(writer.append(event).await?.event_id))
-            })
-            .await;
+            if let Some(id) = earlier {
+                return Ok(Outcome::Earlier(id));
+            }
+            let mut writer = writer.with_audience_reads(audience);
+            let mut content = content.clone();
+            if shadow_banned {
+                if !is_membership_of_self(sender, kind, state_key) {
+                    return Ok(Outcome::ShadowBanned);
+                }
+                // Joining and leaving stay real, but carry nothing for others to read; a
+                // change of name or reason alone is faked.
+                let membership = content.get("membership").and_then(Value::as_str);
+                if membership.is_some()
+                    && membership.map(str::to_owned) == writer.current_membership(user)
+                {
+                    return Ok(Outcome::ShadowBanned);
+                }
+                if let Some(fields) = content.as_object_mut() {
+                    fields.retain(|key, _| key == "membership");
+                }
+            }
+            // Counted once the event is certain to be new (a retry of a stored
+            // transaction is not), as Synapse counts at persistence.
+            if let Some((is_admin, user_override)) = message_limit {
+                if !is_admin {
+                    self.rate_limit
+                        .check_message(sender.user_id, user_override.map(message_override))?;
+                }
+            }
+            self.check_content(&mut writer, kind, state_key, &content)
+                .await?;
+            let event = NewEvent {
+                sender: sender.user_id,
+                kind,
+                state_key,
+                content,
+                txn: sender.txn,
+                ts: sender.ts,
+            };
+            // A concurrent retry of the same transaction that commits first makes this
+            // one fail on the transaction's unique key; its event is returned below.
+            Ok(Outcome::Sent(writer.append(event).await?.event_id))
+        })
+        .await;
         if let Ok(Outcome::Sent(_)) = &result {
             let metrics = crate::metrics::metrics();
             metrics

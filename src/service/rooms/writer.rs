@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use super::{
     members::record_member_event,
     pdu::{build_pdu, Pdu, PduTemplate},
-    push_actions::{silent_by_default, Audience},
+    push_actions::{silent_by_default, Audience, AudienceReads},
 };
 use crate::{
     error::{Error, Result},
@@ -211,6 +211,9 @@ pub struct RoomWriter<'c> {
     pdus: HashMap<OwnedEventId, Pdu>,
     /// Set for multi-event transactions: positions are provisional until they finish.
     deferred: Option<&'c DeferredPositions>,
+    /// What the next append's audience is made from, when read ahead with the room's lock
+    /// (taken by the first append that suits them).
+    audience_reads: Option<AudienceReads>,
 }
 
 /// Takes a room's PostgreSQL advisory lock until the transaction ends (what
@@ -323,6 +326,7 @@ impl<'c> RoomWriter<'c> {
             extremities,
             pdus: HashMap::new(),
             deferred: None,
+            audience_reads: None,
         };
         writer.remember_states(prefetch, state)?;
         Ok((writer, theirs))
@@ -395,7 +399,15 @@ impl<'c> RoomWriter<'c> {
             extremities: Vec::new(),
             pdus: HashMap::new(),
             deferred: None,
+            audience_reads: None,
         })
+    }
+
+    /// Gives the next append the reads its audience is made from, read ahead with the room's
+    /// lock (a send reads them in that round trip instead of one of their own).
+    pub fn with_audience_reads(mut self, reads: AudienceReads) -> Self {
+        self.audience_reads = Some(reads);
+        self
     }
 
     /// Appends at provisional positions that `deferred` finishes before commit.
@@ -611,17 +623,17 @@ impl<'c> RoomWriter<'c> {
             // A new room: nobody else is in it yet.
             None
         } else {
-            Some(
-                Audience::load(
-                    conn,
-                    self.server_name,
-                    &self.rules,
-                    &room_id,
-                    event.sender.as_str(),
-                    silent_by_default(event.kind, &event.content),
-                )
-                .await?,
-            )
+            let silent = silent_by_default(event.kind, &event.content);
+            let reads = match self
+                .audience_reads
+                .take()
+                .filter(|reads| reads.suit(silent))
+            {
+                Some(reads) => reads,
+                None => AudienceReads::read(conn, &room_id, silent).await?,
+            };
+            let sender = event.sender.as_str();
+            Some(Audience::from_reads(conn, self.server_name, &self.rules, sender, reads).await?)
         };
         if self.extremities.is_empty() {
             store::insert_room(
