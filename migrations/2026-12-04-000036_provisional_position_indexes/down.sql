@@ -1,0 +1,2 @@
+DROP INDEX event_relations_provisional_idx;
+DROP INDEX event_push_actions_provisional_idx;
