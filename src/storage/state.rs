@@ -26,7 +26,10 @@ pub const STATE_CHAIN_LIMIT: i32 = 64;
 const MIN_CHANGES_PER_SNAPSHOT: i32 = 64;
 
 /// SQL that starts with the delta chain of group `$1` as `chain (state_group, parent_group,
-/// level)`, nearest first, followed by the rest of the statement given.
+/// level)`, nearest first, followed by the rest of the statement given. Each step is one
+/// primary-key lookup of the parent (the `LIMIT` keeps the planner from joining instead): as a
+/// join, a table the statistics call small was hashed whole at every step of the chain, and
+/// `state_groups` grows fast on a new server, before its first `ANALYZE`.
 macro_rules! with_chain {
     ($($rest:tt)+) => {
         concat!(
@@ -34,7 +37,10 @@ macro_rules! with_chain {
                  SELECT state_group, parent_group, 0 FROM state_groups WHERE state_group = $1 \
                  UNION ALL \
                  SELECT g.state_group, g.parent_group, c.level + 1 \
-                 FROM state_groups g JOIN chain c ON g.state_group = c.parent_group \
+                 FROM chain c CROSS JOIN LATERAL ( \
+                     SELECT state_group, parent_group FROM state_groups \
+                     WHERE state_group = c.parent_group LIMIT 1 \
+                 ) g \
              )",
             $($rest)+
         )
