@@ -28,8 +28,9 @@ const MIN_CHANGES_PER_SNAPSHOT: i32 = 64;
 /// SQL that starts with the delta chain of group `$1` as `chain (state_group, parent_group,
 /// level)`, nearest first, followed by the rest of the statement given. Each step is one
 /// primary-key lookup of the parent (the `LIMIT` keeps the planner from joining instead): as a
-/// join, a table the statistics call small was hashed whole at every step of the chain, and
-/// `state_groups` grows fast on a new server, before its first `ANALYZE`.
+/// join, PostgreSQL planned the step once for a guessed ten rows and, for a table of a few
+/// thousand groups, hashed all of it again at every step (19 ms for 64 steps at 3,000 groups,
+/// statistics fresh; 0.16 ms as lookups).
 macro_rules! with_chain {
     ($($rest:tt)+) => {
         concat!(
