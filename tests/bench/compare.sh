@@ -16,6 +16,7 @@
 # Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres), pgbench.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tests/bench/lib.sh
 scale="${1:-full}"
 # Benchmark arguments beyond the counts: a subset of scenarios, no VACUUM ANALYZE.
 bench_args=()
@@ -37,25 +38,11 @@ echo "== build Myelin (release)"
 cargo build --release --locked --bins
 
 echo "== install Synapse"
-if ! "$venv/bin/python" -c "import synapse" 2>/dev/null; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check psycopg2-binary matrix-synapse
-fi
+install_synapse "$venv"
 synapse_version=$("$venv/bin/python" -c "import synapse; print(synapse.__version__)")
 
 echo "== databases"
-for db in myelin_bench synapse_bench pgbench_ref; do
-    psql -q -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
-done
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() {
-    for _ in $(seq 1 600); do
-        curl -sf "$1/_matrix/client/versions" >/dev/null && return 0
-        sleep 0.2
-    done
-    echo "server at $1 did not start"; return 1
-}
+fresh_databases myelin_bench synapse_bench pgbench_ref
 
 # The big room's members (scenario 12) are registered through an application service, on
 # both servers with the same registration.
@@ -73,36 +60,7 @@ wait_up "http://127.0.0.1:$myelin_port"
 
 echo "== start Synapse $synapse_version"
 synapse_port=$(free_port)
-mkdir -p "$work/synapse"
-"$venv/bin/python" -m synapse.app.homeserver --server-name localhost \
-    --config-path "$work/synapse/homeserver.yaml" --data-directory "$work/synapse" \
-    --generate-config --report-stats=no >/dev/null
-"$venv/bin/python" - "$work/synapse/homeserver.yaml" "$synapse_port" "$PGUSER" "$PGHOST" \
-    "$work/bench-registration.yaml" <<'PY'
-import sys, yaml
-path, port, user, host, registration = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-config = yaml.safe_load(open(path))
-config["listeners"] = [{"port": port, "bind_addresses": ["127.0.0.1"], "type": "http", "tls": False,
-                        "x_forwarded": False, "resources": [{"names": ["client"], "compress": False}]}]
-config["database"] = {"name": "psycopg2", "args": {"user": user, "host": host, "database": "synapse_bench",
-                                                    "cp_min": 5, "cp_max": 10}}
-config["enable_registration"] = True
-# Registration is set-up, not a measured scenario: cheap password hashing keeps the run short.
-config["bcrypt_rounds"] = 4
-config["enable_registration_without_verification"] = True
-unlimited = {"per_second": 100000, "burst_count": 100000}
-for key in ["rc_message", "rc_registration", "rc_3pid_validation", "rc_admin_redaction",
-            "rc_presence", "rc_delayed_event_mgmt", "rc_joins_per_room", "rc_room_creation",
-            "rc_reports", "rc_media_create", "rc_third_party_invite"]:
-    config[key] = unlimited
-config["rc_login"] = {"address": unlimited, "account": unlimited, "failed_attempts": unlimited}
-config["rc_joins"] = {"local": unlimited, "remote": unlimited}
-config["rc_invites"] = {"per_room": unlimited, "per_user": unlimited, "per_issuer": unlimited}
-config["federation_domain_whitelist"] = []
-config["trusted_key_servers"] = []
-config["app_service_config_files"] = [registration]
-yaml.safe_dump(config, open(path, "w"))
-PY
+configure_synapse "$venv" "$work/synapse" "$synapse_port" synapse_bench "$work/bench-registration.yaml"
 "$venv/bin/python" -m synapse.app.homeserver --config-path "$work/synapse/homeserver.yaml" \
     >"$work/synapse.log" 2>&1 &
 synapse_pid=$!; pids+=("$synapse_pid")

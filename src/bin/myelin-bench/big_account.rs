@@ -10,14 +10,20 @@
 //! a password, from a pool of ten times a room's size, so rooms share some members but not
 //! all, as a real account's rooms do. The joins go through the API and are reported as
 //! set-up. Without a token the scenario says it was skipped.
+//!
+//! A server whose API would take hours for the set-up measures one made elsewhere:
+//! `--big-account-save` writes what was set up (the account, each room's last message), and
+//! `--big-account-from` measures a server already holding it (`tests/bench/big_account.sh`
+//! loads Myelin's set-up into Synapse's database) with the same checks.
 
-use std::{collections::HashMap, time::Instant};
+use std::{collections::HashMap, path::Path, time::Instant};
 
 use futures_util::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    client::{first_sync_filter, sync_path, Failure},
+    client::{first_sync_filter, sync_path, Failure, User},
     rss_kib,
     stats::{round, Samples},
     Bench, SET_UP_IN_FLIGHT,
@@ -27,16 +33,77 @@ use crate::{
 const LAZY_SAMPLES: usize = 5;
 const FULL_SAMPLES: usize = 3;
 
+/// What the set-up made and the checks expect of every sync.
+#[derive(Serialize, Deserialize)]
+struct SetUp {
+    /// The account whose syncs are measured (an application service's user).
+    account: String,
+    members_per_room: usize,
+    /// Each room with its last message and that message's sender.
+    rooms: Vec<RoomEnd>,
+    /// How it was set up, for the report.
+    report: Value,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RoomEnd {
+    room_id: String,
+    last_event: String,
+    sender: String,
+}
+
+/// Where the scenario's set-up comes from and goes.
+pub struct SetUpFiles<'a> {
+    /// Measure a server that already holds the set-up written here, instead of making one.
+    pub from: Option<&'a Path>,
+    /// Write the set-up made here, for another server loaded with the same data.
+    pub save: Option<&'a Path>,
+}
+
 pub async fn big_account(
     bench: &Bench,
     appservice_token: Option<&str>,
     rooms: usize,
     members_per_room: usize,
     pid: Option<u32>,
+    files: SetUpFiles<'_>,
 ) -> Result<Value, Failure> {
     let Some(as_token) = appservice_token else {
         return Ok(json!({ "skipped": "needs --appservice-token to register the members" }));
     };
+    let set_up = match files.from {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let mut set_up: SetUp = serde_json::from_str(&text)
+                .map_err(|e| format!("{} is not a saved set-up: {e}", path.display()))?;
+            set_up.report = json!({
+                "rooms": set_up.rooms.len(),
+                "members_per_room": set_up.members_per_room,
+                "how": "loaded into the server's database from another server's set-up",
+            });
+            set_up
+        }
+        None => set_up_through_api(bench, as_token, rooms, members_per_room).await?,
+    };
+    if let Some(path) = files.save {
+        let text = serde_json::to_string(&set_up).expect("JSON");
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    bench.analyze().await;
+    let account = User::acting_as(&bench.http, &bench.url, as_token, &set_up.account);
+    let mut report = measure(bench, &account, &set_up, pid).await?;
+    report.insert("set_up".into(), set_up.report);
+    Ok(Value::Object(report))
+}
+
+/// The account, its rooms, their members and last messages, through the client API.
+async fn set_up_through_api(
+    bench: &Bench,
+    as_token: &str,
+    rooms: usize,
+    members_per_room: usize,
+) -> Result<SetUp, Failure> {
     let others = members_per_room.saturating_sub(1).max(1);
     let pool = others * 10;
     let started = Instant::now();
@@ -63,27 +130,56 @@ pub async fn big_account(
     // Each room's last event: a message from a member, whose member event a lazy-loading
     // sync must then carry.
     let room_ids = &room_ids;
-    let last_messages: Vec<(String, String)> = futures_util::stream::iter(0..rooms)
+    let ends: Vec<RoomEnd> = futures_util::stream::iter(0..rooms)
         .map(|r| async move {
             let sender = member(r, r % others);
-            let event_id = sender
+            let last_event = sender
                 .send(&room_ids[r], &format!("last{r}"), &format!("last {r}"))
                 .await?;
             let sender_id = sender
                 .appservice_user_id()
                 .ok_or("the account's members act through the application service")?;
-            Ok::<_, Failure>((event_id, sender_id.to_owned()))
+            Ok::<_, Failure>(RoomEnd {
+                room_id: room_ids[r].clone(),
+                last_event,
+                sender: sender_id.to_owned(),
+            })
         })
         .buffered(SET_UP_IN_FLIGHT)
         .try_collect()
         .await?;
-    let set_up = started.elapsed();
-    bench.analyze().await;
+    let account = account
+        .appservice_user_id()
+        .ok_or("the account acts through the application service")?
+        .to_owned();
+    Ok(SetUp {
+        account,
+        members_per_room,
+        rooms: ends,
+        report: json!({
+            "rooms": rooms,
+            "members_per_room": members_per_room,
+            "joins": joins.len(),
+            "seconds": round(started.elapsed().as_secs_f64()),
+            "how": "registration through the application service, rooms, joins and messages through the client API",
+        }),
+    })
+}
 
-    let expected: HashMap<&str, (&str, &str)> = room_ids
+/// The account's initial syncs, lazy-loaded members then every member, each answer checked.
+async fn measure(
+    bench: &Bench,
+    account: &User,
+    set_up: &SetUp,
+    pid: Option<u32>,
+) -> Result<Map<String, Value>, Failure> {
+    let expected: HashMap<&str, (&str, &str)> = set_up
+        .rooms
         .iter()
-        .zip(&last_messages)
-        .map(|(room, (event, sender))| (room.as_str(), (event.as_str(), sender.as_str())))
+        .map(|end| {
+            let ends = (end.last_event.as_str(), end.sender.as_str());
+            (end.room_id.as_str(), ends)
+        })
         .collect();
     let mut report = Map::new();
     for (name, lazy, samples) in [
@@ -100,7 +196,7 @@ pub async fn big_account(
                 .await?;
             times.push(elapsed);
             bytes = sync.to_string().len();
-            check_sync(&sync, &expected, (!lazy).then_some(members_per_room))
+            check_sync(&sync, &expected, (!lazy).then_some(set_up.members_per_room))
                 .map_err(|e| format!("{name}: {e}"))?;
         }
         let mut summary = times.summary();
@@ -108,17 +204,7 @@ pub async fn big_account(
         summary["peak_rss_mib"] = json!(rss_kib(pid, "VmHWM:").map(|k| round(k as f64 / 1024.0)));
         report.insert(name.into(), summary);
     }
-    report.insert(
-        "set_up".into(),
-        json!({
-            "rooms": rooms,
-            "members_per_room": members_per_room,
-            "joins": joins.len(),
-            "seconds": round(set_up.as_secs_f64()),
-            "how": "registration through the application service, rooms, joins and messages through the client API",
-        }),
-    );
-    Ok(Value::Object(report))
+    Ok(report)
 }
 
 /// Every room is there, ends with its last message and carries that message's sender's member

@@ -122,6 +122,17 @@ pub async fn register_as_appservice(
 }
 
 impl User {
+    /// The user `user_id` an application service's token acts as, at `base`: for a set-up
+    /// made earlier (by another run, or loaded into the server's database).
+    pub fn acting_as(http: &reqwest::Client, base: &str, as_token: &str, user_id: &str) -> User {
+        User {
+            http: http.clone(),
+            base: base.to_owned(),
+            token: as_token.to_owned(),
+            acts_as: Some(user_id.to_owned()),
+        }
+    }
+
     async fn request(
         &self,
         method: reqwest::Method,

@@ -96,6 +96,14 @@ struct Cli {
     /// server whose set-up through the API would take hours at full scale.
     #[arg(long)]
     big_account_members: Option<usize>,
+    /// Scenario 13: write what its set-up made (the account, each room's last message) to
+    /// this file, for another server loaded with the same data.
+    #[arg(long)]
+    big_account_save: Option<PathBuf>,
+    /// Scenario 13: measure a server that already holds the set-up saved in this file (with
+    /// `--big-account-save`), instead of setting one up through the API.
+    #[arg(long)]
+    big_account_from: Option<PathBuf>,
     /// Scenario 12's members, instead of the scale's count: a smaller room for a server whose
     /// joins through the API would take hours at full scale.
     #[arg(long)]
@@ -1026,6 +1034,10 @@ async fn main() -> ExitCode {
                 counts.big_account_rooms,
                 counts.big_account_members,
                 cli.pid,
+                big_account::SetUpFiles {
+                    from: cli.big_account_from.as_deref(),
+                    save: cli.big_account_save.as_deref(),
+                },
             )
             .await?;
         }

@@ -1,0 +1,41 @@
+# Shell functions the benchmark scripts share (sourced, not run).
+
+# A free TCP port on loopback.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Waits until the homeserver at $1 answers /versions (two minutes at most).
+wait_up() {
+    for _ in $(seq 1 600); do
+        curl -sf "$1/_matrix/client/versions" >/dev/null && return 0
+        sleep 0.2
+    done
+    echo "server at $1 did not start"
+    return 1
+}
+
+# Drops and creates the databases named, with the encoding and collation both servers need.
+fresh_databases() {
+    for db in "$@"; do
+        psql -q -c "DROP DATABASE IF EXISTS $db" \
+            -c "CREATE DATABASE $db ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+    done
+}
+
+# Installs Synapse from PyPI into the virtual environment $1 unless it is there.
+install_synapse() {
+    if ! "$1/bin/python" -c "import synapse" 2>/dev/null; then
+        python3 -m venv "$1"
+        "$1/bin/pip" install --quiet --disable-pip-version-check psycopg2-binary matrix-synapse
+    fi
+}
+
+# Writes a Synapse configuration for the benchmarks into the directory $2 (server name
+# `localhost`, client listener on port $3, database $4 at PGHOST as PGUSER, the application
+# service registration $5), with the virtual environment $1.
+configure_synapse() {
+    mkdir -p "$2"
+    "$1/bin/python" -m synapse.app.homeserver --server-name localhost \
+        --config-path "$2/homeserver.yaml" --data-directory "$2" \
+        --generate-config --report-stats=no >/dev/null
+    "$1/bin/python" tests/bench/synapse_config.py "$2/homeserver.yaml" "$3" "$PGUSER" "$PGHOST" "$4" "$5"
+}
