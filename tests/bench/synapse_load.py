@@ -5,7 +5,7 @@ joins run at 14 to 25 a second there): Myelin builds them through its API, and t
 Synapse the same users, rooms and events, so both servers then answer the same measured
 requests over the same data.
 
-The events are Myelin's own PDUs, unchanged: both servers are named `localhost` in the
+The events are Myelin's own PDUs (with `unsigned` as Synapse keeps it): both servers are named `localhost` in the
 benchmark, so to Synapse they are local events, and their IDs are the reference hashes of
 those PDUs, which Synapse recomputes on read. What Synapse keeps beside each event is derived
 here as Synapse derives it when it persists one:
@@ -171,7 +171,9 @@ def load_rooms(myelin, cur, local_users):
         for event_id, room_id, ordering, depth, text in m:
             pdu = json.loads(text)
             pdu.pop("event_id", None)
-            pdu.pop("unsigned", None)
+            # As Synapse stores a local event: `age_ts` in `unsigned`, from which it serves
+            # `age`.
+            pdu["unsigned"] = {"age_ts": pdu["origin_server_ts"]}
             room = state.get(room_id)
             if room is None:
                 room = state[room_id] = Room(room_id, next_group)
