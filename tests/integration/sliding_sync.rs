@@ -54,6 +54,7 @@ fn bodies(room: &Value) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
+        .inspect(|e| assert!(e.get("room_id").is_none(), "the room is the key: {e}"))
         .filter(|e| e["type"] == "m.room.message")
         .map(|e| e["content"]["body"].as_str().unwrap().to_owned())
         .collect()
@@ -64,6 +65,7 @@ fn state_keys(room: &Value, kind: &str) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
+        .inspect(|e| assert!(e.get("room_id").is_none(), "the room is the key: {e}"))
         .filter(|e| e["type"] == kind)
         .map(|e| e["state_key"].as_str().unwrap().to_owned())
         .collect();

@@ -753,18 +753,27 @@ async fn a_full_state_sync_serves_each_state_event_as_the_event_endpoint_does() 
         .await
         .ok();
     assert_eq!(left["chunk"], json!([]));
-    // Each read path that serves state as its parts serves what `/event` serves.
-    for event in state
-        .iter()
-        .chain(current.as_array().unwrap())
-        .chain(members)
-    {
-        let alone = bob
+    // Each read path that serves state as its parts serves what `/event` serves; a sync's
+    // events without their room ID (`ClientEventWithoutRoomID`: the room is their key).
+    let in_sync = state.iter().map(|event| (event, true));
+    let elsewhere = current.as_array().unwrap().iter().chain(members);
+    for (event, from_sync) in in_sync.chain(elsewhere.map(|event| (event, false))) {
+        let mut alone = bob
             .get_event(&room, event["event_id"].as_str().unwrap())
             .await
             .ok();
+        assert_eq!(alone["room_id"], room.as_str());
+        if from_sync {
+            alone.as_object_mut().unwrap().remove("room_id");
+            if let Some(redaction) = alone["unsigned"].get_mut("redacted_because") {
+                redaction.as_object_mut().unwrap().remove("room_id");
+            }
+        }
         assert_eq!(without_ages(event.clone()), without_ages(alone), "{event}");
         assert!(event["unsigned"]["age"].as_i64().is_some(), "{event}");
+    }
+    for event in timeline(&full, &room) {
+        assert!(event.get("room_id").is_none(), "{event}");
     }
     let of_type = |kind: &str| {
         state

@@ -320,12 +320,48 @@ pub fn client_event(
     Value::Object(event)
 }
 
+/// Whether client events carry their `room_id`. The events of a sync's room sections (`/sync`
+/// and sliding sync) leave it out, as the spec's `ClientEventWithoutRoomID` does and Synapse
+/// does: the room is their key, and with every member's event the field is a sixth of a big
+/// account's initial sync. Everywhere else events carry it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoomIdField {
+    Carried,
+    Omitted,
+}
+
+/// Takes `room_id` out of a client event and out of the events bundled into it (the
+/// redaction that redacted it, its thread's latest event, its edit), for a sync's room
+/// sections ([`RoomIdField::Omitted`]).
+pub fn omit_room_ids(event: &mut Value) {
+    let Some(object) = event.as_object_mut() else {
+        return;
+    };
+    object.remove("room_id");
+    let Some(unsigned) = object.get_mut("unsigned") else {
+        return;
+    };
+    if let Some(redaction) = unsigned.get_mut("redacted_because") {
+        omit_room_ids(redaction);
+    }
+    if let Some(relations) = unsigned.get_mut("m.relations") {
+        if let Some(latest) = relations.pointer_mut("/m.thread/latest_event") {
+            omit_room_ids(latest);
+        }
+        if let Some(edit) = relations.get_mut("m.replace") {
+            omit_room_ids(edit);
+        }
+    }
+}
+
 /// The client-format event of an unredacted event read as its parts, written as JSON text
-/// without building a tree: what [`client_event`] makes of the same event. Not for redacted
-/// events or redactions (their client form needs the whole PDU); `None` for those.
+/// without building a tree: what [`client_event`] makes of the same event (without `room_id`
+/// when [`RoomIdField::Omitted`]). Not for redacted events or redactions (their client form
+/// needs the whole PDU); `None` for those.
 pub fn client_event_from_parts(
     parts: ClientEventParts,
     now: i64,
+    room_id_field: RoomIdField,
 ) -> Result<Option<Box<RawJsonValue>>> {
     if parts.redacted_by.is_some() || parts.event_type == "m.room.redaction" {
         return Ok(None);
@@ -339,7 +375,8 @@ pub fn client_event_from_parts(
         content: &'a RawJsonValue,
         event_id: &'a str,
         origin_server_ts: i64,
-        room_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        room_id: Option<&'a str>,
         sender: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         state_key: Option<&'a str>,
@@ -353,7 +390,7 @@ pub fn client_event_from_parts(
         content: &content,
         event_id: &parts.event_id,
         origin_server_ts: parts.origin_server_ts,
-        room_id: &parts.room_id,
+        room_id: (room_id_field == RoomIdField::Carried).then_some(parts.room_id.as_str()),
         sender: &parts.sender,
         state_key: parts.state_key.as_deref(),
         kind: &parts.event_type,

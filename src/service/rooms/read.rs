@@ -7,7 +7,7 @@ use ruma::{room_version_rules::RoomVersionRules, OwnedRoomId, RoomId, UserId};
 use serde_json::{json, value::RawValue, Value};
 
 use super::{
-    pdu::{client_event, client_event_from_parts},
+    pdu::{client_event, client_event_from_parts, omit_room_ids, RoomIdField},
     visibility::Visibility,
     writer::rules_for,
     Rooms,
@@ -149,6 +149,7 @@ impl Rooms {
         conn: &AsyncPgConnection,
         rules: &RoomVersionRules,
         parts: Vec<ClientEventParts>,
+        room_id_field: RoomIdField,
     ) -> Result<Vec<Box<RawValue>>> {
         let now = now_ms();
         let mut rendered = Vec::with_capacity(parts.len());
@@ -156,7 +157,7 @@ impl Rooms {
         let mut whole = Vec::new();
         for part in parts {
             let event_id = part.event_id.clone();
-            match client_event_from_parts(part, now)? {
+            match client_event_from_parts(part, now, room_id_field)? {
                 Some(event) => rendered.push(Some(event)),
                 None => {
                     whole.push((rendered.len(), event_id));
@@ -169,7 +170,10 @@ impl Rooms {
         }
         let ids: Vec<String> = whole.iter().map(|(_, id)| id.clone()).collect();
         let rows = store::get_state_events(conn, &ids).await?;
-        let events = self.render(conn, rules, &rows).await?;
+        let mut events = self.render(conn, rules, &rows).await?;
+        if room_id_field == RoomIdField::Omitted {
+            events.iter_mut().for_each(omit_room_ids);
+        }
         let by_id: HashMap<&str, &Value> = rows
             .iter()
             .map(|r| r.event_id.as_str())
@@ -282,7 +286,8 @@ impl Rooms {
         let ids: Vec<String> = state.into_values().collect();
         let mut parts = client_events::get_state_event_parts(&conn, &ids).await?;
         parts.sort_by_key(|p| p.stream_ordering);
-        self.render_parts(&conn, &rules, parts).await
+        self.render_parts(&conn, &rules, parts, RoomIdField::Carried)
+            .await
     }
 
     /// The room's whole current state as clients see events, with no membership check (for
@@ -346,7 +351,8 @@ impl Rooms {
             membership.is_none_or(|want| want == m) && not_membership.is_none_or(|skip| skip != m)
         });
         members.sort_by_key(|p| p.stream_ordering);
-        self.render_parts(&conn, &rules, members).await
+        self.render_parts(&conn, &rules, members, RoomIdField::Carried)
+            .await
     }
 
     /// Joined members with their profiles (`GET /rooms/{id}/joined_members`), for members only:

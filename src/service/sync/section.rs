@@ -19,7 +19,11 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    service::rooms::{visibility::Visibility, Rooms},
+    service::rooms::{
+        pdu::{omit_room_ids, RoomIdField},
+        visibility::Visibility,
+        Rooms,
+    },
     storage::{
         client_events,
         memberships::MembershipSummary,
@@ -468,7 +472,7 @@ impl Sync {
             };
             state_parts.retain(|p| request.filter.state.allows_parts(p));
             state_parts.sort_by_key(|p| p.stream_ordering);
-            tokio::try_join!(
+            let (mut timeline, state) = tokio::try_join!(
                 rooms.render_with_bundled(
                     conn,
                     &rules,
@@ -476,8 +480,10 @@ impl Sync {
                     &timeline,
                     &extras.bundled
                 ),
-                rooms.render_parts(conn, &rules, state_parts),
-            )?
+                rooms.render_parts(conn, &rules, state_parts, RoomIdField::Omitted),
+            )?;
+            timeline.iter_mut().for_each(omit_room_ids);
+            (timeline, state)
         };
         set_transaction_ids(&mut timeline_events, &extras.transaction_ids);
         if let Some(fields) = &request.filter.event_fields {

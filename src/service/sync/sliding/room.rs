@@ -10,7 +10,7 @@ use super::{lists::UserRoom, model::RoomConfig};
 use crate::{
     error::{Error, Result},
     service::{
-        rooms::{visibility::Visibility, writer::rules_for, Rooms},
+        rooms::{pdu::omit_room_ids, visibility::Visibility, writer::rules_for, Rooms},
         sync::{
             newest::{set_transaction_ids, Newest},
             section::counts_and_heroes,
@@ -259,7 +259,11 @@ impl Sync {
         )?;
         state_rows.sort_by_key(|r| r.stream_ordering);
         set_transaction_ids(&mut timeline_events, &extras.transaction_ids);
-        let state_events = ctx.rooms.render(conn, &rules, &state_rows).await?;
+        let mut state_events = ctx.rooms.render(conn, &rules, &state_rows).await?;
+        timeline_events
+            .iter_mut()
+            .chain(state_events.iter_mut())
+            .for_each(omit_room_ids);
         let num_live = match ctx.since_events {
             Some(since) => timeline
                 .iter()
