@@ -40,6 +40,7 @@ mod membership_paths;
 mod message_rate_limits;
 mod metrics;
 mod migrations;
+mod pool;
 mod presence;
 mod profile_and_account_data;
 mod pushers;
