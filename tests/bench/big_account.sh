@@ -40,10 +40,7 @@ bash tests/bench/bench-registration.sh "$as_token" >"$work/bench-registration.ya
 
 echo "== Myelin: set-up through the API, then the syncs"
 port=$(free_port)
-DATABASE_URL="postgres://$PGUSER@$PGHOST/myelin_big_account" MYELIN_DATA_DIR="$work/myelin" \
-    MYELIN_LISTEN="127.0.0.1:$port" MYELIN_REGISTRATION=open MYELIN_RATE_LIMITS=off \
-    MYELIN_APPSERVICES="$work/bench-registration.yaml" \
-    RUST_LOG=warn "$CARGO_TARGET_DIR/release/myelin" serve >"$work/myelin.log" 2>&1 &
+start_myelin myelin_big_account "$port" "$work" "$work/bench-registration.yaml"
 pid=$!
 wait_up "http://127.0.0.1:$port"
 "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" "${bench_args[@]}" \

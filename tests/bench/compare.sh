@@ -51,10 +51,7 @@ bash tests/bench/bench-registration.sh "$bench_as_token" >"$work/bench-registrat
 
 echo "== start Myelin"
 myelin_port=$(free_port)
-DATABASE_URL="postgres://$PGUSER@$PGHOST/myelin_bench" MYELIN_DATA_DIR="$work/myelin" \
-    MYELIN_LISTEN="127.0.0.1:$myelin_port" MYELIN_REGISTRATION=open MYELIN_RATE_LIMITS=off \
-    MYELIN_APPSERVICES="$work/bench-registration.yaml" \
-    RUST_LOG=warn "$CARGO_TARGET_DIR/release/myelin" serve >"$work/myelin.log" 2>&1 &
+start_myelin myelin_bench "$myelin_port" "$work" "$work/bench-registration.yaml"
 myelin_pid=$!; pids+=("$myelin_pid")
 wait_up "http://127.0.0.1:$myelin_port"
 

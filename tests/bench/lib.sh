@@ -39,3 +39,13 @@ configure_synapse() {
         --generate-config --report-stats=no >/dev/null
     "$1/bin/python" tests/bench/synapse_config.py "$2/homeserver.yaml" "$3" "$PGUSER" "$PGHOST" "$4" "$5"
 }
+
+# Starts a release Myelin in the background (open registration, no rate limits, the
+# application service registration $4) on the database $1 at PGHOST as PGUSER, listening on
+# loopback port $2, its data directory and log in the directory $3; `$!` is then its process.
+start_myelin() {
+    DATABASE_URL="postgres://$PGUSER@$PGHOST/$1" MYELIN_DATA_DIR="$3/myelin" \
+        MYELIN_LISTEN="127.0.0.1:$2" MYELIN_REGISTRATION=open MYELIN_RATE_LIMITS=off \
+        MYELIN_APPSERVICES="$4" \
+        RUST_LOG=warn "$CARGO_TARGET_DIR/release/myelin" serve >"$3/myelin.log" 2>&1 &
+}
