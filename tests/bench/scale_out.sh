@@ -13,6 +13,7 @@
 # Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres), pgbench.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tests/bench/lib.sh
 scale="${1:-full}"
 counts="${2:-1 2 4}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
@@ -27,15 +28,13 @@ stop_all() {
     pids=()
 }
 trap stop_all EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 echo "== build Myelin (release)"
 cargo build --release --locked --bins
 
 for n in $counts; do
     echo "== $n process(es)"
-    psql -q -c "DROP DATABASE IF EXISTS $db" \
-        -c "CREATE DATABASE $db ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+    fresh_databases "$db"
     rm -rf "$work/data"
     urls=()
     for i in $(seq 1 "$n"); do
@@ -46,10 +45,7 @@ for n in $counts; do
         pids+=("$!")
         urls+=("http://127.0.0.1:$port")
         # One at a time: the first runs the migrations the others would wait on.
-        for _ in $(seq 1 600); do
-            curl -sf "http://127.0.0.1:$port/_matrix/client/versions" >/dev/null && break
-            sleep 0.2
-        done
+        wait_up "http://127.0.0.1:$port"
     done
     others=$(IFS=,; echo "${urls[*]:1}")
     "$CARGO_TARGET_DIR/release/myelin-bench" --url "${urls[0]}" ${others:+--process-urls "$others"} \

@@ -9,18 +9,19 @@
 # the database grows to about 20 GB and the load takes about half an hour on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tests/bench/lib.sh
 scale="${1:-full}"
 out="${2:-start-up.json}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
 export PGHOST="${PGHOST:-127.0.0.1}" PGUSER="${PGUSER:-postgres}"
 work="$(mktemp -d /tmp/myelin-start-up.XXXXXX)"
 db=myelin_start_up
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 
 echo "== build Myelin (release)"
 cargo build --release --locked --bins
 
-psql -q -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+fresh_databases "$db"
 as_token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
 bash tests/bench/bench-registration.sh "$as_token" >"$work/bench-registration.yaml"
 
@@ -42,10 +43,7 @@ echo \$!
 EOF
 trap 'kill -TERM "$(cat "$work/pid" 2>/dev/null)" 2>/dev/null || true' EXIT
 bash "$work/restart.sh" >/dev/null
-for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/_matrix/client/versions" >/dev/null && break
-    sleep 0.2
-done
+wait_up "http://127.0.0.1:$port"
 
 "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" --scale "$scale" \
     --only start_up --appservice-token "$as_token" \
