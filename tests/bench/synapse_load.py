@@ -52,6 +52,12 @@ def insert(cur, table, columns, rows):
         )
 
 
+def insert_all(cur, tables, rows_by_table):
+    """Inserts each table's rows, tables in the order `tables` names them."""
+    for table, columns in tables.items():
+        insert(cur, table, columns, rows_by_table[table])
+
+
 def load_users(myelin, cur, registration):
     service = registration["id"]
     namespaces = [
@@ -82,9 +88,8 @@ class Room:
         self.hops = 0
         self.last_event = None
 
-    def add(self, out, event_id, ordering, pdu):
+    def add(self, out, event_id, ordering, pdu, content):
         event_type, state_key = pdu["type"], pdu.get("state_key")
-        content = pdu.get("content") if isinstance(pdu.get("content"), dict) else {}
         if state_key is not None:
             key = (event_type, state_key)
             replaced = self.state.get(key)
@@ -187,15 +192,13 @@ def load_rooms(myelin, cur, local_users):
                 event_id, room_id, "{}", json.dumps(pdu, separators=(",", ":"), ensure_ascii=False),
                 format_version(versions[room_id]),
             ))
-            room.add(out, event_id, ordering, pdu)
+            room.add(out, event_id, ordering, pdu, content)
             events += 1
             max_ordering = max(max_ordering, ordering)
             if len(out["events"]) >= PAGE:
-                for table, rows in out.items():
-                    insert(cur, table, tables[table], rows)
+                insert_all(cur, tables, out)
                 out = {t: [] for t in tables}
-        for table, rows in out.items():
-            insert(cur, table, tables[table], rows)
+        insert_all(cur, tables, out)
 
     current, local = [], []
     for room in state.values():
