@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Prints the application-service registration myelin-bench's big room (scenario 12) registers
-# its members through, for the as_token given: no URL (nothing is pushed to it), a users
-# namespace that is not exclusive and holds only the bench's big-room members
-# (`@{prefix}big{n}`, the prefix `b` and hex digits), so nothing else on the server changes.
+# Prints the application-service registration myelin-bench's scenarios 11 to 14 register
+# their users through, for the as_token given: no URL (nothing is pushed to it), a users
+# namespace that is not exclusive and holds only those users (`@{prefix}{tag}big{n}`: the
+# prefix `b` and hex digits, a scenario's tag of lowercase letters), so nothing else on the
+# server changes.
 # Myelin (MYELIN_APPSERVICES) and Synapse (app_service_config_files) both take it.
 set -euo pipefail
 as_token="$1"
@@ -17,5 +18,5 @@ rate_limited: false
 namespaces:
   users:
     - exclusive: false
-      regex: '@b[0-9a-f]+big[0-9]+:.*'
+      regex: '@b[0-9a-z]+big[0-9]+:.*'
 YAML

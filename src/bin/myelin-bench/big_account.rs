@@ -11,12 +11,10 @@
 //! all, as a real account's rooms do. The joins go through the API and are reported as
 //! set-up. Without a token the scenario says it was skipped.
 //!
-//! A server whose API would take hours for the set-up measures one made elsewhere:
-//! `--big-account-save` writes what was set up (the account, each room's last message), and
-//! `--big-account-from` measures a server already holding it (`tests/bench/big_account.sh`
-//! loads Myelin's set-up into Synapse's database) with the same checks.
+//! A server whose API would take hours for the set-up measures one made elsewhere
+//! (`saved.rs`): the saved set-up is the account and each room's last message.
 
-use std::{collections::HashMap, path::Path, time::Instant};
+use std::{collections::HashMap, time::Instant};
 
 use futures_util::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
@@ -25,6 +23,7 @@ use serde_json::{json, Map, Value};
 use crate::{
     client::{first_sync_filter, sync_path, Failure, User},
     rss_kib,
+    saved::{SetUpFiles, LOADED},
     stats::{round, Samples},
     Bench, SET_UP_IN_FLIGHT,
 };
@@ -52,14 +51,6 @@ struct RoomEnd {
     sender: String,
 }
 
-/// Where the scenario's set-up comes from and goes.
-pub struct SetUpFiles<'a> {
-    /// Measure a server that already holds the set-up written here, instead of making one.
-    pub from: Option<&'a Path>,
-    /// Write the set-up made here, for another server loaded with the same data.
-    pub save: Option<&'a Path>,
-}
-
 pub async fn big_account(
     bench: &Bench,
     appservice_token: Option<&str>,
@@ -71,25 +62,18 @@ pub async fn big_account(
     let Some(as_token) = appservice_token else {
         return Ok(json!({ "skipped": "needs --appservice-token to register the members" }));
     };
-    let set_up = match files.from {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            let mut set_up: SetUp = serde_json::from_str(&text)
-                .map_err(|e| format!("{} is not a saved set-up: {e}", path.display()))?;
+    let set_up = match files.load::<SetUp>()? {
+        Some(mut set_up) => {
             set_up.report = json!({
                 "rooms": set_up.rooms.len(),
                 "members_per_room": set_up.members_per_room,
-                "how": "loaded into the server's database from another server's set-up",
+                "how": LOADED,
             });
             set_up
         }
         None => set_up_through_api(bench, as_token, rooms, members_per_room).await?,
     };
-    if let Some(path) = files.save {
-        let text = serde_json::to_string(&set_up).expect("JSON");
-        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
+    files.store(&set_up)?;
     bench.analyze().await;
     let account = User::acting_as(&bench.http, &bench.url, as_token, &set_up.account);
     let mut report = measure(bench, &account, &set_up, pid).await?;

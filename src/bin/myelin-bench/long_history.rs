@@ -5,17 +5,27 @@
 //!
 //! The history is loaded through SQL, not the API (sending a million events would take the
 //! run's whole time): the room and one message are made through the API, then copies of that
-//! message, each a child of the one before, are inserted into Myelin's tables in one
-//! statement per table. So this scenario needs `--database-url` and Myelin's schema; against
-//! another server it reports that it was skipped.
+//! message, each a child of the one before, are inserted into Myelin's tables. Each copy is a
+//! real PDU: its content hash, signature (the server's key, read from its database) and event
+//! ID (the reference hash) are computed here as the server computes them, so another server
+//! can be loaded with the same events (`saved.rs`, `tests/bench/loaded.sh long_history`).
+//! So the set-up needs `--database-url` and Myelin's schema; against another server without a
+//! saved set-up it reports that it was skipped.
 
 use std::time::Instant;
 
+use ruma::{
+    canonical_json::{CanonicalJsonObject, CanonicalJsonValue},
+    signatures::{hash_and_sign_event, reference_hash, Ed25519KeyPair},
+    UserId,
+};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::{
-    client::{enc, Failure},
-    stats::Samples,
+    client::{enc, Failure, User},
+    saved::{SetUpFiles, LOADED},
+    stats::{round, Samples},
     Bench,
 };
 
@@ -28,6 +38,8 @@ const COMMON_WORD: &str = "lorem";
 const PAGE: usize = 20;
 /// Samples per measurement.
 const SAMPLES: usize = 20;
+/// Loaded events sent to the database per statement.
+const LOAD_BATCH: usize = 10_000;
 
 /// A connection to the server's database for loading events through SQL, or why there is
 /// none: no `--database-url`, or a schema other than Myelin's.
@@ -61,37 +73,105 @@ pub async fn myelin_loader(
     Ok(Ok(db))
 }
 
-pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure> {
+/// What the set-up made: the room, whose history it is, and the event the middle measures
+/// start from.
+#[derive(Serialize, Deserialize)]
+struct SetUp {
+    room_id: String,
+    /// The member who made the room and reads it (an application service's user when
+    /// `--appservice-token` is given, as a loaded server needs).
+    user: String,
+    /// Loaded events, between the template message and the newest one.
+    events: usize,
+    /// The loaded event in the middle, and its timestamp.
+    middle_id: String,
+    middle_ts: i64,
+    report: Value,
+}
+
+pub async fn long_history(
+    bench: &Bench,
+    appservice_token: Option<&str>,
+    events: usize,
+    files: SetUpFiles<'_>,
+) -> Result<Value, Failure> {
+    let (set_up, user) = match files.load::<SetUp>()? {
+        Some(mut set_up) => {
+            let as_token =
+                appservice_token.ok_or("a saved set-up is measured through --appservice-token")?;
+            let user = User::acting_as(&bench.http, &bench.url, as_token, &set_up.user);
+            set_up.report = json!({ "events": set_up.events, "how": LOADED });
+            (set_up, user)
+        }
+        None => match set_up_through_sql(bench, appservice_token, events).await? {
+            Ok(made) => made,
+            Err(skipped) => return Ok(skipped),
+        },
+    };
+    files.store(&set_up)?;
+    bench.analyze().await;
+    let mut report = measure(&user, &set_up).await?;
+    if let (Value::Object(report), Value::Object(set_up)) = (&mut report, set_up.report) {
+        report.extend(set_up);
+    }
+    Ok(report)
+}
+
+/// The room, its first and last messages through the API, and the history between them
+/// through SQL.
+async fn set_up_through_sql(
+    bench: &Bench,
+    appservice_token: Option<&str>,
+    events: usize,
+) -> Result<Result<(SetUp, User), Value>, Failure> {
     let db = match myelin_loader(bench).await? {
         Ok(db) => db,
-        Err(skipped) => return Ok(skipped),
+        Err(skipped) => return Ok(Err(skipped)),
     };
-
-    let user = bench.users("long", 1).await?.remove(0);
+    let user = match appservice_token {
+        Some(as_token) => bench.appservice_users(as_token, "long", 1).await?,
+        None => bench.users("long", 1).await?,
+    }
+    .remove(0);
+    let user_id = match user.appservice_user_id() {
+        Some(user_id) => user_id.to_owned(),
+        None => user.get("/_matrix/client/v3/account/whoami").await?["user_id"]
+            .as_str()
+            .ok_or("whoami without a user_id")?
+            .to_owned(),
+    };
     let room = user
         .create_room(json!({ "preset": "private_chat", "name": "long history" }))
         .await?;
     let template = user.send(&room, "template", "template").await?;
     let started = Instant::now();
-    load(&db, &room, &template, events).await?;
+    let middle = events / 2;
+    let (middle_id, middle_ts) = load(&db, &room, &template, events, middle).await?;
     let load_seconds = started.elapsed().as_secs_f64();
     // One message through the API on top: the server must take the loaded events as the
     // room's tip.
     user.send(&room, "newest", "newest").await?;
-    bench.analyze().await;
+    let set_up = SetUp {
+        room_id: room,
+        user: user_id,
+        events,
+        middle_id,
+        middle_ts,
+        report: json!({ "events": events, "load_seconds": round(load_seconds) }),
+    };
+    Ok(Ok((set_up, user)))
+}
 
+/// The pages, `/context`, `timestamp_to_event` and searches, each answer checked.
+async fn measure(user: &User, set_up: &SetUp) -> Result<Value, Failure> {
+    let (room, events) = (&set_up.room_id, set_up.events);
     let mut report = serde_json::Map::new();
-    report.insert("events".into(), json!(events));
-    report.insert(
-        "load_seconds".into(),
-        json!(crate::stats::round(load_seconds)),
-    );
 
     // The newest page: the message on top, then the loaded ones from the last down.
     let mut newest_page = Samples::default();
     for _ in 0..SAMPLES {
         let t = Instant::now();
-        let page = user.messages(&room, None, PAGE as u32).await?;
+        let page = user.messages(room, None, PAGE as u32).await?;
         newest_page.push(t.elapsed());
         let bodies = bodies(&page);
         if bodies.first().map(String::as_str) != Some("newest")
@@ -106,15 +186,15 @@ pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure
 
     // The middle: `/context` of the middle event, then a page back from its start.
     let middle = events / 2;
-    let middle_id = loaded_id(&room, middle);
+    let middle_id = &set_up.middle_id;
     let (mut context, mut middle_page) = (Samples::default(), Samples::default());
     for _ in 0..SAMPLES {
         let t = Instant::now();
         let around = user
             .get(&format!(
                 "/_matrix/client/v3/rooms/{}/context/{}?limit=0",
-                enc(&room),
-                enc(&middle_id)
+                enc(room),
+                enc(middle_id)
             ))
             .await?;
         context.push(t.elapsed());
@@ -122,7 +202,7 @@ pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure
             .as_str()
             .ok_or_else(|| format!("a /context without start: {around}"))?;
         let t = Instant::now();
-        let page = user.messages(&room, Some(start), PAGE as u32).await?;
+        let page = user.messages(room, Some(start), PAGE as u32).await?;
         middle_page.push(t.elapsed());
         let got = numbers(&bodies(&page));
         if got != descending_from(middle - 1, PAGE) {
@@ -142,7 +222,7 @@ pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure
         let page = user
             .get(&format!(
                 "/_matrix/client/v3/rooms/{}/messages?dir=f&limit={PAGE}",
-                enc(&room)
+                enc(room)
             ))
             .await?;
         oldest_page.push(t.elapsed());
@@ -157,21 +237,14 @@ pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure
 
     // The event at a time in the middle of the history (loaded events are 1 ms apart, the
     // last at the template's time).
-    let middle_ts = db
-        .query_one(
-            "SELECT origin_server_ts FROM events WHERE event_id = $1",
-            &[&middle_id],
-        )
-        .await
-        .map_err(|e| e.to_string())?
-        .get::<_, i64>(0);
+    let middle_ts = set_up.middle_ts;
     let mut timestamp = Samples::default();
     for _ in 0..SAMPLES {
         let t = Instant::now();
         let found = user
             .get(&format!(
                 "/_matrix/client/v1/rooms/{}/timestamp_to_event?ts={middle_ts}&dir=f",
-                enc(&room)
+                enc(room)
             ))
             .await?;
         timestamp.push(t.elapsed());
@@ -213,68 +286,144 @@ pub async fn long_history(bench: &Bench, events: usize) -> Result<Value, Failure
     Ok(Value::Object(report))
 }
 
-/// The event ID of loaded event `n` (1-based) in `room`; the loader's SQL builds the same.
-fn loaded_id(room: &str, n: usize) -> String {
-    format!("$long{n}{}", id_suffix(room))
-}
-
-/// What follows the number in a loaded event's ID: event IDs are opaque, and a room-derived
-/// suffix keeps them unique across runs.
-fn id_suffix(room: &str) -> String {
-    let room: String = room.chars().filter(char::is_ascii_alphanumeric).collect();
-    format!("_{room}")
-}
-
 /// Inserts `n` copies of the template message after it, in one transaction: the events, each
-/// one's edge to the one before, and the room's new tip. Positions come from the event stream's
-/// sequence, so readers see them as committed the moment the transaction is.
+/// one's edge to the one before, and the room's new tip. Each copy is built, hashed and signed
+/// here as the server builds its own events. Positions come from the event stream's sequence,
+/// so readers see them as committed the moment the transaction is. Returns the ID and
+/// timestamp of copy number `middle`.
 async fn load(
     db: &tokio_postgres::Client,
     room: &str,
     template: &str,
     n: usize,
-) -> Result<(), Failure> {
-    // Server-made IDs; checked all the same, as they go into the SQL text.
-    if [room, template].iter().any(|id| {
-        !id.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "!$:._-".contains(c))
-    }) {
-        return Err(format!("unexpected characters in {room} or {template}"));
+    middle: usize,
+) -> Result<(String, i64), Failure> {
+    let sql_error = |e: tokio_postgres::Error| format!("loading the history: {e}");
+    let row = db
+        .query_one(
+            "SELECT e.pdu::text, r.room_version FROM events e JOIN rooms r USING (room_id) \
+             WHERE e.event_id = $1",
+            &[&template],
+        )
+        .await
+        .map_err(sql_error)?;
+    let template_pdu: CanonicalJsonObject = serde_json::from_str(row.get(0))
+        .map_err(|e| format!("the template is not canonical JSON: {e}"))?;
+    let rules = myelin::service::rooms::writer::rules_for(row.get(1)).map_err(|e| e.to_string())?;
+    let key = db
+        .query_one(
+            "SELECT key_id, secret_der FROM server_signing_keys ORDER BY created_ts, key_id LIMIT 1",
+            &[],
+        )
+        .await
+        .map_err(sql_error)?;
+    let key_id: String = key.get(0);
+    let version = key_id.strip_prefix("ed25519:").unwrap_or(&key_id);
+    let key_pair = Ed25519KeyPair::from_der(key.get(1), version.to_owned())
+        .map_err(|e| format!("the server's signing key: {e}"))?;
+    let integer = |field: &str| match template_pdu.get(field) {
+        Some(CanonicalJsonValue::Integer(i)) => Ok(i64::from(*i)),
+        _ => Err(format!("the template has no integer {field}")),
+    };
+    let (depth, ts) = (integer("depth")?, integer("origin_server_ts")?);
+    let sender = match template_pdu.get("sender") {
+        Some(CanonicalJsonValue::String(sender)) => {
+            UserId::parse(sender.as_str()).map_err(|e| e.to_string())?
+        }
+        _ => return Err("the template has no sender".into()),
+    };
+    let content = match template_pdu.get("content") {
+        Some(CanonicalJsonValue::Object(content)) => content.clone(),
+        _ => return Err("the template has no content".into()),
+    };
+    let mut unsigned = template_pdu.clone();
+    for field in ["hashes", "signatures", "unsigned"] {
+        unsigned.remove(field);
     }
-    let suffix = id_suffix(room);
-    let sql = format!(
+    let int = |i: i64| {
+        CanonicalJsonValue::Integer(i.try_into().expect("a depth or timestamp within range"))
+    };
+
+    db.batch_execute(
         "BEGIN;
-         CREATE TEMP TABLE long_template ON COMMIT DROP AS
+         CREATE TEMP TABLE long_loaded (g bigint, event_id text, pdu text) ON COMMIT DROP;",
+    )
+    .await
+    .map_err(sql_error)?;
+    let (mut prev, mut middle_event) = (template.to_owned(), None);
+    for first in (1..=n).step_by(LOAD_BATCH) {
+        let batch = first..=(first + LOAD_BATCH - 1).min(n);
+        let (mut numbers, mut ids, mut pdus) = (vec![], vec![], vec![]);
+        for g in batch {
+            let mut event = unsigned.clone();
+            let mut body = format!("loaded {g} {COMMON_WORD}");
+            if g % RARE_EVERY == 1 {
+                body.push_str(&format!(" {RARE_WORD}"));
+            }
+            let mut content = content.clone();
+            content.insert("body".into(), CanonicalJsonValue::String(body));
+            event.insert("content".into(), CanonicalJsonValue::Object(content));
+            let g = g as i64;
+            event.insert("depth".into(), int(depth + g));
+            event.insert("origin_server_ts".into(), int(ts - n as i64 + g));
+            event.insert(
+                "prev_events".into(),
+                CanonicalJsonValue::Array(vec![CanonicalJsonValue::String(prev)]),
+            );
+            hash_and_sign_event(
+                sender.server_name().as_str(),
+                &key_pair,
+                &mut event,
+                &rules.redaction,
+            )
+            .map_err(|e| e.to_string())?;
+            prev = format!(
+                "${}",
+                reference_hash(&event, &rules).map_err(|e| e.to_string())?
+            );
+            if g as usize == middle {
+                middle_event = Some((prev.clone(), ts - n as i64 + g));
+            }
+            numbers.push(g);
+            ids.push(prev.clone());
+            pdus.push(serde_json::to_string(&event).expect("JSON"));
+        }
+        db.execute(
+            "INSERT INTO long_loaded SELECT * FROM unnest($1::int8[], $2::text[], $3::text[])",
+            &[&numbers, &ids, &pdus],
+        )
+        .await
+        .map_err(sql_error)?;
+    }
+    let sql = format!(
+        "CREATE TEMP TABLE long_template ON COMMIT DROP AS
              SELECT * FROM events WHERE event_id = '{template}';
          INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type,
                              state_key, origin_server_ts, pdu, state_group, outlier, soft_failed)
-         SELECT '$long' || g || '{suffix}', t.room_id, nextval('stream_events_seq'),
-                t.depth + g, t.sender, t.event_type, NULL, t.origin_server_ts - {n} + g,
-                jsonb_set(jsonb_set(jsonb_set(jsonb_set(t.pdu,
-                    '{{content,body}}',
-                    to_jsonb('loaded ' || g || ' {COMMON_WORD}'
-                             || CASE WHEN g % {RARE_EVERY} = 1 THEN ' {RARE_WORD}' ELSE '' END)),
-                    '{{depth}}', to_jsonb(t.depth + g)),
-                    '{{origin_server_ts}}', to_jsonb(t.origin_server_ts - {n} + g)),
-                    '{{prev_events}}',
-                    jsonb_build_array(CASE WHEN g = 1 THEN t.event_id
-                                           ELSE '$long' || (g - 1) || '{suffix}' END)),
+         SELECT l.event_id, t.room_id, nextval('stream_events_seq'), t.depth + l.g, t.sender,
+                t.event_type, NULL, t.origin_server_ts - {n} + l.g, l.pdu::jsonb,
                 t.state_group, false, false
-         FROM long_template t, generate_series(1, {n}) g
-         ORDER BY g;
+         FROM long_template t, long_loaded l
+         ORDER BY l.g;
          INSERT INTO event_edges (event_id, prev_event_id, room_id)
-         SELECT '$long' || g || '{suffix}',
-                CASE WHEN g = 1 THEN t.event_id ELSE '$long' || (g - 1) || '{suffix}' END,
-                t.room_id
-         FROM long_template t, generate_series(1, {n}) g;
-         UPDATE rooms SET forward_extremities = ARRAY['$long{n}{suffix}'],
+         SELECT l.event_id, coalesce(lag(l.event_id) OVER (ORDER BY l.g), t.event_id), t.room_id
+         FROM long_template t, long_loaded l;
+         UPDATE rooms SET forward_extremities = ARRAY['{prev}'],
                           tip_depth = (SELECT depth FROM long_template) + {n}
          WHERE room_id = '{room}';
          COMMIT;"
     );
-    db.batch_execute(&sql)
-        .await
-        .map_err(|e| format!("loading the history: {e}"))
+    // Server-made IDs; checked all the same, as they go into the SQL text.
+    if [room, template, &prev].iter().any(|id| {
+        !id.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "!$:._-".contains(c))
+    }) {
+        return Err(format!(
+            "unexpected characters in {room}, {template} or {prev}"
+        ));
+    }
+    db.batch_execute(&sql).await.map_err(sql_error)?;
+    middle_event.ok_or_else(|| format!("no event {middle} among {n} loaded"))
 }
 
 fn bodies(page: &Value) -> Vec<String> {

@@ -16,6 +16,7 @@ mod big_room;
 mod client;
 mod long_history;
 mod parked;
+mod saved;
 mod sliding;
 mod start_up;
 mod stats;
@@ -80,7 +81,8 @@ struct Cli {
     #[arg(long)]
     no_analyze: bool,
     /// The `as_token` of an application service whose users namespace (non-exclusive) holds
-    /// the big room's members, `@{prefix}big{n}`: scenario 12 registers them through it.
+    /// `@{prefix}{tag}big{n}` (`tests/bench/bench-registration.sh`): scenarios 11 to 14
+    /// register their users through it.
     #[arg(long)]
     appservice_token: Option<String>,
     /// Other processes of the same server (a scale-out on one database), comma-separated:
@@ -96,14 +98,15 @@ struct Cli {
     /// server whose set-up through the API would take hours at full scale.
     #[arg(long)]
     big_account_members: Option<usize>,
-    /// Scenario 13: write what its set-up made (the account, each room's last message) to
-    /// this file, for another server loaded with the same data.
-    #[arg(long)]
-    big_account_save: Option<PathBuf>,
-    /// Scenario 13: measure a server that already holds the set-up saved in this file (with
-    /// `--big-account-save`), instead of setting one up through the API.
-    #[arg(long)]
-    big_account_from: Option<PathBuf>,
+    /// Scenario 11, 12 or 13 (the one `--only` names): write what its set-up made to this
+    /// file, for another server loaded with the same data.
+    #[arg(long, alias = "big-account-save")]
+    set_up_save: Option<PathBuf>,
+    /// Scenario 11, 12 or 13 (the one `--only` names): measure a server that already holds the
+    /// set-up saved in this file (with `--set-up-save`), instead of setting one up through the
+    /// API.
+    #[arg(long, alias = "big-account-from")]
+    set_up_from: Option<PathBuf>,
     /// Scenario 12's members, instead of the scale's count: a smaller room for a server whose
     /// joins through the API would take hours at full scale.
     #[arg(long)]
@@ -862,6 +865,8 @@ fn print_table(label: &str, report: &Value) {
     let big = &report["big_room"];
     if let Some(skipped) = big["skipped"].as_str() {
         println!("  12 big room: skipped ({skipped})");
+    } else if let Some(how) = big["joins"]["how"].as_str() {
+        println!("  12 big room: {} members, {how}", big["joins"]["members"]);
     } else if !big.is_null() {
         println!(
             "  12 big room: {} joins in {} s ({}/s), {} bytes of database per member",
@@ -934,6 +939,19 @@ async fn main() -> ExitCode {
         .unwrap_or(counts.big_account_members);
     counts.big_room_members = cli.big_room_members.unwrap_or(counts.big_room_members);
     counts.big_room_pollers = cli.big_room_pollers.unwrap_or(counts.big_room_pollers);
+    let set_up_files = saved::SetUpFiles {
+        from: cli.set_up_from.as_deref(),
+        save: cli.set_up_save.as_deref(),
+    };
+    let saving_scenarios = ["long_history", "big_room", "big_account"];
+    if (set_up_files.from.is_some() || set_up_files.save.is_some())
+        && !(cli.only.len() == 1 && saving_scenarios.contains(&cli.only[0].as_str()))
+    {
+        eprintln!(
+            "myelin-bench: --set-up-save and --set-up-from need --only with one of {saving_scenarios:?}"
+        );
+        return ExitCode::FAILURE;
+    }
     // One socket per parked connection of scenario 10.
     myelin::limits::raise_open_files_limit();
     let bench = Bench {
@@ -1014,7 +1032,13 @@ async fn main() -> ExitCode {
         }
         if runs("long_history") {
             eprintln!("11: long history");
-            report["long_history"] = long_history::long_history(&bench, counts.long_history).await?;
+            report["long_history"] = long_history::long_history(
+                &bench,
+                cli.appservice_token.as_deref(),
+                counts.long_history,
+                set_up_files,
+            )
+            .await?;
         }
         if runs("big_room") {
             eprintln!("12: big room");
@@ -1023,6 +1047,7 @@ async fn main() -> ExitCode {
                 cli.appservice_token.as_deref(),
                 counts.big_room_members,
                 counts.big_room_pollers,
+                set_up_files,
             )
             .await?;
         }
@@ -1034,10 +1059,7 @@ async fn main() -> ExitCode {
                 counts.big_account_rooms,
                 counts.big_account_members,
                 cli.pid,
-                big_account::SetUpFiles {
-                    from: cli.big_account_from.as_deref(),
-                    save: cli.big_account_save.as_deref(),
-                },
+                set_up_files,
             )
             .await?;
         }

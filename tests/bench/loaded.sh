@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# A scenario whose set-up Synapse's API would take hours for, on Myelin and Synapse in one
+# command: the long history (myelin-bench scenario 11: a room of 1,000,000 events at full
+# scale), the big room (scenario 12: 20,000 members) or the big account (scenario 13: 300
+# rooms of 300 members). Synapse's API joins 5 to 25 members a second on 2 cores, so its own
+# set-up would take hours: Myelin sets the scenario up (through its API, and the long history
+# through SQL) and is measured; then its users, rooms and events are loaded into a stopped
+# Synapse's database (tests/bench/synapse_load.py) and Synapse is measured with the same
+# requests and checks (myelin-bench's --set-up-save and --set-up-from). Each server runs alone
+# while measured (Myelin is stopped first).
+#
+# Usage: tests/bench/loaded.sh long_history|big_room|big_account [smoke|full] [OUT_DIR]
+#        (default: full, a scratch directory)
+#        BENCH_ARGS adds myelin-bench arguments for both servers (e.g. "--big-account-members 30").
+# Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source tests/bench/lib.sh
+scenario="${1:?usage: tests/bench/loaded.sh long_history|big_room|big_account [smoke|full] [OUT_DIR]}"
+case "$scenario" in
+    long_history | big_room | big_account) ;;
+    *) echo "tests/bench/loaded.sh: no saved set-up for scenario $scenario" >&2; exit 2 ;;
+esac
+scale="${2:-full}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/myelin-target}"
+export PGHOST="${PGHOST:-127.0.0.1}" PGUSER="${PGUSER:-postgres}"
+work="${3:-$(mktemp -d "/tmp/myelin-$scenario.XXXXXX")}"
+mkdir -p "$work"
+venv="${SYNAPSE_VENV:-/var/tmp/synapse-venv}"
+bench_args=(--only "$scenario" --scale "$scale")
+# shellcheck disable=SC2206 # word splitting of BENCH_ARGS is meant
+[ -n "${BENCH_ARGS:-}" ] && bench_args+=($BENCH_ARGS)
+pid=
+stop() {
+    [ -n "$pid" ] || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=
+}
+trap stop EXIT
+
+echo "== build Myelin (release), install Synapse"
+cargo build --release --locked --bins
+install_synapse "$venv"
+synapse_version=$("$venv/bin/python" -c "import synapse; print(synapse.__version__)")
+myelin_db="myelin_$scenario" synapse_db="synapse_$scenario"
+fresh_databases "$myelin_db" "$synapse_db"
+as_token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
+bash tests/bench/bench-registration.sh "$as_token" >"$work/bench-registration.yaml"
+
+echo "== Myelin: set-up through the API, then the measures"
+port=$(free_port)
+start_myelin "$myelin_db" "$port" "$work" "$work/bench-registration.yaml"
+pid=$!
+wait_up "http://127.0.0.1:$port"
+"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" "${bench_args[@]}" \
+    --appservice-token "$as_token" --pid "$pid" \
+    --database-url "postgres://$PGUSER@$PGHOST/$myelin_db" --label Myelin \
+    --out "$work/myelin.json" --plot "$work/myelin.svg" --set-up-save "$work/set-up.json"
+stop
+
+echo "== Synapse $synapse_version: its schema, Myelin's set-up loaded into it, then the measures"
+port=$(free_port)
+configure_synapse "$venv" "$work/synapse" "$port" "$synapse_db" "$work/bench-registration.yaml"
+start_synapse() {
+    "$venv/bin/python" -m synapse.app.homeserver --config-path "$work/synapse/homeserver.yaml" \
+        >>"$work/synapse.log" 2>&1 &
+    pid=$!
+    wait_up "http://127.0.0.1:$port"
+}
+start_synapse # creates its schema
+stop
+"$venv/bin/python" tests/bench/synapse_load.py "postgres://$PGUSER@$PGHOST/$myelin_db" \
+    "postgres://$PGUSER@$PGHOST/$synapse_db" "$work/bench-registration.yaml"
+start_synapse
+"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" "${bench_args[@]}" \
+    --appservice-token "$as_token" --pid "$pid" \
+    --database-url "postgres://$PGUSER@$PGHOST/$synapse_db" --label Synapse \
+    --out "$work/synapse.json" --plot "$work/synapse.svg" --set-up-from "$work/set-up.json"
+stop
+
+"$venv/bin/python" - "$scenario" "$work/myelin.json" "$work/synapse.json" "$synapse_version" <<'PY'
+import json, sys
+scenario, version = sys.argv[1], sys.argv[4]
+myelin, synapse = (json.load(open(p))[scenario] for p in sys.argv[2:4])
+def ratio(m, s):
+    return f"{s / m:.1f}x" if m and s else "—"
+print(f"\n| Measure | Myelin | Synapse {version} | Ratio |\n|---|---|---|---|")
+for key, m in myelin.items():
+    s = synapse.get(key) or {}
+    if not isinstance(m, dict) or "p50_ms" not in m or "p50_ms" not in s:
+        continue
+    print(f"| {key}, p50 ms (max) | {m['p50_ms']:,} ({m['max_ms']:,}) | "
+          f"{s['p50_ms']:,} ({s['max_ms']:,}) | {ratio(m['p50_ms'], s['p50_ms'])} |")
+    for extra in ("response_bytes", "peak_rss_mib", "member_events", "pollers"):
+        if extra in m:
+            theirs = f"{s[extra]:,}" if isinstance(s.get(extra), (int, float)) else "—"
+            mine = f"{m[extra]:,}" if isinstance(m[extra], (int, float)) else "—"
+            print(f"| {key}: {extra} | {mine} | {theirs} | "
+                  f"{ratio(m[extra], s.get(extra)) if extra == 'peak_rss_mib' else ''} |")
+measured = lambda v: isinstance(v, dict) and "p50_ms" in v
+set_up = {k: v for k, v in myelin.items() if not measured(v) or k in ("joins", "last_tenth_of_joins")}
+print(f"\nSet-up on Myelin: {json.dumps(set_up)}")
+PY
+echo "== reports in $work"
