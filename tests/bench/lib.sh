@@ -37,6 +37,8 @@ configure_synapse() {
     "$1/bin/python" -m synapse.app.homeserver --server-name localhost \
         --config-path "$2/homeserver.yaml" --data-directory "$2" \
         --generate-config --report-stats=no >/dev/null
+    # Its log beside its configuration, not in the directory the script was started from.
+    sed -i "s|filename: .*homeserver.log|filename: $(realpath "$2")/homeserver.log|" "$2/localhost.log.config"
     "$1/bin/python" tests/bench/synapse_config.py "$2/homeserver.yaml" "$3" "$PGUSER" "$PGHOST" "$4" "$5"
 }
 

@@ -153,14 +153,13 @@ async fn measure(
         sends.push(t.elapsed());
     }
 
-    let reached = reach_pollers(
+    let mut fan_out = reach_pollers(
         users.iter().take(pollers).cloned().collect(),
         Some(lazy_filter()),
         || owner.send(room, "big-fan", "big-room fan-out"),
         "big-room fan-out",
     )
     .await?;
-    let mut fan_out = reached.summary();
     fan_out["pollers"] = json!(pollers.min(members));
     fan_out["all_received_ms"] = fan_out["max_ms"].clone();
 

@@ -45,17 +45,29 @@ async fn call_timed(
     body: Option<&Value>,
 ) -> Result<(Value, Duration), Failure> {
     let started = std::time::Instant::now();
-    let mut request = http.request(method.clone(), &url);
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
+    let send = || {
+        let mut request = http.request(method.clone(), &url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        request.send()
+    };
+    let mut response = send().await;
+    // A `GET` that never reached the server (its pooled connection closed by the server as it
+    // was reused, under a thousand pollers) is sent again, once, and said so; nothing else is.
+    if let Err(err) = &response {
+        if method == reqwest::Method::GET && (err.is_connect() || err.is_request()) {
+            eprintln!(
+                "myelin-bench: {method} {url}: {}; sending it again",
+                chain(err)
+            );
+            response = send().await;
+        }
     }
-    if let Some(body) = body {
-        request = request.json(body);
-    }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| format!("{method} {url}: {e}"))?;
+    let response = response.map_err(|e| format!("{method} {url}: {}", chain(&e)))?;
     let status = response.status();
     let text = response.text().await.map_err(|e| e.to_string())?;
     let elapsed = started.elapsed();
@@ -65,6 +77,17 @@ async fn call_timed(
     serde_json::from_str(&text)
         .map(|answer| (answer, elapsed))
         .map_err(|e| format!("{method} {url}: {e}"))
+}
+
+/// An error with the errors beneath it (reqwest's own says only "error sending request").
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
 }
 
 /// Registers a user with `m.login.dummy` (the server must allow open registration).

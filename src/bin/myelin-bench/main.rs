@@ -25,7 +25,10 @@ use std::{
     collections::{HashMap, HashSet},
     path::PathBuf,
     process::ExitCode,
-    sync::Arc,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
@@ -698,14 +701,13 @@ async fn fanout(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
     }
     bench.analyze().await;
     let pollers: Vec<User> = members.into_iter().take(counts.fanout_pollers).collect();
-    let samples = reach_pollers(
+    let mut summary = reach_pollers(
         pollers,
         None,
         || sender.send(&room, "fan", "fan-out"),
         "fan-out",
     )
     .await?;
-    let mut summary = samples.summary();
     summary["members"] = json!(counts.fanout_members);
     summary["pollers"] = json!(counts.fanout_pollers);
     summary["all_received_ms"] = summary["max_ms"].clone();
@@ -714,12 +716,15 @@ async fn fanout(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
 
 /// Time from the start of a send until each of `pollers`, long-polling `/sync` (with
 /// `filter`, from where an initial sync left them), has the message whose body is `body`.
+/// The send waits until every poller's long-poll has been waiting for a while (catching up
+/// on the others' first syncs is not the delivery measured), or a minute: the summary's
+/// `settled` says which.
 async fn reach_pollers<F: std::future::Future<Output = Result<String, Failure>>>(
     pollers: Vec<User>,
     filter: Option<String>,
     send: impl FnOnce() -> F,
     body: &'static str,
-) -> Result<Samples, Failure> {
+) -> Result<Value, Failure> {
     let tokens: Vec<String> = futures_util::stream::iter(&pollers)
         .map(|poller| async {
             Ok::<_, Failure>(next_batch(
@@ -730,18 +735,22 @@ async fn reach_pollers<F: std::future::Future<Output = Result<String, Failure>>>
         .try_collect()
         .await?;
     let started = Arc::new(tokio::sync::OnceCell::<Instant>::new());
-    // When a poller's sync last returned before the send: pollers whose tokens predate the
-    // others' first syncs catch up on them (presence, above all) before they park.
+    // When each poller's current long-poll was sent, in milliseconds from `origin` (`MAX`:
+    // not sent yet).
     let origin = Instant::now();
-    let last_return = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let waiting_since: Arc<Vec<AtomicU64>> =
+        Arc::new(pollers.iter().map(|_| AtomicU64::new(u64::MAX)).collect());
     let waits: Vec<_> = pollers
         .into_iter()
         .zip(tokens)
-        .map(|(poller, mut since)| {
+        .enumerate()
+        .map(|(i, (poller, mut since))| {
             let (started, filter) = (started.clone(), filter.clone());
-            let last_return = last_return.clone();
+            let waiting_since = waiting_since.clone();
             tokio::spawn(async move {
                 loop {
+                    let now = origin.elapsed().as_millis() as u64;
+                    waiting_since[i].store(now, Ordering::Relaxed);
                     let sync = poller
                         .sync(Some(&since), Duration::from_secs(30), filter.as_deref())
                         .await?;
@@ -750,25 +759,27 @@ async fn reach_pollers<F: std::future::Future<Output = Result<String, Failure>>>
                         let start = *started.get().ok_or("arrived before it was sent")?;
                         return Ok::<_, Failure>(start.elapsed());
                     }
-                    if started.get().is_none() {
-                        let now = origin.elapsed().as_millis() as u64;
-                        last_return.fetch_max(now, std::sync::atomic::Ordering::Relaxed);
-                    }
                 }
             })
         })
         .collect();
-    // Every poller parked before the send: no sync has returned for a while (or a minute
-    // has passed, which the report would show as a slow fan-out).
-    let quiet = Duration::from_secs(2);
+    // Every poller parked: each one's long-poll has been waiting for two seconds.
+    let quiet = Duration::from_secs(2).as_millis() as u64;
     let settle_by = Instant::now() + Duration::from_secs(60);
-    loop {
+    let settled = loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let last = Duration::from_millis(last_return.load(std::sync::atomic::Ordering::Relaxed));
-        if origin.elapsed().saturating_sub(last) >= quiet || Instant::now() >= settle_by {
-            break;
+        let now = origin.elapsed().as_millis() as u64;
+        let newest_wait = waiting_since
+            .iter()
+            .map(|at| at.load(Ordering::Relaxed))
+            .max();
+        if newest_wait.is_some_and(|at| at != u64::MAX && now.saturating_sub(at) >= quiet) {
+            break true;
         }
-    }
+        if Instant::now() >= settle_by {
+            break false;
+        }
+    };
     started.set(Instant::now()).ok();
     send().await?;
     let mut samples = Samples::default();
@@ -779,7 +790,9 @@ async fn reach_pollers<F: std::future::Future<Output = Result<String, Failure>>>
             .map_err(|e| e.to_string())??;
         samples.push(elapsed);
     }
-    Ok(samples)
+    let mut summary = samples.summary();
+    summary["settled"] = json!(settled);
+    Ok(summary)
 }
 
 fn print_table(label: &str, report: &Value) {
@@ -956,7 +969,10 @@ async fn main() -> ExitCode {
     myelin::limits::raise_open_files_limit();
     let bench = Bench {
         http: reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
+            // Idle connections for every long-poller of a scenario (the big room's 1,000): a
+            // burst of answers beyond the idle pool closes connections, and reopening them
+            // against a busy server can wait minutes for its backlog.
+            .pool_max_idle_per_host(1_024)
             .build()
             .expect("HTTP client"),
         url: cli.url.trim_end_matches('/').to_owned(),
