@@ -154,6 +154,7 @@ async fn serve_or_run() -> (ExitCode, Option<Database>) {
         );
     }
     init_logging(config.ops.log_format);
+    myelin::api::ruma::install_panic_hook();
     if let Some((from, to)) = myelin::limits::raise_open_files_limit() {
         tracing::debug!(from, to, "raised the open files limit");
     }

@@ -343,12 +343,9 @@ where
             req.extensions_mut().insert(RouteTemplate(template));
             let args = path_args(&req, template)?;
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            // A few ruma deserializers index JSON maps and panic on a missing key (e.g. `type`
-            // in a login body); bad input must never take a worker down, so a panic is a 400.
-            let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let parsed = parse_catching_panics(|| {
                 T::try_from_http_request(http::Request::from_parts(parts, body.as_slice()), &args)
-            }))
-            .map_err(|_| Error::bad_json("Malformed request body"))?
+            })?
             .map_err(request_error)?;
             Ok(Ruma {
                 body: parsed,
@@ -357,6 +354,35 @@ where
             })
         })
     }
+}
+
+thread_local! {
+    /// Whether this thread is parsing a request, where a panic is bad input, not a bug.
+    static PARSING_REQUEST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs a ruma request parser. A few of ruma's deserializers index JSON maps and panic on a
+/// missing key (`type` in a login body, for one): bad input must never take a worker down, so
+/// such a panic is a 400, and [`install_panic_hook`] logs it as one line, not a backtrace.
+fn parse_catching_panics<R>(parse: impl FnOnce() -> R) -> Result<R> {
+    PARSING_REQUEST.with(|parsing| parsing.set(true));
+    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse));
+    PARSING_REQUEST.with(|parsing| parsing.set(false));
+    parsed.map_err(|_| Error::bad_json("Malformed request body"))
+}
+
+/// Keeps the default panic report for bugs, and logs a panic while parsing a request (bad
+/// input, answered 400) as one debug line: a client sending `{}` to `/login` in a loop must
+/// not fill the log with backtraces.
+pub fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if PARSING_REQUEST.with(std::cell::Cell::get) {
+            tracing::debug!("a request's parser panicked on bad input: {info}");
+        } else {
+            default(info);
+        }
+    }));
 }
 
 /// A JSON body for the endpoints ruma has no type for, with Matrix errors for bad input.
@@ -406,7 +432,17 @@ impl FromRequest for Authenticated {
 
 #[cfg(test)]
 mod tests {
-    use super::refuse_nul_strings;
+    use super::{parse_catching_panics, refuse_nul_strings, PARSING_REQUEST};
+
+    #[test]
+    fn a_parser_panic_is_a_bad_json_error_and_ends_the_parsing_state() {
+        let err = parse_catching_panics(|| -> u8 { panic!("no entry found for key") })
+            .expect_err("a panic is an error");
+        assert_eq!(err.errcode(), "M_BAD_JSON");
+        assert!(!PARSING_REQUEST.with(std::cell::Cell::get));
+        assert_eq!(parse_catching_panics(|| 7).unwrap(), 7);
+        assert!(!PARSING_REQUEST.with(std::cell::Cell::get));
+    }
 
     #[test]
     fn nul_in_any_string_is_refused() {
