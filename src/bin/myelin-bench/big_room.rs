@@ -71,7 +71,9 @@ pub async fn big_room(
     let act = |user_id: &String| User::acting_as(&bench.http, &bench.url, as_token, user_id);
     let owner = act(&set_up.owner);
     let users: Vec<User> = set_up.members.iter().map(act).collect();
-    let mut report = measure(&owner, &users, &set_up.room_id, pollers).await?;
+    // Transaction IDs of this run's own: a saved set-up may be measured more than once.
+    let txn = |name: &str| format!("{}{name}", bench.prefix);
+    let mut report = measure(&owner, &users, &set_up.room_id, pollers, txn).await?;
     if let (Value::Object(report), Value::Object(joins)) = (&mut report, set_up.report) {
         report.extend(joins);
     }
@@ -142,13 +144,14 @@ async fn measure(
     users: &[User],
     room: &str,
     pollers: usize,
+    txn: impl Fn(&str) -> String,
 ) -> Result<Value, Failure> {
     let members = users.len();
     let mut sends = Samples::default();
     for i in 0..SENDS {
         let t = Instant::now();
         owner
-            .send(room, &format!("big{i}"), &format!("message {i}"))
+            .send(room, &txn(&format!("big{i}")), &format!("message {i}"))
             .await?;
         sends.push(t.elapsed());
     }
@@ -156,7 +159,7 @@ async fn measure(
     let mut fan_out = reach_pollers(
         users.iter().take(pollers).cloned().collect(),
         Some(lazy_filter()),
-        || owner.send(room, "big-fan", "big-room fan-out"),
+        || owner.send(room, &txn("big-fan"), "big-room fan-out"),
         "big-room fan-out",
     )
     .await?;
