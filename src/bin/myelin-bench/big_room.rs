@@ -156,10 +156,11 @@ async fn measure(
         sends.push(t.elapsed());
     }
 
+    let fan_out_txn = txn("big-fan");
     let mut fan_out = reach_pollers(
         users.iter().take(pollers).cloned().collect(),
         Some(lazy_filter()),
-        || owner.send(room, &txn("big-fan"), "big-room fan-out"),
+        || owner.send(room, &fan_out_txn, "big-room fan-out"),
         "big-room fan-out",
     )
     .await?;
