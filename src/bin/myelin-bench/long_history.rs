@@ -14,11 +14,8 @@
 
 use std::time::Instant;
 
-use ruma::{
-    canonical_json::{CanonicalJsonObject, CanonicalJsonValue},
-    signatures::{hash_and_sign_event, reference_hash, Ed25519KeyPair},
-    UserId,
-};
+use myelin::service::rooms::pdu::{build_pdu, PduTemplate};
+use ruma::{signatures::Ed25519KeyPair, OwnedEventId, OwnedRoomId, OwnedUserId};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -286,6 +283,19 @@ async fn measure(user: &User, set_up: &SetUp) -> Result<Value, Failure> {
     Ok(Value::Object(report))
 }
 
+/// The fields of the template message that its copies share.
+#[derive(Deserialize)]
+struct TemplatePdu {
+    room_id: OwnedRoomId,
+    sender: OwnedUserId,
+    #[serde(rename = "type")]
+    kind: String,
+    auth_events: Vec<OwnedEventId>,
+    depth: i64,
+    origin_server_ts: i64,
+    content: Value,
+}
+
 /// Inserts `n` copies of the template message after it, in one transaction: the events, each
 /// one's edge to the one before, and the room's new tip. Each copy is built, hashed and signed
 /// here as the server builds its own events. Positions come from the event stream's sequence,
@@ -307,8 +317,16 @@ async fn load(
         )
         .await
         .map_err(sql_error)?;
-    let template_pdu: CanonicalJsonObject = serde_json::from_str(row.get(0))
-        .map_err(|e| format!("the template is not canonical JSON: {e}"))?;
+    let TemplatePdu {
+        room_id,
+        sender,
+        kind,
+        auth_events,
+        depth,
+        origin_server_ts: ts,
+        mut content,
+    } = serde_json::from_str(row.get(0))
+        .map_err(|e| format!("the template is not a message PDU: {e}"))?;
     let rules = myelin::service::rooms::writer::rules_for(row.get(1)).map_err(|e| e.to_string())?;
     let key = db
         .query_one(
@@ -321,28 +339,6 @@ async fn load(
     let version = key_id.strip_prefix("ed25519:").unwrap_or(&key_id);
     let key_pair = Ed25519KeyPair::from_der(key.get(1), version.to_owned())
         .map_err(|e| format!("the server's signing key: {e}"))?;
-    let integer = |field: &str| match template_pdu.get(field) {
-        Some(CanonicalJsonValue::Integer(i)) => Ok(i64::from(*i)),
-        _ => Err(format!("the template has no integer {field}")),
-    };
-    let (depth, ts) = (integer("depth")?, integer("origin_server_ts")?);
-    let sender = match template_pdu.get("sender") {
-        Some(CanonicalJsonValue::String(sender)) => {
-            UserId::parse(sender.as_str()).map_err(|e| e.to_string())?
-        }
-        _ => return Err("the template has no sender".into()),
-    };
-    let content = match template_pdu.get("content") {
-        Some(CanonicalJsonValue::Object(content)) => content.clone(),
-        _ => return Err("the template has no content".into()),
-    };
-    let mut unsigned = template_pdu.clone();
-    for field in ["hashes", "signatures", "unsigned"] {
-        unsigned.remove(field);
-    }
-    let int = |i: i64| {
-        CanonicalJsonValue::Integer(i.try_into().expect("a depth or timestamp within range"))
-    };
 
     db.batch_execute(
         "BEGIN;
@@ -350,43 +346,47 @@ async fn load(
     )
     .await
     .map_err(sql_error)?;
-    let (mut prev, mut middle_event) = (template.to_owned(), None);
+    let mut prev: OwnedEventId = template
+        .try_into()
+        .map_err(|e| format!("the template's ID: {e}"))?;
+    let mut middle_event = None;
     for first in (1..=n).step_by(LOAD_BATCH) {
         let batch = first..=(first + LOAD_BATCH - 1).min(n);
         let (mut numbers, mut ids, mut pdus) = (vec![], vec![], vec![]);
         for g in batch {
-            let mut event = unsigned.clone();
             let mut body = format!("loaded {g} {COMMON_WORD}");
             if g % RARE_EVERY == 1 {
                 body.push_str(&format!(" {RARE_WORD}"));
             }
-            let mut content = content.clone();
-            content.insert("body".into(), CanonicalJsonValue::String(body));
-            event.insert("content".into(), CanonicalJsonValue::Object(content));
+            content["body"] = json!(body);
             let g = g as i64;
-            event.insert("depth".into(), int(depth + g));
-            event.insert("origin_server_ts".into(), int(ts - n as i64 + g));
-            event.insert(
-                "prev_events".into(),
-                CanonicalJsonValue::Array(vec![CanonicalJsonValue::String(prev)]),
-            );
-            hash_and_sign_event(
-                sender.server_name().as_str(),
+            let origin_server_ts = ts - n as i64 + g;
+            // Built, hashed and signed by the server's own code for its events.
+            let (event_id, pdu) = build_pdu(
+                &PduTemplate {
+                    room_id: Some(&room_id),
+                    sender: &sender,
+                    kind: &kind,
+                    state_key: None,
+                    content: &content,
+                    redacts: None,
+                    prev_events: std::slice::from_ref(&prev),
+                    auth_events: &auth_events,
+                    depth: depth + g,
+                    origin_server_ts,
+                },
+                &rules,
+                sender.server_name(),
                 &key_pair,
-                &mut event,
-                &rules.redaction,
             )
             .map_err(|e| e.to_string())?;
-            prev = format!(
-                "${}",
-                reference_hash(&event, &rules).map_err(|e| e.to_string())?
-            );
             if g as usize == middle {
-                middle_event = Some((prev.clone(), ts - n as i64 + g));
+                middle_event = Some((event_id.to_string(), origin_server_ts));
             }
             numbers.push(g);
-            ids.push(prev.clone());
-            pdus.push(serde_json::to_string(&event).expect("JSON"));
+            ids.push(event_id.to_string());
+            pdus.push(pdu.to_string());
+            prev = event_id;
         }
         db.execute(
             "INSERT INTO long_loaded SELECT * FROM unnest($1::int8[], $2::text[], $3::text[])",
@@ -414,7 +414,7 @@ async fn load(
          COMMIT;"
     );
     // Server-made IDs; checked all the same, as they go into the SQL text.
-    if [room, template, &prev].iter().any(|id| {
+    if [room, template, prev.as_str()].iter().any(|id| {
         !id.chars()
             .all(|c| c.is_ascii_alphanumeric() || "!$:._-".contains(c))
     }) {
