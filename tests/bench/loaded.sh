@@ -48,7 +48,7 @@ fresh_databases "$myelin_db" "$synapse_db"
 as_token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
 bash tests/bench/bench-registration.sh "$as_token" >"$work/bench-registration.yaml"
 
-echo "== Myelin: set-up through the API, then the measures"
+echo "== Myelin: its set-up, then the measures"
 port=$(free_port)
 start_myelin "$myelin_db" "$port" "$work" "$work/bench-registration.yaml"
 pid=$!
@@ -85,10 +85,12 @@ scenario, version = sys.argv[1], sys.argv[4]
 myelin, synapse = (json.load(open(p))[scenario] for p in sys.argv[2:4])
 def ratio(m, s):
     return f"{s / m:.1f}x" if m and s else "—"
+def measured(v):
+    return isinstance(v, dict) and "p50_ms" in v
 print(f"\n| Measure | Myelin | Synapse {version} | Ratio |\n|---|---|---|---|")
 for key, m in myelin.items():
     s = synapse.get(key) or {}
-    if not isinstance(m, dict) or "p50_ms" not in m or "p50_ms" not in s:
+    if not (measured(m) and measured(s)):
         continue
     print(f"| {key}, p50 ms (max) | {m['p50_ms']:,} ({m['max_ms']:,}) | "
           f"{s['p50_ms']:,} ({s['max_ms']:,}) | {ratio(m['p50_ms'], s['p50_ms'])} |")
@@ -98,7 +100,6 @@ for key, m in myelin.items():
             mine = f"{m[extra]:,}" if isinstance(m[extra], (int, float)) else "—"
             print(f"| {key}: {extra} | {mine} | {theirs} | "
                   f"{ratio(m[extra], s.get(extra)) if extra == 'peak_rss_mib' else ''} |")
-measured = lambda v: isinstance(v, dict) and "p50_ms" in v
 set_up = {k: v for k, v in myelin.items() if not measured(v) or k in ("joins", "last_tenth_of_joins")}
 print(f"\nSet-up on Myelin: {json.dumps(set_up)}")
 PY

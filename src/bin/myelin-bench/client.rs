@@ -56,8 +56,9 @@ async fn call_timed(
         request.send()
     };
     let mut response = send().await;
-    // A `GET` that never reached the server (its pooled connection closed by the server as it
-    // was reused, under a thousand pollers) is sent again, once, and said so; nothing else is.
+    // A `GET` that never reached the server is sent again, once, and said so; nothing else is.
+    // Seen with Synapse under a thousand pollers: its listen backlog full while its one
+    // process was busy, the connection timed out (os error 110).
     if let Err(err) = &response {
         if method == reqwest::Method::GET && (err.is_connect() || err.is_request()) {
             eprintln!(

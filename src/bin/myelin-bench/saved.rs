@@ -11,7 +11,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use crate::client::Failure;
 
 /// Where a scenario's set-up comes from and goes.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub struct SetUpFiles<'a> {
     /// Measure a server that already holds the set-up written here, instead of making one.
     pub from: Option<&'a Path>,
