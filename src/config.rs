@@ -249,6 +249,7 @@ struct FileConfig {
     consistency_sample_minutes: Option<toml::Value>,
     shutdown_grace: Option<toml::Value>,
     statistics_refresh: Option<toml::Value>,
+    state_cache_mb: Option<toml::Value>,
     appservices: Option<String>,
 }
 
@@ -735,6 +736,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         consistency_sample_minutes,
         shutdown_grace,
         statistics_refresh,
+        state_cache_mb,
         appservices,
     } = parsed;
     let s = |v: Option<String>| v.map(toml::Value::String);
@@ -806,6 +808,7 @@ fn read_file(path: &PathBuf) -> Result<HashMap<&'static str, toml::Value>, Confi
         ("consistency_sample_minutes", consistency_sample_minutes),
         ("shutdown_grace", shutdown_grace),
         ("statistics_refresh", statistics_refresh),
+        ("state_cache_mb", state_cache_mb),
         ("appservices", s(appservices)),
     ];
     Ok(entries

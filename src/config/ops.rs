@@ -29,6 +29,8 @@ pub struct OpsConfig {
     pub shutdown_grace: Duration,
     /// Whether the server refreshes the planner statistics of tables that changed.
     pub statistics_refresh: bool,
+    /// About how many bytes of state events' client parts each process keeps in memory.
+    pub state_cache_bytes: usize,
 }
 
 /// Reads the operations settings.
@@ -68,12 +70,16 @@ pub(super) fn ops_config(src: &Sources) -> Result<OpsConfig, ConfigError> {
     };
     let shutdown_grace = Duration::from_secs(integer(src, "shutdown_grace", 10)?);
     let statistics_refresh = switch(src, "statistics_refresh", true)?;
+    let state_cache_mebibytes = integer(src, "state_cache_mb", 64)?;
+    let state_cache_bytes =
+        usize::try_from(state_cache_mebibytes.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     Ok(OpsConfig {
         metrics_listen,
         log_format,
         consistency_sample_every,
         shutdown_grace,
         statistics_refresh,
+        state_cache_bytes,
     })
 }
 
@@ -100,6 +106,7 @@ mod tests {
         assert_eq!(ops.consistency_sample_every, None);
         assert_eq!(ops.shutdown_grace, Duration::from_secs(10));
         assert!(ops.statistics_refresh);
+        assert_eq!(ops.state_cache_bytes, 64 << 20);
 
         let ops = load(&[
             ("MYELIN_METRICS_LISTEN", "127.0.0.1:9108"),
@@ -107,6 +114,7 @@ mod tests {
             ("MYELIN_CONSISTENCY_SAMPLE_MINUTES", "0.5"),
             ("MYELIN_SHUTDOWN_GRACE", "3"),
             ("MYELIN_STATISTICS_REFRESH", "off"),
+            ("MYELIN_STATE_CACHE_MB", "8"),
         ])
         .unwrap()
         .ops;
@@ -115,6 +123,7 @@ mod tests {
         assert_eq!(ops.consistency_sample_every, Some(Duration::from_secs(30)));
         assert_eq!(ops.shutdown_grace, Duration::from_secs(3));
         assert!(!ops.statistics_refresh);
+        assert_eq!(ops.state_cache_bytes, 8 << 20);
     }
 
     #[test]
@@ -125,6 +134,7 @@ mod tests {
             ("MYELIN_CONSISTENCY_SAMPLE_MINUTES", "-1"),
             ("MYELIN_SHUTDOWN_GRACE", "0"),
             ("MYELIN_STATISTICS_REFRESH", "sometimes"),
+            ("MYELIN_STATE_CACHE_MB", "0"),
         ] {
             let err = load(&[(key, value)]).unwrap_err();
             assert_eq!(err.setting, key, "{err}");

@@ -146,7 +146,7 @@ pub struct PoolStateLabels {
 /// A cache lookup.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
-    /// The cache (`access_tokens`, `push_rules`, `sliding_room_meta`).
+    /// The cache (`access_tokens`, `push_rules`, `sliding_room_meta`, `state_events`, ...).
     pub cache: &'static str,
     /// `hit` or `miss`.
     pub result: &'static str,
@@ -558,6 +558,17 @@ impl Metrics {
         self.cache_requests
             .get_or_create(&CacheLabels { cache, result })
             .inc();
+    }
+
+    /// Counts many lookups of one cache at once.
+    pub fn cache_lookups(&self, cache: &'static str, hits: u64, misses: u64) {
+        for (result, count) in [("hit", hits), ("miss", misses)] {
+            if count > 0 {
+                self.cache_requests
+                    .get_or_create(&CacheLabels { cache, result })
+                    .inc_by(count);
+            }
+        }
     }
 
     /// Counts events stored by a committed transaction.

@@ -9,7 +9,7 @@ use diesel::{
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 /// What a client-format event is made of.
-#[derive(Debug, Clone, QueryableByName)]
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
 pub struct ClientEventParts {
     /// Event ID.
     #[diesel(sql_type = Text)]
@@ -57,7 +57,39 @@ macro_rules! client_parts_columns {
          redacted_by"
     };
 }
-pub(crate) use client_parts_columns;
+
+/// [`ClientEventParts`] with its room's redaction count, read in the same statement.
+#[derive(QueryableByName)]
+struct CountedParts {
+    #[diesel(embed)]
+    parts: ClientEventParts,
+    #[diesel(sql_type = BigInt)]
+    room_redactions: i64,
+}
+
+/// [`get_state_event_parts`] of one room's events, with the room's redaction count read in
+/// the same snapshot (`rooms.redactions`: the parts are as that many redactions left them).
+pub async fn get_counted_state_event_parts(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    event_ids: &[String],
+) -> QueryResult<(Vec<ClientEventParts>, i64)> {
+    if event_ids.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
+    let rows: Vec<CountedParts> = crate::storage::cached_sql(concat!(
+        "SELECT ",
+        client_parts_columns!(),
+        ", (SELECT redactions FROM rooms WHERE room_id = $2) AS room_redactions \
+         FROM events WHERE event_id = ANY($1) AND room_id = $2 AND rejected_reason IS NULL"
+    ))
+    .bind::<Array<Text>, _>(event_ids)
+    .bind::<Text, _>(room_id)
+    .load(&mut conn)
+    .await?;
+    let room_redactions = rows.as_slice().first().map_or(0, |r| r.room_redactions);
+    Ok((rows.into_iter().map(|r| r.parts).collect(), room_redactions))
+}
 
 /// The client parts of the given state events that passed authorisation, in no order.
 pub async fn get_state_event_parts(

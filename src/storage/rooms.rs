@@ -357,8 +357,14 @@ pub async fn set_redacted(
     pruned_pdu: &Value,
 ) -> QueryResult<()> {
     // The first redaction is the one clients are told about; the PDU is pruned either way.
+    // The room's count tells every process's cached parts of the event that they are stale.
     crate::storage::cached_sql(
-        "UPDATE events SET pdu = $2, redacted_by = COALESCE(redacted_by, $3) WHERE event_id = $1",
+        "WITH redacted AS ( \
+             UPDATE events SET pdu = $2, redacted_by = COALESCE(redacted_by, $3) \
+             WHERE event_id = $1 RETURNING room_id \
+         ) \
+         UPDATE rooms SET redactions = redactions + 1 \
+         WHERE room_id IN (SELECT room_id FROM redacted)",
     )
     .bind::<diesel::sql_types::Text, _>(event_id)
     .bind::<diesel::sql_types::Jsonb, _>(pruned_pdu)

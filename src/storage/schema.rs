@@ -459,6 +459,7 @@ diesel::table! {
         created_ts -> Int8,
         forward_extremities -> Array<Text>,
         tip_depth -> Int8,
+        redactions -> Int8,
     }
 }
 

@@ -9,10 +9,7 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::{
-    client_events::{client_parts_columns, ClientEventParts},
-    schema::{state_group_entries, state_groups},
-};
+use super::schema::{state_group_entries, state_groups};
 
 /// A state map: `(event type, state key) -> event ID`.
 pub type StateIds = HashMap<(String, String), String>;
@@ -85,15 +82,16 @@ macro_rules! chain_entries_with_members {
     };
 }
 
-/// SQL after [`with_chain`] and `, entries AS (` one of the entry selections `)`: the client
-/// parts of the entries' events that passed authorisation, each read by its key.
-macro_rules! parts_of_entries {
+/// SQL after [`with_chain`] and `, entries AS (` one of the entry selections `)`: the
+/// entries' event IDs, each with the room's redaction count (`rooms.redactions`) read in the
+/// same snapshot.
+macro_rules! ids_of_entries {
     () => {
-        concat!(
-            " SELECT p.* FROM entries CROSS JOIN LATERAL (SELECT ",
-            client_parts_columns!(),
-            " FROM events WHERE event_id = entries.event_id AND rejected_reason IS NULL) p"
-        )
+        " SELECT entries.event_id, ( \
+             SELECT r.redactions FROM state_groups g JOIN rooms r ON r.room_id = g.room_id \
+             WHERE g.state_group = $1 \
+         ) AS room_redactions \
+         FROM entries"
     };
 }
 
@@ -139,39 +137,61 @@ pub async fn get_state_ids_with_members(
     Ok(state_map(entries))
 }
 
-/// The state of a group as its events' client parts, in no order: [`get_state_ids`] and
-/// [`get_state_event_parts`](super::client_events::get_state_event_parts) in one statement;
-/// with `members`, only those members' member events (a lazy-loading sync's).
-pub async fn get_state_parts(
+/// A state's event IDs, and how many redactions its room had when they were read.
+#[derive(Debug)]
+pub struct CountedStateIds {
+    /// The state's event IDs, in no order.
+    pub event_ids: Vec<String>,
+    /// The room's redaction count in the same snapshot (0 for an empty state).
+    pub room_redactions: i64,
+}
+
+#[derive(QueryableByName)]
+struct CountedEntry {
+    #[diesel(sql_type = Text)]
+    event_id: String,
+    #[diesel(sql_type = BigInt)]
+    room_redactions: i64,
+}
+
+/// The event IDs of a group's state, with the room's redaction count in the same snapshot
+/// (what tells cached client parts of them apart from stale ones); with `members`, only those
+/// members' member events (a lazy-loading sync's).
+pub async fn get_counted_state_ids(
     mut conn: &AsyncPgConnection,
     group: i64,
     members: Option<&[String]>,
-) -> QueryResult<Vec<ClientEventParts>> {
-    match members {
+) -> QueryResult<CountedStateIds> {
+    let entries: Vec<CountedEntry> = match members {
         None => {
             crate::storage::cached_sql(with_chain!(
                 ", entries AS (",
                 chain_entries!(),
                 ")",
-                parts_of_entries!()
+                ids_of_entries!()
             ))
             .bind::<BigInt, _>(group)
             .load(&mut conn)
-            .await
+            .await?
         }
         Some(members) => {
             crate::storage::cached_sql(with_chain!(
                 ", entries AS (",
                 chain_entries_with_members!(),
                 ")",
-                parts_of_entries!()
+                ids_of_entries!()
             ))
             .bind::<BigInt, _>(group)
             .bind::<Array<Text>, _>(members)
             .load(&mut conn)
-            .await
+            .await?
         }
-    }
+    };
+    let room_redactions = entries.as_slice().first().map_or(0, |e| e.room_redactions);
+    Ok(CountedStateIds {
+        event_ids: entries.into_iter().map(|e| e.event_id).collect(),
+        room_redactions,
+    })
 }
 
 /// Where a group stands in its lineage (the groups since a snapshot).

@@ -229,6 +229,92 @@ async fn membership_lists_kept_by_one_process_follow_changes_made_through_the_ot
     assert_eq!(listed_on_b().await, [second], "forgotten through A");
 }
 
+/// Each process keeps state events' client parts in memory for initial syncs. A state event
+/// redacted through the other process must be served redacted by the very next initial sync
+/// here, a member event and another kind alike.
+#[tokio::test]
+async fn state_kept_in_memory_by_one_process_is_served_redacted_after_a_redaction_on_the_other() {
+    let TwoProcesses {
+        a: _a,
+        b,
+        alice,
+        bob_on_b,
+        room,
+    } = two_processes(ServerOptions::default()).await;
+    let alice_on_b = via(&alice, &b);
+    let secret = alice
+        .put_state(
+            &room,
+            "org.example.secret",
+            "",
+            json!({ "word": "swordfish" }),
+        )
+        .await
+        .ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let renamed = bob_on_b
+        .put_state(
+            &room,
+            "m.room.member",
+            &bob_on_b.user_id,
+            json!({ "membership": "join", "displayname": "Bob Secret" }),
+        )
+        .await
+        .ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    alice.send_text(&room, "t1", "after the state").await.ok();
+    // Alice's initial syncs on A: timeline limit 1, so both events come as state.
+    let filter = json!({ "room": { "timeline": { "limit": 1 } } }).to_string();
+    let state_on_a = || async {
+        let sync = alice.sync(None, 0, Some(&filter)).await;
+        let state = sync["rooms"]["join"][&room]["state"]["events"].clone();
+        let content = |event_id: &str| {
+            state
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["event_id"] == event_id)
+                .map(|e| e["content"].clone())
+                .unwrap_or_else(|| panic!("{event_id} not in the state: {sync}"))
+        };
+        (content(&secret), content(&renamed))
+    };
+    // Twice: the second is served from what the first kept.
+    for _ in 0..2 {
+        let (secret_content, member_content) = state_on_a().await;
+        assert_eq!(secret_content, json!({ "word": "swordfish" }));
+        assert_eq!(member_content["displayname"], "Bob Secret");
+    }
+
+    for (event_id, txn) in [(&secret, "r1"), (&renamed, "r2")] {
+        let path = format!(
+            "/_matrix/client/v3/rooms/{}/redact/{}/{txn}",
+            enc(&room),
+            enc(event_id)
+        );
+        alice_on_b.put(&path, json!({})).await.ok();
+        alice_on_b
+            .send_text(&room, txn, "after the redaction")
+            .await
+            .ok();
+        let (secret_content, member_content) = state_on_a().await;
+        assert_eq!(secret_content, json!({}), "after {txn}");
+        assert_eq!(
+            member_content,
+            if txn == "r2" {
+                json!({ "membership": "join" })
+            } else {
+                json!({ "membership": "join", "displayname": "Bob Secret" })
+            },
+            "after {txn}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn typing_receipts_to_device_account_data_and_presence_set_on_one_process_reach_the_other() {
     let TwoProcesses {

@@ -15,6 +15,7 @@ pub mod relations;
 pub mod remote_join;
 pub mod search;
 pub mod send;
+pub mod state_parts;
 pub mod state_res;
 pub mod summary;
 pub mod upgrade;
@@ -87,6 +88,8 @@ pub struct Rooms {
     typing_sent: Mutex<LruCache<(String, String), Instant>>,
     /// Rooms' versions (a room's never changes): room ID -> version.
     versions: Mutex<LruCache<String, String>>,
+    /// State events' client parts, by event ID.
+    state_parts: state_parts::StatePartsCache,
 }
 
 impl Rooms {
@@ -100,13 +103,14 @@ impl Rooms {
     ) -> Self {
         Rooms {
             db,
-            config,
             keys,
             locks: RoomLocks::default(),
             rate_limit,
             federation,
             typing_sent: Mutex::new(LruCache::new(NonZeroUsize::new(10_000).expect("non-zero"))),
             versions: Mutex::new(LruCache::new(NonZeroUsize::new(100_000).expect("non-zero"))),
+            state_parts: state_parts::StatePartsCache::new(config.ops.state_cache_bytes),
+            config,
         }
     }
 }

@@ -189,6 +189,30 @@ impl Rooms {
         Ok(rendered.into_iter().flatten().collect())
     }
 
+    /// The client parts of state group `group` of `room_id`, in no order; with `members`,
+    /// only those members' member events (a lazy-loading sync's). The parts kept in memory
+    /// serve when the room had no redaction since they were read; the others are read.
+    pub(crate) async fn state_parts_of_group(
+        &self,
+        conn: &AsyncPgConnection,
+        room_id: &str,
+        group: i64,
+        members: Option<&[String]>,
+    ) -> Result<Vec<ClientEventParts>> {
+        let state = state_store::get_counted_state_ids(conn, group, members).await?;
+        let found = self
+            .state_parts
+            .find(room_id, state.event_ids, state.room_redactions);
+        let mut parts = found.parts;
+        if !found.missing.is_empty() {
+            let (read, room_redactions) =
+                client_events::get_counted_state_event_parts(conn, room_id, &found.missing).await?;
+            self.state_parts.keep(&read, room_redactions);
+            parts.extend(read);
+        }
+        Ok(parts)
+    }
+
     /// What the user may see of the room's state; `M_FORBIDDEN` when nothing.
     async fn view(
         &self,

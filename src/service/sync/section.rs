@@ -461,7 +461,11 @@ impl Sync {
             // statement with its entries.
             let mut state_parts = match range.since {
                 None => match group_at(conn, room_id, start).await? {
-                    Some(group) => state_store::get_state_parts(conn, group, members).await?,
+                    Some(group) => {
+                        rooms
+                            .state_parts_of_group(conn, room_id, group, members)
+                            .await?
+                    }
                     None => Vec::new(),
                 },
                 Some(_) => {
