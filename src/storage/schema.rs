@@ -1,6 +1,13 @@
 // Kept by hand in the layout of `diesel print-schema` (there is no diesel.toml); the test
 // tests/integration/migrations.rs checks it against the migrated database.
 
+pub mod sql_types {
+    /// PostgreSQL's `tsvector` (read only in SQL text, never into Rust).
+    #[derive(diesel::query_builder::QueryId, diesel::sql_types::SqlType)]
+    #[diesel(postgres_type(name = "tsvector"))]
+    pub struct Tsvector;
+}
+
 diesel::table! {
     access_tokens (token_hash) {
         token_hash -> Bytea,
@@ -318,6 +325,9 @@ diesel::table! {
 }
 
 diesel::table! {
+    use diesel::sql_types::*;
+    use super::sql_types::Tsvector;
+
     events (event_id) {
         event_id -> Text,
         room_id -> Text,
@@ -333,6 +343,7 @@ diesel::table! {
         outlier -> Bool,
         rejected_reason -> Nullable<Text>,
         soft_failed -> Bool,
+        body_vector -> Tsvector,
     }
 }
 

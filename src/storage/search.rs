@@ -1,5 +1,6 @@
 //! Full-text search over message bodies (PostgreSQL `tsvector`, `simple` configuration so any
-//! language matches word for word).
+//! language matches word for word), by the vector each event stores (`events.body_vector`,
+//! migration 000038).
 
 use diesel::{
     prelude::*,
@@ -41,7 +42,7 @@ pub struct SearchHit {
 /// The matching events (only those served to clients), without the order.
 const MATCHES: &str = "FROM events e, plainto_tsquery('simple', $1) q
      WHERE e.room_id = ANY($2) AND e.state_key IS NULL AND e.redacted_by IS NULL
-       AND to_tsvector('simple', COALESCE(e.pdu->'content'->>'body', '')) @@ q
+       AND e.body_vector @@ q
        AND ($3::TEXT[] IS NULL OR e.sender = ANY($3)) AND NOT (e.sender = ANY($4))
        AND ($5::TEXT[] IS NULL OR e.event_type = ANY($5)) AND NOT (e.event_type = ANY($6))";
 
@@ -59,7 +60,7 @@ pub async fn search(
     };
     diesel::sql_query(format!(
         "SELECT e.event_id,
-                ts_rank(to_tsvector('simple', COALESCE(e.pdu->'content'->>'body', '')), q) AS rank
+                ts_rank(e.body_vector, q) AS rank
          {MATCHES} AND {SERVED_TO_CLIENTS} ORDER BY {order} OFFSET $7 LIMIT $8"
     ))
     .bind::<Text, _>(query.term)

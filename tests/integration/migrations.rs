@@ -347,6 +347,7 @@ fn diesel_type_of(udt_name: &str, nullable: bool) -> String {
             "date" => "Date",
             "timestamp" => "Timestamp",
             "timestamptz" => "Timestamptz",
+            "tsvector" => "Tsvector",
             other => panic!("no diesel type known here for the PostgreSQL type {other}: add it"),
         }
     };

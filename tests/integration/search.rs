@@ -194,3 +194,29 @@ async fn search_count_tells_nothing_about_invisible_history() {
     let everything = search(&alice, json!({ "search_term": "acme" })).await;
     assert_eq!(everything["count"], 3);
 }
+
+/// Without `order_by`, the best matches come first (the spec's default, `rank`), whatever their
+/// age; `recent` orders the same matches newest first.
+#[tokio::test]
+async fn best_matches_come_first_by_default() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "preset": "private_chat" })).await;
+    for (txn, body) in [("1", "fox fox fox"), ("2", "a fox"), ("3", "the fox again")] {
+        alice.send_text(&room, txn, body).await.ok();
+    }
+    let ranked = search(&alice, json!({ "search_term": "fox" })).await;
+    assert_eq!(bodies(&ranked)[0], "fox fox fox", "{ranked}");
+    let rank = |n: usize| ranked["results"][n]["rank"].as_f64().unwrap();
+    assert!(rank(0) > rank(1), "{ranked}");
+    let recent = search(
+        &alice,
+        json!({ "search_term": "fox", "order_by": "recent" }),
+    )
+    .await;
+    assert_eq!(
+        bodies(&recent),
+        ["the fox again", "a fox", "fox fox fox"],
+        "{recent}"
+    );
+}
