@@ -554,10 +554,7 @@ impl Metrics {
 
     /// Counts a cache lookup.
     pub fn cache(&self, cache: &'static str, hit: bool) {
-        let result = if hit { "hit" } else { "miss" };
-        self.cache_requests
-            .get_or_create(&CacheLabels { cache, result })
-            .inc();
+        self.cache_lookups(cache, u64::from(hit), u64::from(!hit));
     }
 
     /// Counts many lookups of one cache at once.

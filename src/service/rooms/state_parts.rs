@@ -140,10 +140,6 @@ impl StatePartsCache {
             parts: Vec::with_capacity(event_ids.len()),
             missing: Vec::new(),
         };
-        if self.budget == 0 {
-            found.missing = event_ids;
-            return found;
-        }
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for event_id in event_ids {
             match entries.map.get(event_id.as_str()) {
@@ -164,9 +160,6 @@ impl StatePartsCache {
 
     /// Keeps `parts`, read when their room's redaction count was `room_redactions`.
     pub fn keep(&self, parts: &[ClientEventParts], room_redactions: i64) {
-        if self.budget == 0 {
-            return;
-        }
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for part in parts {
             let Some(cached) = Cached::new(part, room_redactions) else {
