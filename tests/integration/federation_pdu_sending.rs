@@ -359,33 +359,35 @@ async fn a_long_backlog_keeps_the_newest_and_the_gap_is_served_by_get_missing_ev
     assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
     assert!(received.len() < sent.len(), "{received:?}");
 
-    // The first event after the gap leads back to what bob's server has (the event before
-    // the gap, or its join), and the gap is served to it.
-    let after_gap = (0..positions.len())
-        .find(|&i| positions[i] != i)
-        .expect("a gap");
-    let earliest = match after_gap {
-        0 => join,
-        i => received[i - 1].clone(),
-    };
-    let latest = &received[after_gap];
-    let (status, body) = fake
-        .request(
-            &server,
-            "POST",
-            &format!(
-                "/_matrix/federation/v1/get_missing_events/{}",
-                crate::support::client::enc(&room)
-            ),
-            Some(json!({
-                "earliest_events": [earliest],
-                "latest_events": [latest],
-                "limit": 20,
-            })),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let fetched = event_ids(&server, body["events"].as_array().unwrap()).await;
+    // Each event after a gap leads back to what bob's server has (the event before the gap,
+    // or its join), and the gap is served to it. There may be two gaps: a transaction in
+    // flight keeps its body through trims, so when it was built after the first drops it
+    // delivers a run of older events before the newest five.
+    let gaps: Vec<usize> = (0..positions.len())
+        .filter(|&i| positions[i] != if i == 0 { 0 } else { positions[i - 1] + 1 })
+        .collect();
+    assert!(!gaps.is_empty(), "{positions:?}");
+    let mut fetched = Vec::new();
+    for i in gaps {
+        let earliest = if i == 0 { &join } else { &received[i - 1] };
+        let (status, body) = fake
+            .request(
+                &server,
+                "POST",
+                &format!(
+                    "/_matrix/federation/v1/get_missing_events/{}",
+                    crate::support::client::enc(&room)
+                ),
+                Some(json!({
+                    "earliest_events": [earliest],
+                    "latest_events": [&received[i]],
+                    "limit": 20,
+                })),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        fetched.extend(event_ids(&server, body["events"].as_array().unwrap()).await);
+    }
     let mut all: Vec<&String> = received.iter().chain(&fetched).collect();
     all.sort_by_key(|id| sent.iter().position(|s| s == *id));
     assert_eq!(all, sent.iter().collect::<Vec<_>>());
