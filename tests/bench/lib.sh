@@ -42,12 +42,48 @@ configure_synapse() {
     "$1/bin/python" tests/bench/synapse_config.py "$2/homeserver.yaml" "$3" "$PGUSER" "$PGHOST" "$4" "$5"
 }
 
-# Starts a release Myelin in the background (open registration, no rate limits, the
+# Sets MYELIN_COMMAND to run a release Myelin (open registration, no rate limits, the
 # application service registration $4) on the database $1 at PGHOST as PGUSER, listening on
-# loopback port $2, its data directory and log in the directory $3; `$!` is then its process.
+# loopback port $2, its data directory in the directory $3.
+myelin_command() {
+    MYELIN_COMMAND=(env DATABASE_URL="postgres://$PGUSER@$PGHOST/$1" MYELIN_DATA_DIR="$3/myelin"
+        MYELIN_LISTEN="127.0.0.1:$2" MYELIN_REGISTRATION=open MYELIN_RATE_LIMITS=off
+        MYELIN_APPSERVICES="$4" RUST_LOG=warn "$CARGO_TARGET_DIR/release/myelin" serve)
+}
+
+# Starts a release Myelin in the background (as `myelin_command` $1 $2 $3 $4), its log in the
+# directory $3; `$!` is then its process.
 start_myelin() {
-    DATABASE_URL="postgres://$PGUSER@$PGHOST/$1" MYELIN_DATA_DIR="$3/myelin" \
-        MYELIN_LISTEN="127.0.0.1:$2" MYELIN_REGISTRATION=open MYELIN_RATE_LIMITS=off \
-        MYELIN_APPSERVICES="$4" \
-        RUST_LOG=warn "$CARGO_TARGET_DIR/release/myelin" serve >"$3/myelin.log" 2>&1 &
+    myelin_command "$@"
+    "${MYELIN_COMMAND[@]}" >"$3/myelin.log" 2>&1 &
+}
+
+# Writes the script $1 that stops the process whose ID is in $1.pid (if it runs, waiting for
+# it to exit), starts the command given after $2 in the background in its own session, its
+# output appended to the file $2, and prints the new process's ID: what a benchmark's
+# `--restart-command` runs, and how a script starts a server it restarts.
+restart_script() {
+    local script="$1" log="$2"
+    shift 2
+    {
+        echo '#!/usr/bin/env bash'
+        echo "pidfile=$(printf %q "$script.pid")"
+        echo '[ -f "$pidfile" ] && pid=$(cat "$pidfile") && kill -TERM "$pid" 2>/dev/null'
+        echo 'while [ -n "${pid:-}" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.05; done'
+        printf 'setsid'
+        printf ' %q' "$@"
+        printf ' >>%q 2>&1 </dev/null &\n' "$log"
+        echo 'echo $! >"$pidfile"'
+        echo 'echo $!'
+    } >"$script"
+}
+
+# Stops the process a script of `restart_script` started last (the script $1), if it runs.
+stop_restarted() {
+    [ -f "$1.pid" ] || return 0
+    local pid
+    pid=$(cat "$1.pid")
+    kill -TERM "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    rm -f "$1.pid"
 }

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # A scenario whose set-up Synapse's API would take hours for, on Myelin and Synapse in one
 # command: the long history (myelin-bench scenario 11: a room of 1,000,000 events at full
-# scale), the big room (scenario 12: 20,000 members) or the big account (scenario 13: 300
-# rooms of 300 members). Synapse's API joins 5 to 25 members a second on 2 cores, so its own
+# scale), the big room (scenario 12: 20,000 members), the big account (scenario 13: 300
+# rooms of 300 members) or the start with a big database (scenario 14: 100,000 rooms and
+# 10,000,000 events, each server restarted three times). Synapse's API joins 5 to 25 members a second on 2 cores, so its own
 # set-up would take hours: Myelin sets the scenario up (through its API, and the long history
-# through SQL) and is measured; then its users, rooms and events are loaded into a stopped
+# and the start-up's histories through SQL) and is measured; then its users, rooms and events are loaded into a stopped
 # Synapse's database (tests/bench/synapse_load.py) and Synapse is measured with the same
 # requests and checks (myelin-bench's --set-up-save and --set-up-from). Each server runs alone
 # while measured (Myelin is stopped first).
 #
-# Usage: tests/bench/loaded.sh long_history|big_room|big_account [smoke|full] [OUT_DIR]
+# Usage: tests/bench/loaded.sh long_history|big_room|big_account|start_up [smoke|full] [OUT_DIR]
 #        (default: full, a scratch directory)
 #        BENCH_ARGS adds myelin-bench arguments for both servers (e.g. "--big-account-members 30").
 # Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/bench/lib.sh
-scenario="${1:?usage: tests/bench/loaded.sh long_history|big_room|big_account [smoke|full] [OUT_DIR]}"
+scenario="${1:?usage: tests/bench/loaded.sh long_history|big_room|big_account|start_up [smoke|full] [OUT_DIR]}"
 case "$scenario" in
-    long_history | big_room | big_account) ;;
+    long_history | big_room | big_account | start_up) ;;
     *) echo "tests/bench/loaded.sh: no saved set-up for scenario $scenario" >&2; exit 2 ;;
 esac
 scale="${2:-full}"
@@ -30,14 +31,17 @@ venv="${SYNAPSE_VENV:-/var/tmp/synapse-venv}"
 bench_args=(--only "$scenario" --scale "$scale")
 # shellcheck disable=SC2206 # word splitting of BENCH_ARGS is meant
 [ -n "${BENCH_ARGS:-}" ] && bench_args+=($BENCH_ARGS)
-pid=
+# Each server is started, and for the start-up restarted, by a script of `restart_script`.
 stop() {
-    [ -n "$pid" ] || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=
+    stop_restarted "$work/myelin-restart.sh"
+    stop_restarted "$work/synapse-restart.sh"
 }
 trap stop EXIT
+# The start-up's restarts: myelin-bench runs the script that started the server.
+restarts() {
+    restart_args=()
+    [ "$scenario" != start_up ] || restart_args=(--restart-command "bash $1")
+}
 
 echo "== build Myelin (release), install Synapse"
 cargo build --release --locked --bins
@@ -50,11 +54,13 @@ bash tests/bench/bench-registration.sh "$as_token" >"$work/bench-registration.ya
 
 echo "== Myelin: its set-up, then the measures"
 port=$(free_port)
-start_myelin "$myelin_db" "$port" "$work" "$work/bench-registration.yaml"
-pid=$!
+myelin_command "$myelin_db" "$port" "$work" "$work/bench-registration.yaml"
+restart_script "$work/myelin-restart.sh" "$work/myelin.log" "${MYELIN_COMMAND[@]}"
+pid=$(bash "$work/myelin-restart.sh")
 wait_up "http://127.0.0.1:$port"
+restarts "$work/myelin-restart.sh"
 "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" "${bench_args[@]}" \
-    --appservice-token "$as_token" --pid "$pid" \
+    --appservice-token "$as_token" --pid "$pid" "${restart_args[@]}" \
     --database-url "postgres://$PGUSER@$PGHOST/$myelin_db" --label Myelin \
     --out "$work/myelin.json" --plot "$work/myelin.svg" --set-up-save "$work/set-up.json"
 stop
@@ -62,10 +68,10 @@ stop
 echo "== Synapse $synapse_version: its schema, Myelin's set-up loaded into it, then the measures"
 port=$(free_port)
 configure_synapse "$venv" "$work/synapse" "$port" "$synapse_db" "$work/bench-registration.yaml"
+restart_script "$work/synapse-restart.sh" "$work/synapse.log" \
+    "$venv/bin/python" -m synapse.app.homeserver --config-path "$work/synapse/homeserver.yaml"
 start_synapse() {
-    "$venv/bin/python" -m synapse.app.homeserver --config-path "$work/synapse/homeserver.yaml" \
-        >>"$work/synapse.log" 2>&1 &
-    pid=$!
+    pid=$(bash "$work/synapse-restart.sh")
     wait_up "http://127.0.0.1:$port"
 }
 start_synapse # creates its schema
@@ -73,8 +79,9 @@ stop
 "$venv/bin/python" tests/bench/synapse_load.py "postgres://$PGUSER@$PGHOST/$myelin_db" \
     "postgres://$PGUSER@$PGHOST/$synapse_db" "$work/bench-registration.yaml"
 start_synapse
+restarts "$work/synapse-restart.sh"
 "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" "${bench_args[@]}" \
-    --appservice-token "$as_token" --pid "$pid" \
+    --appservice-token "$as_token" --pid "$pid" "${restart_args[@]}" \
     --database-url "postgres://$PGUSER@$PGHOST/$synapse_db" --label Synapse \
     --out "$work/synapse.json" --plot "$work/synapse.svg" --set-up-from "$work/set-up.json"
 stop
@@ -100,6 +107,10 @@ for key, m in myelin.items():
             mine = f"{m[extra]:,}" if isinstance(m[extra], (int, float)) else "—"
             print(f"| {key}: {extra} | {mine} | {theirs} | "
                   f"{ratio(m[extra], s.get(extra)) if extra == 'peak_rss_mib' else ''} |")
+for key in ("rss_serving_mib", "rss_after_first_sync_mib", "events", "database_bytes"):
+    if isinstance(myelin.get(key), (int, float)):
+        theirs = synapse.get(key)
+        print(f"| {key} | {myelin[key]:,} | {theirs if theirs is None else f'{theirs:,}'} | |")
 set_up = {k: v for k, v in myelin.items() if not measured(v) or k in ("joins", "last_tenth_of_joins")}
 print(f"\nSet-up on Myelin: {json.dumps(set_up)}")
 PY

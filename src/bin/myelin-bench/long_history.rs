@@ -14,13 +14,12 @@
 
 use std::time::Instant;
 
-use myelin::service::rooms::pdu::{build_pdu, PduTemplate};
-use ruma::{signatures::Ed25519KeyPair, OwnedEventId, OwnedRoomId, OwnedUserId};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::{
     client::{enc, Failure, User},
+    copies,
     saved::{SetUpFiles, LOADED},
     stats::{round, Samples},
     Bench,
@@ -283,24 +282,10 @@ async fn measure(user: &User, set_up: &SetUp) -> Result<Value, Failure> {
     Ok(Value::Object(report))
 }
 
-/// The fields of the template message that its copies share.
-#[derive(Deserialize)]
-struct TemplatePdu {
-    room_id: OwnedRoomId,
-    sender: OwnedUserId,
-    #[serde(rename = "type")]
-    kind: String,
-    auth_events: Vec<OwnedEventId>,
-    depth: i64,
-    origin_server_ts: i64,
-    content: Value,
-}
-
 /// Inserts `n` copies of the template message after it, in one transaction: the events, each
-/// one's edge to the one before, and the room's new tip. Each copy is built, hashed and signed
-/// here as the server builds its own events. Positions come from the event stream's sequence,
-/// so readers see them as committed the moment the transaction is. Returns the ID and
-/// timestamp of copy number `middle`.
+/// one's edge to the one before, and the room's new tip. Positions come from the event
+/// stream's sequence, so readers see them as committed the moment the transaction is. Returns
+/// the ID and timestamp of copy number `middle`.
 async fn load(
     db: &tokio_postgres::Client,
     room: &str,
@@ -309,46 +294,19 @@ async fn load(
     middle: usize,
 ) -> Result<(String, i64), Failure> {
     let sql_error = |e: tokio_postgres::Error| format!("loading the history: {e}");
-    let row = db
-        .query_one(
-            "SELECT e.pdu::text, r.room_version FROM events e JOIN rooms r USING (room_id) \
-             WHERE e.event_id = $1",
-            &[&template],
-        )
-        .await
-        .map_err(sql_error)?;
-    let TemplatePdu {
-        room_id,
-        sender,
-        kind,
-        auth_events,
-        depth,
-        origin_server_ts: ts,
-        mut content,
-    } = serde_json::from_str(row.get(0))
-        .map_err(|e| format!("the template is not a message PDU: {e}"))?;
-    let rules = myelin::service::rooms::writer::rules_for(row.get(1)).map_err(|e| e.to_string())?;
-    let key = db
-        .query_one(
-            "SELECT key_id, secret_der FROM server_signing_keys ORDER BY created_ts, key_id LIMIT 1",
-            &[],
-        )
-        .await
-        .map_err(sql_error)?;
-    let key_id: String = key.get(0);
-    let version = key_id.strip_prefix("ed25519:").unwrap_or(&key_id);
-    let key_pair = Ed25519KeyPair::from_der(key.get(1), version.to_owned())
-        .map_err(|e| format!("the server's signing key: {e}"))?;
-
+    let template = copies::read_templates(db, &[template.to_owned()])
+        .await?
+        .remove(0);
+    let ts = template.origin_server_ts();
+    let key = copies::server_key(db).await?;
     db.batch_execute(
         "BEGIN;
          CREATE TEMP TABLE long_loaded (g bigint, event_id text, pdu text) ON COMMIT DROP;",
     )
     .await
     .map_err(sql_error)?;
-    let mut prev: OwnedEventId = template
-        .try_into()
-        .map_err(|e| format!("the template's ID: {e}"))?;
+    let mut prev = template.event_id.clone();
+    let template_id = template.event_id.as_str();
     let mut middle_event = None;
     for first in (1..=n).step_by(LOAD_BATCH) {
         let batch = first..=(first + LOAD_BATCH - 1).min(n);
@@ -358,35 +316,16 @@ async fn load(
             if g % RARE_EVERY == 1 {
                 body.push_str(&format!(" {RARE_WORD}"));
             }
-            content["body"] = json!(body);
             let g = g as i64;
             let origin_server_ts = ts - n as i64 + g;
-            // Built, hashed and signed by the server's own code for its events.
-            let (event_id, pdu) = build_pdu(
-                &PduTemplate {
-                    room_id: Some(&room_id),
-                    sender: &sender,
-                    kind: &kind,
-                    state_key: None,
-                    content: &content,
-                    redacts: None,
-                    prev_events: std::slice::from_ref(&prev),
-                    auth_events: &auth_events,
-                    depth: depth + g,
-                    origin_server_ts,
-                },
-                &rules,
-                sender.server_name(),
-                &key_pair,
-            )
-            .map_err(|e| e.to_string())?;
+            let copy = template.copy(&key, g, &body, origin_server_ts, &prev)?;
             if g as usize == middle {
-                middle_event = Some((event_id.to_string(), origin_server_ts));
+                middle_event = Some((copy.event_id.to_string(), origin_server_ts));
             }
             numbers.push(g);
-            ids.push(event_id.to_string());
-            pdus.push(pdu.to_string());
-            prev = event_id;
+            ids.push(copy.event_id.to_string());
+            pdus.push(copy.pdu);
+            prev = copy.event_id;
         }
         db.execute(
             "INSERT INTO long_loaded SELECT * FROM unnest($1::int8[], $2::text[], $3::text[])",
@@ -397,7 +336,7 @@ async fn load(
     }
     let sql = format!(
         "CREATE TEMP TABLE long_template ON COMMIT DROP AS
-             SELECT * FROM events WHERE event_id = '{template}';
+             SELECT * FROM events WHERE event_id = '{template_id}';
          INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type,
                              state_key, origin_server_ts, pdu, state_group, outlier, soft_failed)
          SELECT l.event_id, t.room_id, nextval('stream_events_seq'), t.depth + l.g, t.sender,
@@ -414,12 +353,12 @@ async fn load(
          COMMIT;"
     );
     // Server-made IDs; checked all the same, as they go into the SQL text.
-    if [room, template, prev.as_str()].iter().any(|id| {
-        !id.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "!$:._-".contains(c))
-    }) {
+    if ![room, template_id, prev.as_str()]
+        .into_iter()
+        .all(copies::plain_id)
+    {
         return Err(format!(
-            "unexpected characters in {room}, {template} or {prev}"
+            "unexpected characters in {room}, {template_id} or {prev}"
         ));
     }
     db.batch_execute(&sql).await.map_err(sql_error)?;

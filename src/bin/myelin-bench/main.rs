@@ -14,6 +14,7 @@
 mod big_account;
 mod big_room;
 mod client;
+mod copies;
 mod long_history;
 mod parked;
 mod saved;
@@ -956,7 +957,7 @@ async fn main() -> ExitCode {
         from: cli.set_up_from.as_deref(),
         save: cli.set_up_save.as_deref(),
     };
-    let saving_scenarios = ["long_history", "big_room", "big_account"];
+    let saving_scenarios = ["long_history", "big_room", "big_account", "start_up"];
     if (set_up_files.from.is_some() || set_up_files.save.is_some())
         && !(cli.only.len() == 1 && saving_scenarios.contains(&cli.only[0].as_str()))
     {
@@ -1087,6 +1088,7 @@ async fn main() -> ExitCode {
                 counts.start_up_rooms,
                 counts.start_up_events,
                 cli.restart_command.as_deref(),
+                set_up_files,
             )
             .await?;
         }

@@ -2,7 +2,8 @@
 //! up: one server is set up through its API and writes what it made (`--set-up-save`), its
 //! data is loaded into the other server's database (`tests/bench/loaded.sh`), and the other
 //! server is measured against the saved set-up (`--set-up-from`) with the same checks.
-//! Scenarios 11 (long history), 12 (big room) and 13 (big account) take these files.
+//! Scenarios 11 (long history), 12 (big room), 13 (big account) and 14 (start-up) take these
+//! files.
 
 use std::path::Path;
 

@@ -4,20 +4,26 @@
 //!
 //! The rooms are made through the API, each by one of an application service's users
 //! (`--appservice-token`, a hundred rooms each) with one message in it; the rest of each
-//! room's history is copies of that message loaded through SQL, as scenario 11 does for one
-//! room (so `--database-url` and Myelin's schema). The restarts are the caller's:
-//! `--restart-command` is run with `sh -c`, stops the server, starts it again in the
-//! background and prints the new process's ID. Without it only the load is reported.
+//! room's history is copies of that message, real PDUs built and signed here as the server
+//! builds its own (`copies.rs`), loaded through SQL (so `--database-url` and Myelin's schema).
+//! Another server is measured on the same events loaded into its database (`saved.rs`,
+//! `tests/bench/loaded.sh start_up`). The restarts are the caller's: `--restart-command` is run
+//! with `sh -c`, stops the server, starts it again in the background and prints the new
+//! process's ID. Without it only the load is reported.
 
 use std::time::{Duration, Instant};
 
 use futures_util::{StreamExt, TryStreamExt};
+use ruma::signatures::Ed25519KeyPair;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::{
     client::{first_sync_filter, sync_path, Failure, User},
+    copies::{self, Template},
     long_history::myelin_loader,
     rss_kib,
+    saved::{SetUpFiles, LOADED},
     stats::{round, Samples},
     Bench, SET_UP_IN_FLIGHT,
 };
@@ -29,75 +35,47 @@ const ROOMS_PER_LOAD: usize = 1_000;
 /// Restarts measured.
 const RESTARTS: usize = 3;
 
+/// What the set-up made: the user whose first sync is measured and how many copies each room's
+/// history has.
+#[derive(Serialize, Deserialize)]
+struct SetUp {
+    user: String,
+    rooms: usize,
+    copies: usize,
+    report: Value,
+}
+
 pub async fn start_up(
     bench: &Bench,
     appservice_token: Option<&str>,
     rooms: usize,
     events: usize,
     restart_command: Option<&str>,
+    files: SetUpFiles<'_>,
 ) -> Result<Value, Failure> {
     let Some(as_token) = appservice_token else {
         return Ok(json!({ "skipped": "needs --appservice-token to register the rooms' users" }));
     };
-    let mut db = match myelin_loader(bench).await? {
-        Ok(db) => db,
-        Err(skipped) => return Ok(skipped),
-    };
-    let started = Instant::now();
-    let users: Vec<User> = bench
-        .appservice_users(as_token, "c", rooms.div_ceil(ROOMS_PER_USER))
-        .await?;
-    let users = &users;
-    // Each room with one message through the API: the template of its loaded history.
-    let templates: Vec<String> = futures_util::stream::iter(0..rooms)
-        .map(|r| async move {
-            let owner = &users[r / ROOMS_PER_USER];
-            let room = owner
-                .create_room(json!({ "preset": "private_chat", "name": format!("room {r}") }))
-                .await?;
-            owner
-                .send(&room, &format!("first{r}"), &format!("first in {r}"))
-                .await
-        })
-        .buffered(SET_UP_IN_FLIGHT)
-        .try_collect()
-        .await?;
-    let through_api = started.elapsed();
-
-    let copies = events / rooms.max(1);
-    let started = Instant::now();
-    for (batch, chunk) in templates.chunks(ROOMS_PER_LOAD).enumerate() {
-        load(
-            &mut db,
-            &bench.prefix,
-            batch * ROOMS_PER_LOAD,
-            chunk,
-            copies,
-        )
-        .await?;
-    }
-    let through_sql = started.elapsed();
-    bench.analyze().await;
-    let (total_events, database_bytes) = {
-        let row = db
-            .query_one(
-                "SELECT (SELECT count(*) FROM events), pg_database_size(current_database())",
-                &[],
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        (row.get::<_, i64>(0), row.get::<_, i64>(1))
-    };
-    let mut report = json!({
-        "rooms": rooms,
-        "events": total_events,
-        "database_bytes": database_bytes,
-        "load": {
-            "api_seconds": round(through_api.as_secs_f64()),
-            "sql_seconds": round(through_sql.as_secs_f64()),
-            "how": format!("{users} application-service users make up to {ROOMS_PER_USER} rooms each, with a message, through the API; {copies} copies of each room's message through SQL", users = users.len()),
+    let set_up = match files.load::<SetUp>()? {
+        Some(mut set_up) => {
+            set_up.report = json!({ "how": LOADED });
+            set_up
+        }
+        None => match set_up_through_api_and_sql(bench, as_token, rooms, events).await? {
+            Ok(set_up) => set_up,
+            Err(skipped) => return Ok(skipped),
         },
-    });
+    };
+    files.store(&set_up)?;
+    bench.analyze().await;
+    let user = User::acting_as(&bench.http, &bench.url, as_token, &set_up.user);
+    let mut report = set_up.report;
+    report["rooms"] = json!(set_up.rooms);
+    if let Some(url) = &bench.loader_url {
+        let (events, bytes) = database_counts(url).await?;
+        report["events"] = json!(events);
+        report["database_bytes"] = json!(bytes);
+    }
     let Some(restart_command) = restart_command else {
         report["restarts"] = json!({ "skipped": "needs --restart-command to restart the server" });
         return Ok(report);
@@ -105,7 +83,7 @@ pub async fn start_up(
 
     // After each restart: the server answering, then the first user's first sync (its hundred
     // rooms, each read from the database for the first time since the start).
-    let user = &users[0];
+    let (copies, rooms) = (set_up.copies, set_up.rooms);
     let (mut serving, mut first_sync) = (Samples::default(), Samples::default());
     let (mut rss_serving, mut rss_synced) = (Vec::new(), Vec::new());
     for i in 0..RESTARTS {
@@ -150,6 +128,77 @@ pub async fn start_up(
     Ok(report)
 }
 
+/// The rooms, each with a message, through the API, and their histories through SQL; or why
+/// not (a server without Myelin's schema or `--database-url`).
+async fn set_up_through_api_and_sql(
+    bench: &Bench,
+    as_token: &str,
+    rooms: usize,
+    events: usize,
+) -> Result<Result<SetUp, Value>, Failure> {
+    let mut db = match myelin_loader(bench).await? {
+        Ok(db) => db,
+        Err(skipped) => return Ok(Err(skipped)),
+    };
+    let started = Instant::now();
+    let users: Vec<User> = bench
+        .appservice_users(as_token, "c", rooms.div_ceil(ROOMS_PER_USER))
+        .await?;
+    let users = &users;
+    // Each room with one message through the API: the template of its loaded history.
+    let templates: Vec<String> = futures_util::stream::iter(0..rooms)
+        .map(|r| async move {
+            let owner = &users[r / ROOMS_PER_USER];
+            let room = owner
+                .create_room(json!({ "preset": "private_chat", "name": format!("room {r}") }))
+                .await?;
+            owner
+                .send(&room, &format!("first{r}"), &format!("first in {r}"))
+                .await
+        })
+        .buffered(SET_UP_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let through_api = started.elapsed();
+
+    let copies = events / rooms.max(1);
+    let started = Instant::now();
+    load_histories(&mut db, &templates, copies).await?;
+    let through_sql = started.elapsed();
+    let user = users[0]
+        .appservice_user_id()
+        .ok_or("an application service's user without its ID")?
+        .to_owned();
+    Ok(Ok(SetUp {
+        user,
+        rooms,
+        copies,
+        report: json!({
+            "load": {
+                "api_seconds": round(through_api.as_secs_f64()),
+                "sql_seconds": round(through_sql.as_secs_f64()),
+                "how": format!("{users} application-service users make up to {ROOMS_PER_USER} rooms each, with a message, through the API; {copies} copies of each room's message, signed PDUs, through SQL", users = users.len()),
+            },
+        }),
+    }))
+}
+
+/// The events and the size of the database at `url` (either server's schema has `events`).
+async fn database_counts(url: &str) -> Result<(i64, i64), Failure> {
+    let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("database: {e}"))?;
+    tokio::spawn(connection);
+    let row = db
+        .query_one(
+            "SELECT (SELECT count(*) FROM events), pg_database_size(current_database())",
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((row.get(0), row.get(1)))
+}
+
 /// Runs the restart command and reads the new server's process ID from what it prints.
 fn restart(command: &str) -> Result<u32, Failure> {
     let output = std::process::Command::new("sh")
@@ -181,65 +230,114 @@ async fn wait_until_serving(bench: &Bench) -> Result<(), Failure> {
     Err("the server did not answer within two minutes of a restart".into())
 }
 
-/// Loads `copies` copies of each template message after it, in one transaction: the events,
-/// each one's edge to the one before, and each room's new tip. Loaded event `g` of room `n`
-/// is `$load{g}_{n}_{prefix}`.
-async fn load(
+/// Loads `copies` copies of each template message after it, [`ROOMS_PER_LOAD`] rooms per
+/// transaction; the next rooms' copies are built while the last ones are written.
+async fn load_histories(
     db: &mut tokio_postgres::Client,
-    prefix: &str,
-    first_room: usize,
     templates: &[String],
     copies: usize,
 ) -> Result<(), Failure> {
-    if !prefix.chars().all(|c| c.is_ascii_alphanumeric()) {
-        return Err(format!("unexpected characters in the prefix {prefix}"));
+    let key = copies::server_key(db).await?;
+    let mut pending = None;
+    for chunk in templates.chunks(ROOMS_PER_LOAD) {
+        let read = copies::read_templates(db, chunk).await?;
+        let key = key.clone();
+        let next = tokio::task::spawn_blocking(move || build_copies(&key, &read, copies));
+        if let Some(built) = pending.replace(next) {
+            insert_copies(db, built.await.map_err(|e| e.to_string())??, copies).await?;
+        }
     }
-    let id = |g: &str| format!("'$load' || {g} || '_' || t.n || '_{prefix}'");
-    let (this, previous, last) = (id("g"), id("(g - 1)"), id(&copies.to_string()));
-    let statements = [
-        format!(
-            "CREATE TEMP TABLE load_templates ON COMMIT DROP AS
-             SELECT e.*, t.n + {first_room} AS n
-             FROM unnest($1::text[]) WITH ORDINALITY AS t (event_id, n)
-             JOIN events e USING (event_id)"
-        ),
-        format!(
+    if let Some(built) = pending {
+        insert_copies(db, built.await.map_err(|e| e.to_string())??, copies).await?;
+    }
+    Ok(())
+}
+
+/// The copies of some rooms' templates, as columns: template `n` (its index), the template's
+/// ID, the copy's number, ID and PDU.
+#[derive(Default)]
+struct Built {
+    n: Vec<i64>,
+    template_ids: Vec<String>,
+    g: Vec<i64>,
+    event_ids: Vec<String>,
+    pdus: Vec<String>,
+}
+
+/// Copy `g` of each template is `loaded {g}`, a millisecond after the one before, a child of
+/// it (the first of the template).
+fn build_copies(
+    key: &Ed25519KeyPair,
+    templates: &[Template],
+    copies: usize,
+) -> Result<Built, Failure> {
+    let mut built = Built::default();
+    for (n, template) in templates.iter().enumerate() {
+        let mut prev = template.event_id.clone();
+        for g in 1..=copies as i64 {
+            let ts = template.origin_server_ts() + g;
+            let copy = template.copy(key, g, &format!("loaded {g}"), ts, &prev)?;
+            built.n.push(n as i64);
+            built.template_ids.push(template.event_id.to_string());
+            built.g.push(g);
+            built.event_ids.push(copy.event_id.to_string());
+            built.pdus.push(copy.pdu);
+            prev = copy.event_id;
+        }
+    }
+    Ok(built)
+}
+
+/// Writes built copies in one transaction: the events in each room's order, each one's edge
+/// to the one before, and each room's new tip.
+async fn insert_copies(
+    db: &mut tokio_postgres::Client,
+    built: Built,
+    copies: usize,
+) -> Result<(), Failure> {
+    let sql_error = |e: tokio_postgres::Error| format!("loading rooms' histories: {e}");
+    let transaction = db.transaction().await.map_err(sql_error)?;
+    transaction
+        .batch_execute(
+            "CREATE TEMP TABLE start_loaded (n bigint, template_id text, g bigint,
+                                             event_id text, pdu text) ON COMMIT DROP",
+        )
+        .await
+        .map_err(sql_error)?;
+    transaction
+        .execute(
+            "INSERT INTO start_loaded
+             SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::text[])",
+            &[
+                &built.n,
+                &built.template_ids,
+                &built.g,
+                &built.event_ids,
+                &built.pdus,
+            ],
+        )
+        .await
+        .map_err(sql_error)?;
+    transaction
+        .batch_execute(&format!(
             "INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type,
                                  state_key, origin_server_ts, pdu, state_group, outlier,
                                  soft_failed)
-             SELECT {this}, t.room_id, nextval('stream_events_seq'), t.depth + g, t.sender,
-                    t.event_type, NULL, t.origin_server_ts + g,
-                    jsonb_set(jsonb_set(jsonb_set(jsonb_set(t.pdu,
-                        '{{content,body}}', to_jsonb('loaded ' || g)),
-                        '{{depth}}', to_jsonb(t.depth + g)),
-                        '{{origin_server_ts}}', to_jsonb(t.origin_server_ts + g)),
-                        '{{prev_events}}',
-                        jsonb_build_array(CASE WHEN g = 1 THEN t.event_id ELSE {previous} END)),
+             SELECT l.event_id, t.room_id, nextval('stream_events_seq'), t.depth + l.g,
+                    t.sender, t.event_type, NULL, t.origin_server_ts + l.g, l.pdu::jsonb,
                     t.state_group, false, false
-             FROM load_templates t, generate_series(1, {copies}) g
-             ORDER BY t.n, g"
-        ),
-        format!(
-            "INSERT INTO event_edges (event_id, prev_event_id, room_id)
-             SELECT {this}, CASE WHEN g = 1 THEN t.event_id ELSE {previous} END, t.room_id
-             FROM load_templates t, generate_series(1, {copies}) g"
-        ),
-        format!(
-            "UPDATE rooms r SET forward_extremities = ARRAY[{last}], tip_depth = t.depth + {copies}
-             FROM load_templates t WHERE r.room_id = t.room_id"
-        ),
-    ];
-    let transaction = db.transaction().await.map_err(|e| e.to_string())?;
-    let (create, rest) = statements.split_first().expect("statements");
-    transaction
-        .execute(create.as_str(), &[&templates])
+             FROM start_loaded l JOIN events t ON t.event_id = l.template_id
+             ORDER BY l.n, l.g;
+             INSERT INTO event_edges (event_id, prev_event_id, room_id)
+             SELECT l.event_id,
+                    coalesce(lag(l.event_id) OVER (PARTITION BY l.n ORDER BY l.g), l.template_id),
+                    t.room_id
+             FROM start_loaded l JOIN events t ON t.event_id = l.template_id;
+             UPDATE rooms r SET forward_extremities = ARRAY[l.event_id], tip_depth = t.depth + l.g
+             FROM start_loaded l JOIN events t ON t.event_id = l.template_id
+             WHERE l.g = {copies} AND r.room_id = t.room_id;"
+        ))
         .await
-        .map_err(|e| format!("loading rooms' histories: {e}"))?;
-    for statement in rest {
-        transaction
-            .execute(statement.as_str(), &[])
-            .await
-            .map_err(|e| format!("loading rooms' histories: {e}"))?;
-    }
-    transaction.commit().await.map_err(|e| e.to_string())
+        .map_err(sql_error)?;
+    transaction.commit().await.map_err(sql_error)
 }
