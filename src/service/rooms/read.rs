@@ -1,6 +1,9 @@
 //! Reading rooms: state, members, single events, context, and timestamps.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use diesel_async::AsyncPgConnection;
 use ruma::{room_version_rules::RoomVersionRules, OwnedRoomId, RoomId, UserId};
@@ -8,6 +11,7 @@ use serde_json::{json, value::RawValue, Value};
 
 use super::{
     pdu::{client_event, client_event_from_parts, omit_room_ids, RoomIdField},
+    state_parts::KeptEvent,
     visibility::Visibility,
     writer::rules_for,
     Rooms,
@@ -30,6 +34,13 @@ enum View {
     Current,
     /// The state when the reader left (or was kicked or banned).
     AtGroup(i64),
+}
+
+/// A sync section's state before it is rendered: events kept in memory, and parts read.
+#[derive(Default)]
+pub struct SectionState {
+    pub kept: Vec<Arc<KeptEvent>>,
+    pub read: Vec<ClientEventParts>,
 }
 
 /// `/context` result.
@@ -151,6 +162,21 @@ impl Rooms {
         parts: Vec<ClientEventParts>,
         room_id_field: RoomIdField,
     ) -> Result<Vec<Box<RawValue>>> {
+        let rendered = self
+            .render_parts_in_place(conn, rules, parts, room_id_field)
+            .await?;
+        Ok(rendered.into_iter().flatten().collect())
+    }
+
+    /// [`Self::render_parts`], each in the place of its parts: `None` for an event purged
+    /// between the reads.
+    async fn render_parts_in_place(
+        &self,
+        conn: &AsyncPgConnection,
+        rules: &RoomVersionRules,
+        parts: Vec<ClientEventParts>,
+        room_id_field: RoomIdField,
+    ) -> Result<Vec<Option<Box<RawValue>>>> {
         let now = now_ms();
         let mut rendered = Vec::with_capacity(parts.len());
         // (index in `rendered`, event ID) of the events that need their whole PDU.
@@ -166,7 +192,7 @@ impl Rooms {
             }
         }
         if whole.is_empty() {
-            return Ok(rendered.into_iter().flatten().collect());
+            return Ok(rendered);
         }
         let ids: Vec<String> = whole.iter().map(|(_, id)| id.clone()).collect();
         let rows = store::get_state_events(conn, &ids).await?;
@@ -186,31 +212,62 @@ impl Rooms {
                     Some(serde_json::value::to_raw_value(event).map_err(Error::internal)?);
             }
         }
-        Ok(rendered.into_iter().flatten().collect())
+        Ok(rendered)
     }
 
-    /// The client parts of state group `group` of `room_id`, in no order; with `members`,
-    /// only those members' member events (a lazy-loading sync's). The parts kept in memory
-    /// serve when the room had no redaction since they were read; the others are read.
-    pub(crate) async fn state_parts_of_group(
+    /// The state of group `group` of `room_id` for a sync section, in no order; with `members`,
+    /// only those members' member events (a lazy-loading sync's). The events kept in memory
+    /// serve when the room had no redaction since they were read; the others are read, and
+    /// kept.
+    pub(crate) async fn state_of_group(
         &self,
         conn: &AsyncPgConnection,
         room_id: &str,
         group: i64,
         members: Option<&[String]>,
-    ) -> Result<Vec<ClientEventParts>> {
+    ) -> Result<SectionState> {
         let state = state_store::get_counted_state_ids(conn, group, members).await?;
         let found = self
             .state_parts
-            .find(room_id, state.event_ids, state.room_redactions);
-        let mut parts = found.parts;
+            .find(state.event_ids, state.room_redactions);
+        let mut read = Vec::new();
         if !found.missing.is_empty() {
-            let (read, room_redactions) =
+            let room_redactions;
+            (read, room_redactions) =
                 client_events::get_counted_state_event_parts(conn, room_id, &found.missing).await?;
             self.state_parts.keep(&read, room_redactions);
-            parts.extend(read);
         }
-        Ok(parts)
+        Ok(SectionState {
+            kept: found.kept,
+            read,
+        })
+    }
+
+    /// A sync section's state as JSON texts (without `room_id`), in stream order.
+    pub(crate) async fn render_section_state(
+        &self,
+        conn: &AsyncPgConnection,
+        rules: &RoomVersionRules,
+        state: SectionState,
+    ) -> Result<Vec<Box<RawValue>>> {
+        let now = now_ms();
+        let mut ordered = state
+            .kept
+            .iter()
+            .map(|event| Ok((event.stream_ordering, event.render(now)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let orderings: Vec<i64> = state.read.iter().map(|p| p.stream_ordering).collect();
+        let read = self
+            .render_parts_in_place(conn, rules, state.read, RoomIdField::Omitted)
+            .await?;
+        ordered.extend(
+            orderings
+                .into_iter()
+                .zip(read)
+                .filter_map(|(ordering, event)| Some((ordering, event?))),
+        );
+        ordered.sort_by_key(|(ordering, _)| *ordering);
+        Ok(ordered.into_iter().map(|(_, event)| event).collect())
     }
 
     /// What the user may see of the room's state; `M_FORBIDDEN` when nothing.

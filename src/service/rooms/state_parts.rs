@@ -1,64 +1,69 @@
-//! State events' client parts, kept in memory by event ID.
+//! State events kept in memory by event ID, as a sync serves them.
 //!
 //! An initial sync with every member reads each room's whole state: for an account in 300
 //! rooms of 300 members, 90,000 events looked up by their text key, most of what PostgreSQL
-//! spends on that sync. A stored event's client parts never change except by a redaction, and
+//! spends on that sync. A stored event's client form never changes except by a redaction, and
 //! each redaction counts itself in its room's row (`rooms.redactions`) in the transaction that
-//! prunes the event. So a part read with its room's count is still right as long as the room's
-//! count, read beside the state's event IDs, is the same; a redaction made through any process
-//! makes it stale for all of them at its commit.
+//! prunes the event. So an event read with its room's count is still right as long as the
+//! room's count, read beside the state's event IDs, is the same; a redaction made through any
+//! process makes it stale for all of them at its commit.
+//!
+//! Each event is kept as its client JSON up to its age (`unsigned.age`, the one part that
+//! changes with time), so serving it is one copy and a number, not a rendering: writing 90,000
+//! member events from their parts was most of the server's own time in that sync. Redacted
+//! events and redactions are not kept: their client form comes from the whole PDU.
 //!
 //! The cache is bounded by an estimate of its bytes, least recently used first out.
 
-use std::sync::Mutex;
+use std::{fmt::Write, sync::Arc, sync::Mutex};
 
 use lru::LruCache;
+use serde_json::value::RawValue;
 
-use crate::storage::client_events::ClientEventParts;
+use super::pdu::{client_event_from_parts, RoomIdField};
+use crate::{
+    error::{Error, Result},
+    storage::client_events::ClientEventParts,
+};
 
-/// The bytes an entry costs beyond its key and text (see [`Cached::bytes`]).
+/// The bytes an entry costs beyond its key and texts (see [`KeptEvent::bytes`]).
 const ENTRY_OVERHEAD: usize = 300;
+/// The end of a client event rendered with an age of 0, where the age is written.
+const AGE_ZERO_END: &str = "0}}";
 
-/// One event's parts, without the two fields its key and its reader already hold (event and
-/// room ID), its text in one allocation.
-struct Cached {
-    /// Sender, type, state key, content, membership and redaction, one after the other.
-    text: Box<str>,
-    /// Where each of those ends in `text`.
-    ends: [u32; 6],
-    /// Which of the optional ones (state key, membership, redaction) are present.
-    present: [bool; 3],
-    stream_ordering: i64,
+/// One state event as a sync section serves it (without `room_id`).
+pub struct KeptEvent {
+    /// The client JSON up to the value of `unsigned.age`, which ends it.
+    head: Box<str>,
+    /// The sender, then the type (what filters read).
+    sender_and_type: Box<str>,
+    sender_end: u32,
+    /// Its position in the event stream, the order a section's state is served in.
+    pub stream_ordering: i64,
     origin_server_ts: i64,
-    has_url: bool,
-    /// The room's redaction count when these parts were read.
+    /// Whether its content has a `url` (for filters' `contains_url`).
+    pub has_url: bool,
+    /// The room's redaction count when it was read.
     room_redactions: i64,
 }
 
-impl Cached {
+impl KeptEvent {
+    /// The event of `parts`, read at the room's redaction count `room_redactions`; `None` for
+    /// one whose client form is not made from its parts (redacted, or a redaction).
     fn new(parts: &ClientEventParts, room_redactions: i64) -> Option<Self> {
-        let fields = [
-            parts.sender.as_str(),
-            parts.event_type.as_str(),
-            parts.state_key.as_deref().unwrap_or_default(),
-            parts.content.as_str(),
-            parts.membership.as_deref().unwrap_or_default(),
-            parts.redacted_by.as_deref().unwrap_or_default(),
-        ];
-        let mut text = String::with_capacity(fields.iter().map(|f| f.len()).sum());
-        let mut ends = [0; 6];
-        for (end, field) in ends.iter_mut().zip(fields) {
-            text.push_str(field);
-            *end = u32::try_from(text.len()).ok()?;
-        }
-        Some(Cached {
-            text: text.into_boxed_str(),
-            ends,
-            present: [
-                parts.state_key.is_some(),
-                parts.membership.is_some(),
-                parts.redacted_by.is_some(),
-            ],
+        // Rendered as of its own timestamp, its age is 0, the text's last digit.
+        let at_zero =
+            client_event_from_parts(parts.clone(), parts.origin_server_ts, RoomIdField::Omitted)
+                .ok()??;
+        let head = at_zero.get().strip_suffix(AGE_ZERO_END)?;
+        let mut sender_and_type =
+            String::with_capacity(parts.sender.len() + parts.event_type.len());
+        sender_and_type.push_str(&parts.sender);
+        sender_and_type.push_str(&parts.event_type);
+        Some(KeptEvent {
+            head: head.into(),
+            sender_and_type: sender_and_type.into_boxed_str(),
+            sender_end: u32::try_from(parts.sender.len()).ok()?,
             stream_ordering: parts.stream_ordering,
             origin_server_ts: parts.origin_server_ts,
             has_url: parts.has_url,
@@ -66,44 +71,34 @@ impl Cached {
         })
     }
 
-    fn field(&self, index: usize) -> String {
-        let start = match index {
-            0 => 0,
-            _ => self.ends[index - 1] as usize,
-        };
-        self.text[start..self.ends[index] as usize].to_owned()
+    pub fn sender(&self) -> &str {
+        &self.sender_and_type[..self.sender_end as usize]
     }
 
-    fn optional(&self, index: usize, presence: usize) -> Option<String> {
-        self.present[presence].then(|| self.field(index))
+    pub fn event_type(&self) -> &str {
+        &self.sender_and_type[self.sender_end as usize..]
     }
 
-    fn parts(&self, event_id: &str, room_id: &str) -> ClientEventParts {
-        ClientEventParts {
-            event_id: event_id.to_owned(),
-            room_id: room_id.to_owned(),
-            stream_ordering: self.stream_ordering,
-            sender: self.field(0),
-            event_type: self.field(1),
-            state_key: self.optional(2, 0),
-            origin_server_ts: self.origin_server_ts,
-            content: self.field(3),
-            membership: self.optional(4, 1),
-            has_url: self.has_url,
-            redacted_by: self.optional(5, 2),
-        }
+    /// Its client JSON as of `now` (ms), as [`client_event_from_parts`] renders it.
+    pub fn render(&self, now: i64) -> Result<Box<RawValue>> {
+        let age = (now - self.origin_server_ts).max(0);
+        let mut text = String::with_capacity(self.head.len() + 24);
+        text.push_str(&self.head);
+        write!(text, "{age}}}}}").map_err(Error::internal)?;
+        RawValue::from_string(text).map_err(Error::internal)
     }
 
-    /// What an entry costs, roughly: its key and text, and a fixed share for the value, the
-    /// list's node, the map's slot and the allocator's headers (measured: 90,000 member events
-    /// of 300-member rooms took 47 MiB of the process's memory, about 520 bytes each).
+    /// What an entry costs, roughly: its key and texts, and a fixed share for the value, the
+    /// list's node, the map's slot and the allocator's headers (measured for the parts kept
+    /// before: 90,000 member events of 300-member rooms took 47 MiB of the process's memory,
+    /// about 520 bytes each).
     fn bytes(&self, event_id: &str) -> usize {
-        ENTRY_OVERHEAD + event_id.len() + self.text.len()
+        ENTRY_OVERHEAD + event_id.len() + self.head.len() + self.sender_and_type.len()
     }
 }
 
 struct Entries {
-    map: LruCache<Box<str>, Cached>,
+    map: LruCache<Box<str>, Arc<KeptEvent>>,
     bytes: usize,
 }
 
@@ -115,14 +110,14 @@ pub struct StatePartsCache {
 
 /// What [`StatePartsCache::find`] found of a state.
 pub struct Found {
-    /// The parts still right, of the IDs asked for.
-    pub parts: Vec<ClientEventParts>,
+    /// The events still right, of the IDs asked for.
+    pub kept: Vec<Arc<KeptEvent>>,
     /// The IDs whose parts must be read.
     pub missing: Vec<String>,
 }
 
 impl StatePartsCache {
-    /// A cache of at most about `budget` bytes (0: nothing is kept).
+    /// A cache of at most about `budget` bytes.
     pub fn new(budget: usize) -> Self {
         StatePartsCache {
             entries: Mutex::new(Entries {
@@ -133,18 +128,18 @@ impl StatePartsCache {
         }
     }
 
-    /// The parts of the room's events `event_ids` that are kept and still right at the room's
-    /// redaction count `room_redactions`, and the IDs of the others.
-    pub fn find(&self, room_id: &str, event_ids: Vec<String>, room_redactions: i64) -> Found {
+    /// The room's events `event_ids` that are kept and still right at the room's redaction
+    /// count `room_redactions`, and the IDs of the others.
+    pub fn find(&self, event_ids: Vec<String>, room_redactions: i64) -> Found {
         let mut found = Found {
-            parts: Vec::with_capacity(event_ids.len()),
+            kept: Vec::with_capacity(event_ids.len()),
             missing: Vec::new(),
         };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for event_id in event_ids {
             match entries.map.get(event_id.as_str()) {
-                Some(cached) if cached.room_redactions == room_redactions => {
-                    found.parts.push(cached.parts(&event_id, room_id));
+                Some(kept) if kept.room_redactions == room_redactions => {
+                    found.kept.push(kept.clone());
                 }
                 _ => found.missing.push(event_id),
             }
@@ -152,22 +147,29 @@ impl StatePartsCache {
         drop(entries);
         crate::metrics::metrics().cache_lookups(
             "state_events",
-            found.parts.len() as u64,
+            found.kept.len() as u64,
             found.missing.len() as u64,
         );
         found
     }
 
-    /// Keeps `parts`, read when their room's redaction count was `room_redactions`.
+    /// Keeps the events of `parts`, read when their room's redaction count was
+    /// `room_redactions` (all but the redacted ones and redactions).
     pub fn keep(&self, parts: &[ClientEventParts], room_redactions: i64) {
+        let kept: Vec<(&str, KeptEvent)> = parts
+            .iter()
+            .filter_map(|part| {
+                Some((
+                    part.event_id.as_str(),
+                    KeptEvent::new(part, room_redactions)?,
+                ))
+            })
+            .collect();
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        for part in parts {
-            let Some(cached) = Cached::new(part, room_redactions) else {
-                continue;
-            };
-            let bytes = cached.bytes(&part.event_id);
-            if let Some(old) = entries.map.put(part.event_id.as_str().into(), cached) {
-                entries.bytes -= old.bytes(&part.event_id);
+        for (event_id, event) in kept {
+            let bytes = event.bytes(event_id);
+            if let Some(old) = entries.map.put(event_id.into(), Arc::new(event)) {
+                entries.bytes -= old.bytes(event_id);
             }
             entries.bytes += bytes;
         }
@@ -206,47 +208,73 @@ mod tests {
         }
     }
 
+    /// What the event of `parts` is served as at `now`, rendered from its parts.
+    fn rendered(parts: &ClientEventParts, now: i64) -> String {
+        client_event_from_parts(parts.clone(), now, RoomIdField::Omitted)
+            .unwrap()
+            .unwrap()
+            .get()
+            .to_owned()
+    }
+
     #[test]
-    fn parts_come_back_as_kept_while_the_room_has_no_new_redaction() {
+    fn kept_events_are_served_as_rendered_while_the_room_has_no_new_redaction() {
         let cache = StatePartsCache::new(1 << 20);
-        let alice = member("$a", "@alice:example.org", r#"{"membership": "join"}"#);
+        let alice = member(
+            "$a",
+            "@alice:example.org",
+            r#"{"displayname": "Alice \"A\" Smith", "membership": "join"}"#,
+        );
         let mut topic = member("$t", "@alice:example.org", "{}");
         topic.event_type = "m.room.topic".to_owned();
         topic.state_key = Some(String::new());
         topic.membership = None;
-        topic.redacted_by = Some("$r".to_owned());
-        cache.keep(&[alice.clone(), topic.clone()], 3);
+        topic.has_url = true;
+        let mut redacted = topic.clone();
+        redacted.event_id = "$x".to_owned();
+        redacted.redacted_by = Some("$r".to_owned());
+        cache.keep(&[alice.clone(), topic.clone(), redacted], 3);
 
-        let ids = vec!["$a".to_owned(), "$t".to_owned(), "$unknown".to_owned()];
-        let found = cache.find("!room:example.org", ids.clone(), 3);
-        assert_eq!(found.missing, vec!["$unknown".to_owned()]);
-        assert_eq!(found.parts[0], alice);
-        assert_eq!(found.parts[1], topic);
+        let ids = vec![
+            "$a".to_owned(),
+            "$t".to_owned(),
+            "$x".to_owned(),
+            "$unknown".to_owned(),
+        ];
+        let found = cache.find(ids.clone(), 3);
+        // A redacted event is served from its whole PDU: never kept.
+        assert_eq!(found.missing, vec!["$x".to_owned(), "$unknown".to_owned()]);
+        let now = alice.origin_server_ts + 12_345;
+        for (kept, parts) in found.kept.iter().zip([&alice, &topic]) {
+            assert_eq!(kept.render(now).unwrap().get(), rendered(parts, now));
+            assert_eq!(kept.sender(), parts.sender);
+            assert_eq!(kept.event_type(), parts.event_type);
+            assert_eq!(kept.has_url, parts.has_url);
+        }
+        // Before its own timestamp (another server's clock ahead), its age is 0 as rendered.
+        let early = alice.origin_server_ts - 5;
+        assert_eq!(
+            found.kept[0].render(early).unwrap().get(),
+            rendered(&alice, early)
+        );
 
         // A redaction in the room since: nothing kept for it is served.
-        let found = cache.find("!room:example.org", ids, 4);
-        assert!(found.parts.is_empty());
-        assert_eq!(found.missing.len(), 3);
+        let found = cache.find(ids, 4);
+        assert!(found.kept.is_empty());
+        assert_eq!(found.missing.len(), 4);
     }
 
     #[test]
     fn the_least_recently_used_go_first_when_over_budget() {
         let one = member("$1", "@a:example.org", "{}");
-        let budget = Cached::new(&one, 0).unwrap().bytes("$1") * 2;
+        let budget = KeptEvent::new(&one, 0).unwrap().bytes("$1") * 2;
         let cache = StatePartsCache::new(budget);
         cache.keep(&[one, member("$2", "@a:example.org", "{}")], 0);
         // Reading $1 makes $2 the least recently used.
-        assert!(cache
-            .find("!r", vec!["$1".to_owned()], 0)
-            .missing
-            .is_empty());
+        assert!(cache.find(vec!["$1".to_owned()], 0).missing.is_empty());
         cache.keep(&[member("$3", "@a:example.org", "{}")], 0);
         assert_eq!(cache.size(), (2, budget));
-        let found = cache.find("!r", vec!["$1".into(), "$2".into(), "$3".into()], 0);
+        let found = cache.find(vec!["$1".into(), "$2".into(), "$3".into()], 0);
         assert_eq!(found.missing, vec!["$2".to_owned()]);
-
-        let off = StatePartsCache::new(0);
-        off.keep(&[member("$1", "@a:example.org", "{}")], 0);
-        assert_eq!(off.size(), (0, 0));
     }
 }

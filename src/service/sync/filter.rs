@@ -6,7 +6,10 @@ use std::collections::HashSet;
 use ruma::api::client::filter::FilterDefinition;
 use serde_json::{json, Map, Value};
 
-use crate::storage::{client_events::ClientEventParts, rooms::EventRow};
+use crate::{
+    service::rooms::state_parts::KeptEvent,
+    storage::{client_events::ClientEventParts, rooms::EventRow},
+};
 
 /// Timeline length when the filter does not say.
 const DEFAULT_TIMELINE_LIMIT: usize = 10;
@@ -74,6 +77,11 @@ impl EventFilter {
     /// Whether the filter lets an event read as its client parts through.
     pub fn allows_parts(&self, event: &ClientEventParts) -> bool {
         self.allows_with_url(&event.event_type, &event.sender, event.has_url)
+    }
+
+    /// [`Self::allows`] for a state event kept in memory.
+    pub fn allows_kept(&self, event: &KeptEvent) -> bool {
+        self.allows_with_url(event.event_type(), event.sender(), event.has_url)
     }
 }
 

@@ -19,11 +19,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    service::rooms::{
-        pdu::{omit_room_ids, RoomIdField},
-        visibility::Visibility,
-        Rooms,
-    },
+    service::rooms::{pdu::omit_room_ids, read::SectionState, visibility::Visibility, Rooms},
     storage::{
         client_events,
         memberships::MembershipSummary,
@@ -459,23 +455,22 @@ impl Sync {
             // State is most of a full sync's bytes (every member event): it is read as the
             // parts clients get and written without a tree per event; a full section's in one
             // statement with its entries.
-            let mut state_parts = match range.since {
+            let mut state = match range.since {
                 None => match group_at(conn, room_id, start).await? {
-                    Some(group) => {
-                        rooms
-                            .state_parts_of_group(conn, room_id, group, members)
-                            .await?
-                    }
-                    None => Vec::new(),
+                    Some(group) => rooms.state_of_group(conn, room_id, group, members).await?,
+                    None => SectionState::default(),
                 },
                 Some(_) => {
                     let ids =
                         section_state_ids(conn, room_id, range, limited, start, members).await?;
-                    client_events::get_state_event_parts(conn, &ids).await?
+                    SectionState {
+                        kept: Vec::new(),
+                        read: client_events::get_state_event_parts(conn, &ids).await?,
+                    }
                 }
             };
-            state_parts.retain(|p| request.filter.state.allows_parts(p));
-            state_parts.sort_by_key(|p| p.stream_ordering);
+            state.kept.retain(|e| request.filter.state.allows_kept(e));
+            state.read.retain(|p| request.filter.state.allows_parts(p));
             let (mut timeline, state) = tokio::try_join!(
                 rooms.render_with_bundled(
                     conn,
@@ -484,7 +479,7 @@ impl Sync {
                     &timeline,
                     &extras.bundled
                 ),
-                rooms.render_parts(conn, &rules, state_parts, RoomIdField::Omitted),
+                rooms.render_section_state(conn, &rules, state),
             )?;
             timeline.iter_mut().for_each(omit_room_ids);
             (timeline, state)
