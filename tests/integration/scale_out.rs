@@ -284,7 +284,8 @@ async fn state_kept_in_memory_by_one_process_is_served_redacted_after_a_redactio
         };
         (content(&secret), content(&renamed))
     };
-    // Served from what the first kept (the first initial sync on A, read from the database),
+    // Served from what the first kept (the first initial sync on A reads the state from the
+    // database and serves what it keeps; the unit tests hold that to the rendering from parts),
     // the second sync's state is the first's, in the same order, but for the ages, which go on.
     let without_ages = |sync: &Value| {
         let mut events = sync["rooms"]["join"][&room]["state"]["events"].clone();

@@ -217,8 +217,8 @@ impl Rooms {
 
     /// The state of group `group` of `room_id` for a sync section, in no order; with `members`,
     /// only those members' member events (a lazy-loading sync's). The events kept in memory
-    /// serve when the room had no redaction since they were read; the others are read, and
-    /// kept.
+    /// serve when the room had no redaction since they were read; the others are read and
+    /// kept, and served as kept (rendered once), but for those never kept.
     pub(crate) async fn state_of_group(
         &self,
         conn: &AsyncPgConnection,
@@ -230,17 +230,16 @@ impl Rooms {
         let found = self
             .state_parts
             .find(state.event_ids, state.room_redactions);
+        let mut kept = found.kept;
         let mut read = Vec::new();
         if !found.missing.is_empty() {
-            let room_redactions;
-            (read, room_redactions) =
+            let (parts, room_redactions) =
                 client_events::get_counted_state_event_parts(conn, room_id, &found.missing).await?;
-            self.state_parts.keep(&read, room_redactions);
+            let newly_kept;
+            (newly_kept, read) = self.state_parts.keep(parts, room_redactions);
+            kept.extend(newly_kept);
         }
-        Ok(SectionState {
-            kept: found.kept,
-            read,
-        })
+        Ok(SectionState { kept, read })
     }
 
     /// A sync section's state as JSON texts (without `room_id`), in stream order.

@@ -15,7 +15,10 @@
 //!
 //! The cache is bounded by an estimate of its bytes, least recently used first out.
 
-use std::{fmt::Write, sync::Arc, sync::Mutex};
+use std::{
+    fmt::Write,
+    sync::{Arc, Mutex},
+};
 
 use lru::LruCache;
 use serde_json::value::RawValue;
@@ -154,21 +157,26 @@ impl StatePartsCache {
     }
 
     /// Keeps the events of `parts`, read when their room's redaction count was
-    /// `room_redactions` (all but the redacted ones and redactions).
-    pub fn keep(&self, parts: &[ClientEventParts], room_redactions: i64) {
-        let kept: Vec<(&str, KeptEvent)> = parts
-            .iter()
-            .filter_map(|part| {
-                Some((
-                    part.event_id.as_str(),
-                    KeptEvent::new(part, room_redactions)?,
-                ))
-            })
-            .collect();
+    /// `room_redactions`, and answers them as kept, so that they are served without being
+    /// rendered again; and the parts not kept (redacted events and redactions, whose client
+    /// form comes from the whole PDU), to be rendered from what was read.
+    pub fn keep(
+        &self,
+        parts: Vec<ClientEventParts>,
+        room_redactions: i64,
+    ) -> (Vec<Arc<KeptEvent>>, Vec<ClientEventParts>) {
+        let mut kept = Vec::with_capacity(parts.len());
+        let mut not_kept = Vec::new();
+        for part in parts {
+            match KeptEvent::new(&part, room_redactions) {
+                Some(event) => kept.push((part.event_id, Arc::new(event))),
+                None => not_kept.push(part),
+            }
+        }
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        for (event_id, event) in kept {
+        for (event_id, event) in &kept {
             let bytes = event.bytes(event_id);
-            if let Some(old) = entries.map.put(event_id.into(), Arc::new(event)) {
+            if let Some(old) = entries.map.put(event_id.as_str().into(), event.clone()) {
                 entries.bytes -= old.bytes(event_id);
             }
             entries.bytes += bytes;
@@ -179,6 +187,8 @@ impl StatePartsCache {
                 None => break,
             }
         }
+        drop(entries);
+        (kept.into_iter().map(|(_, event)| event).collect(), not_kept)
     }
 
     /// How many events are kept, and their estimated bytes.
@@ -233,7 +243,9 @@ mod tests {
         let mut redacted = topic.clone();
         redacted.event_id = "$x".to_owned();
         redacted.redacted_by = Some("$r".to_owned());
-        cache.keep(&[alice.clone(), topic.clone(), redacted], 3);
+        let (kept, not_kept) = cache.keep(vec![alice.clone(), topic.clone(), redacted.clone()], 3);
+        assert_eq!(kept.len(), 2);
+        assert_eq!(not_kept, vec![redacted]);
 
         let ids = vec![
             "$a".to_owned(),
@@ -269,10 +281,10 @@ mod tests {
         let one = member("$1", "@a:example.org", "{}");
         let budget = KeptEvent::new(&one, 0).unwrap().bytes("$1") * 2;
         let cache = StatePartsCache::new(budget);
-        cache.keep(&[one, member("$2", "@a:example.org", "{}")], 0);
+        cache.keep(vec![one, member("$2", "@a:example.org", "{}")], 0);
         // Reading $1 makes $2 the least recently used.
         assert!(cache.find(vec!["$1".to_owned()], 0).missing.is_empty());
-        cache.keep(&[member("$3", "@a:example.org", "{}")], 0);
+        cache.keep(vec![member("$3", "@a:example.org", "{}")], 0);
         assert_eq!(cache.size(), (2, budget));
         let found = cache.find(vec!["$1".into(), "$2".into(), "$3".into()], 0);
         assert_eq!(found.missing, vec!["$2".to_owned()]);
