@@ -47,10 +47,7 @@ pub async fn myelin_loader(
             json!({ "skipped": "needs --database-url to load events" }),
         ));
     };
-    let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .map_err(|e| format!("database: {e}"))?;
-    tokio::spawn(connection);
+    let db = crate::connect(url).await?;
     let myelin_schema = db
         .query_one(
             "SELECT count(*) FROM information_schema.columns \

@@ -233,11 +233,9 @@ impl Bench {
         let Some(url) = &self.database_url else {
             return;
         };
-        let Ok((client, connection)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await
-        else {
+        let Ok(client) = connect(url).await else {
             return;
         };
-        tokio::spawn(connection);
         if let Err(err) = client.batch_execute("VACUUM ANALYZE").await {
             eprintln!("myelin-bench: VACUUM ANALYZE failed: {err}");
         }
@@ -317,11 +315,17 @@ fn rss_kib(pid: Option<u32>, field: &str) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-async fn database_size(url: Option<&str>) -> Option<i64> {
-    let (client, connection) = tokio_postgres::connect(url?, tokio_postgres::NoTls)
+/// A connection to the server's database at `url`, driven in the background.
+async fn connect(url: &str) -> Result<tokio_postgres::Client, Failure> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
-        .ok()?;
+        .map_err(|e| format!("database: {e}"))?;
     tokio::spawn(connection);
+    Ok(client)
+}
+
+async fn database_size(url: Option<&str>) -> Option<i64> {
+    let client = connect(url?).await.ok()?;
     let row = client
         .query_one("SELECT pg_database_size(current_database())", &[])
         .await

@@ -185,11 +185,8 @@ async fn set_up_through_api_and_sql(
 
 /// The events and the size of the database at `url` (either server's schema has `events`).
 async fn database_counts(url: &str) -> Result<(i64, i64), Failure> {
-    let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .map_err(|e| format!("database: {e}"))?;
-    tokio::spawn(connection);
-    let row = db
+    let row = crate::connect(url)
+        .await?
         .query_one(
             "SELECT (SELECT count(*) FROM events), pg_database_size(current_database())",
             &[],
