@@ -84,10 +84,10 @@ macro_rules! chain_entries_with_members {
 
 /// SQL after [`with_chain`] and `, entries AS (` one of the entry selections `)`: the
 /// entries' event IDs, each with the room's redaction count (`rooms.redactions`) read in the
-/// same snapshot.
+/// same snapshot, as root 1.
 macro_rules! ids_of_entries {
     () => {
-        " SELECT entries.event_id, ( \
+        " SELECT 1::BIGINT AS root, entries.event_id, ( \
              SELECT r.redactions FROM state_groups g JOIN rooms r ON r.room_id = g.room_id \
              WHERE g.state_group = $1 \
          ) AS room_redactions \
@@ -138,7 +138,7 @@ pub async fn get_state_ids_with_members(
 }
 
 /// A state's event IDs, and how many redactions its room had when they were read.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct CountedStateIds {
     /// The state's event IDs, in no order.
     pub event_ids: Vec<String>,
@@ -148,6 +148,8 @@ pub struct CountedStateIds {
 
 #[derive(QueryableByName)]
 struct CountedEntry {
+    #[diesel(sql_type = BigInt)]
+    root: i64,
     #[diesel(sql_type = Text)]
     event_id: String,
     #[diesel(sql_type = BigInt)]
@@ -155,43 +157,108 @@ struct CountedEntry {
 }
 
 /// The event IDs of a group's state, with the room's redaction count in the same snapshot
-/// (what tells cached client parts of them apart from stale ones); with `members`, only those
-/// members' member events (a lazy-loading sync's).
+/// (what tells cached client parts of them apart from stale ones).
 pub async fn get_counted_state_ids(
     mut conn: &AsyncPgConnection,
     group: i64,
-    members: Option<&[String]>,
 ) -> QueryResult<CountedStateIds> {
-    let entries: Vec<CountedEntry> = match members {
-        None => {
-            crate::storage::cached_sql(with_chain!(
-                ", entries AS (",
-                chain_entries!(),
-                ")",
-                ids_of_entries!()
-            ))
-            .bind::<BigInt, _>(group)
-            .load(&mut conn)
-            .await?
+    let entries: Vec<CountedEntry> = crate::storage::cached_sql(with_chain!(
+        ", entries AS (",
+        chain_entries!(),
+        ")",
+        ids_of_entries!()
+    ))
+    .bind::<BigInt, _>(group)
+    .load(&mut conn)
+    .await?;
+    Ok(counted_states(1, entries).pop().unwrap_or_default())
+}
+
+/// [`get_counted_state_ids`] of many groups in one statement, with only the member events
+/// of each group's `members` (one list per group, a lazy-loading sync's), in the groups'
+/// order. PostgreSQL planned the statement of one group anew for each, at three times its
+/// execution (0.22 ms against 0.07 ms in a lazy sync of 300 rooms), so a sync's batch of rooms
+/// shares one plan. A whole state is read a group a statement: dropping the entries a nearer
+/// delta replaced sorts them, and many small sorts cost less than one of a whole batch (a full
+/// sync of 300 rooms of 300 members: 190 ms of PostgreSQL's CPU in batches of 32, 150 ms a
+/// room at a time).
+pub async fn get_counted_member_state_ids_of_groups(
+    mut conn: &AsyncPgConnection,
+    groups: &[i64],
+    members: &[Vec<String>],
+) -> QueryResult<Vec<CountedStateIds>> {
+    if groups.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Each member as (its group's number, user ID), its entry looked up by index.
+    let (roots, users): (Vec<i64>, Vec<&str>) = members
+        .iter()
+        .zip(1..)
+        .flat_map(|(users, root)| users.iter().map(move |u| (root, u.as_str())))
+        .unzip();
+    // The chain of each group ("root", numbered from 1), each step a primary-key lookup as in
+    // `with_chain`, then each step's entries as in `chain_entries_with_members`.
+    let entries: Vec<CountedEntry> = crate::storage::cached_sql(
+        "WITH RECURSIVE roots AS ( \
+             SELECT r.i AS root, r.g AS state_group, ( \
+                 SELECT rm.redactions FROM state_groups sg \
+                 JOIN rooms rm ON rm.room_id = sg.room_id WHERE sg.state_group = r.g \
+             ) AS room_redactions \
+             FROM unnest($1::BIGINT[]) WITH ORDINALITY AS r(g, i) \
+         ), chain (root, state_group, parent_group, level) AS ( \
+             SELECT roots.root, g.state_group, g.parent_group, 0 \
+             FROM roots CROSS JOIN LATERAL ( \
+                 SELECT state_group, parent_group FROM state_groups \
+                 WHERE state_group = roots.state_group LIMIT 1 \
+             ) g \
+             UNION ALL \
+             SELECT c.root, g.state_group, g.parent_group, c.level + 1 \
+             FROM chain c CROSS JOIN LATERAL ( \
+                 SELECT state_group, parent_group FROM state_groups \
+                 WHERE state_group = c.parent_group LIMIT 1 \
+             ) g \
+         ), entries AS ( \
+             SELECT DISTINCT ON (c.root, e.event_type, e.state_key) c.root, e.event_id \
+             FROM chain c CROSS JOIN LATERAL ( \
+                 SELECT event_type, state_key, event_id FROM state_group_entries \
+                 WHERE state_group = c.state_group AND event_type < 'm.room.member' \
+                 UNION ALL \
+                 SELECT event_type, state_key, event_id FROM state_group_entries \
+                 WHERE state_group = c.state_group AND event_type > 'm.room.member' \
+                 UNION ALL \
+                 SELECT s.event_type, s.state_key, s.event_id \
+                 FROM unnest($2::BIGINT[], $3::TEXT[]) AS m(root, user_id) \
+                 JOIN state_group_entries s ON s.state_group = c.state_group \
+                     AND s.event_type = 'm.room.member' AND s.state_key = m.user_id \
+                 WHERE m.root = c.root \
+                 OFFSET 0 \
+             ) e \
+             ORDER BY c.root, e.event_type, e.state_key, c.level \
+         ) \
+         SELECT entries.root, entries.event_id, roots.room_redactions \
+         FROM entries JOIN roots ON roots.root = entries.root",
+    )
+    .bind::<Array<BigInt>, _>(groups)
+    .bind::<Array<BigInt>, _>(roots)
+    .bind::<Array<Text>, _>(users)
+    .load(&mut conn)
+    .await?;
+    Ok(counted_states(groups.len(), entries))
+}
+
+/// The states of `roots` roots (numbered from 1) from their entries.
+fn counted_states(roots: usize, entries: Vec<CountedEntry>) -> Vec<CountedStateIds> {
+    let mut states: Vec<CountedStateIds> = (0..roots).map(|_| Default::default()).collect();
+    for entry in entries {
+        let state = usize::try_from(entry.root - 1)
+            .ok()
+            .and_then(|i| states.get_mut(i));
+        if let Some(state) = state {
+            state.room_redactions = entry.room_redactions;
+            state.event_ids.push(entry.event_id);
         }
-        Some(members) => {
-            crate::storage::cached_sql(with_chain!(
-                ", entries AS (",
-                chain_entries_with_members!(),
-                ")",
-                ids_of_entries!()
-            ))
-            .bind::<BigInt, _>(group)
-            .bind::<Array<Text>, _>(members)
-            .load(&mut conn)
-            .await?
-        }
-    };
-    let room_redactions = entries.as_slice().first().map_or(0, |e| e.room_redactions);
-    Ok(CountedStateIds {
-        event_ids: entries.into_iter().map(|e| e.event_id).collect(),
-        room_redactions,
-    })
+    }
+    states
 }
 
 /// Where a group stands in its lineage (the groups since a snapshot).

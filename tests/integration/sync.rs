@@ -994,3 +994,74 @@ async fn every_room_of_a_many_room_sync_gets_its_own_newest_events_and_relations
         "{limited_rooms}"
     );
 }
+
+#[tokio::test]
+async fn each_room_of_a_sync_gets_its_own_state_and_lazy_loaded_members() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let carol = server.register("carol").await;
+    let dave = server.register("dave").await;
+    let names = ["A", "B", "C"];
+    let mut rooms = Vec::new();
+    for name in names {
+        let room = json!({ "preset": "public_chat", "name": name });
+        rooms.push(alice.create_room(room).await);
+    }
+    // Bob and carol are in A and B, whose last messages are from one each; C ends with dave's
+    // join, and he had no member event before it.
+    for room in &rooms[..2] {
+        bob.join(room).await.ok();
+        carol.join(room).await.ok();
+    }
+    dave.join(&rooms[2]).await.ok();
+    bob.send_text(&rooms[0], "a", "from bob").await.ok();
+    carol.send_text(&rooms[1], "b", "from carol").await.ok();
+
+    let state_of = |sync: &Value, room: &str| -> (Vec<String>, Value) {
+        let state = sync["rooms"]["join"][room]["state"]["events"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let mut members: Vec<String> = state
+            .iter()
+            .filter(|e| e["type"] == "m.room.member")
+            .map(|e| e["state_key"].as_str().unwrap().to_owned())
+            .collect();
+        members.sort();
+        let name = state
+            .iter()
+            .find(|e| e["type"] == "m.room.name")
+            .map_or(Value::Null, |e| e["content"]["name"].clone());
+        (members, name)
+    };
+    let users = |names: &[&str]| -> Vec<String> { names.iter().map(|n| user_id(n)).collect() };
+    // Each twice: the first sync reads the state events, the second serves them from memory.
+    for (round, lazy) in [(0, true), (1, true), (2, false), (3, false)] {
+        let filter = json!({ "room": {
+            "timeline": { "limit": 1, "not_types": [format!("never.{round}")] },
+            "state": { "lazy_load_members": lazy },
+        } })
+        .to_string();
+        let sync = alice.sync(None, 0, Some(&filter)).await;
+        let expected = match lazy {
+            true => [users(&["alice", "bob"]), users(&["alice", "carol"])],
+            false => [
+                users(&["alice", "bob", "carol"]),
+                users(&["alice", "bob", "carol"]),
+            ],
+        };
+        for (i, room) in rooms.iter().enumerate() {
+            let members = expected
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| users(&["alice"]));
+            assert_eq!(
+                state_of(&sync, room),
+                (members, json!(names[i])),
+                "room {}, lazy {lazy}",
+                names[i]
+            );
+        }
+    }
+}

@@ -215,18 +215,45 @@ impl Rooms {
         Ok(rendered)
     }
 
-    /// The state of group `group` of `room_id` for a sync section, in no order; with `members`,
-    /// only those members' member events (a lazy-loading sync's). The events kept in memory
-    /// serve when the room had no redaction since they were read; the others are read and
-    /// kept, and served as kept (rendered once), but for those never kept.
+    /// The state of group `group` of `room_id` for a sync section, in no order.
     pub(crate) async fn state_of_group(
         &self,
         conn: &AsyncPgConnection,
         room_id: &str,
         group: i64,
-        members: Option<&[String]>,
     ) -> Result<SectionState> {
-        let state = state_store::get_counted_state_ids(conn, group, members).await?;
+        let state = state_store::get_counted_state_ids(conn, group).await?;
+        self.section_state(conn, room_id, state).await
+    }
+
+    /// The state of each `(room, group)` for a lazy-loading sync's sections, in no order
+    /// within each, with only the member events of `members` (one list per room); their event
+    /// IDs are one statement.
+    pub(crate) async fn member_states_of_groups(
+        &self,
+        conn: &AsyncPgConnection,
+        groups: &[(&str, i64)],
+        members: &[Vec<String>],
+    ) -> Result<Vec<SectionState>> {
+        let ids: Vec<i64> = groups.iter().map(|(_, group)| *group).collect();
+        let states =
+            state_store::get_counted_member_state_ids_of_groups(conn, &ids, members).await?;
+        let sections = groups
+            .iter()
+            .zip(states)
+            .map(|((room_id, _), state)| self.section_state(conn, room_id, state));
+        futures_util::future::try_join_all(sections).await
+    }
+
+    /// A state's events for a sync section: those kept in memory serve when the room had no
+    /// redaction since they were read; the others are read and kept, and served as kept
+    /// (rendered once), but for those never kept.
+    async fn section_state(
+        &self,
+        conn: &AsyncPgConnection,
+        room_id: &str,
+        state: state_store::CountedStateIds,
+    ) -> Result<SectionState> {
         let found = self
             .state_parts
             .find(state.event_ids, state.room_redactions);
