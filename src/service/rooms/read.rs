@@ -223,12 +223,16 @@ impl Rooms {
         group: i64,
     ) -> Result<SectionState> {
         let state = state_store::get_counted_state_ids(conn, group).await?;
-        self.section_state(conn, room_id, state).await
+        Ok(self
+            .section_states(conn, vec![(room_id, state)])
+            .await?
+            .pop()
+            .unwrap_or_default())
     }
 
     /// The state of each `(room, group)` for a lazy-loading sync's sections, in no order
     /// within each, with only the member events of `members` (one list per room); their event
-    /// IDs are one statement.
+    /// IDs are one statement, and the events not kept in memory one more.
     pub(crate) async fn member_states_of_groups(
         &self,
         conn: &AsyncPgConnection,
@@ -238,35 +242,47 @@ impl Rooms {
         let ids: Vec<i64> = groups.iter().map(|(_, group)| *group).collect();
         let states =
             state_store::get_counted_member_state_ids_of_groups(conn, &ids, members).await?;
-        let sections = groups
-            .iter()
-            .zip(states)
-            .map(|((room_id, _), state)| self.section_state(conn, room_id, state));
-        futures_util::future::try_join_all(sections).await
+        let rooms = groups.iter().map(|(room_id, _)| *room_id).zip(states);
+        self.section_states(conn, rooms.collect()).await
     }
 
-    /// A state's events for a sync section: those kept in memory serve when the room had no
-    /// redaction since they were read; the others are read and kept, and served as kept
-    /// (rendered once), but for those never kept.
-    async fn section_state(
+    /// Rooms' state events for sync sections, by room: those kept in memory serve when their
+    /// room had no redaction since they were read; the others are read (one statement for
+    /// all) and kept, and served as kept (rendered once), but for those never kept.
+    async fn section_states(
         &self,
         conn: &AsyncPgConnection,
-        room_id: &str,
-        state: state_store::CountedStateIds,
-    ) -> Result<SectionState> {
-        let found = self
-            .state_parts
-            .find(state.event_ids, state.room_redactions);
-        let mut kept = found.kept;
-        let mut read = Vec::new();
-        if !found.missing.is_empty() {
-            let (parts, room_redactions) =
-                client_events::get_counted_state_event_parts(conn, room_id, &found.missing).await?;
-            let newly_kept;
-            (newly_kept, read) = self.state_parts.keep(parts, room_redactions);
-            kept.extend(newly_kept);
-        }
-        Ok(SectionState { kept, read })
+        states: Vec<(&str, state_store::CountedStateIds)>,
+    ) -> Result<Vec<SectionState>> {
+        let found: Vec<_> = states
+            .into_iter()
+            .map(|(room_id, state)| {
+                let found = self
+                    .state_parts
+                    .find(state.event_ids, state.room_redactions);
+                (room_id, found)
+            })
+            .collect();
+        let missing: Vec<String> = found
+            .iter()
+            .flat_map(|(_, found)| found.missing.iter().cloned())
+            .collect();
+        let mut read = client_events::get_counted_state_event_parts(conn, &missing).await?;
+        Ok(found
+            .into_iter()
+            .map(|(room_id, found)| {
+                let mut kept = found.kept;
+                let (newly_kept, not_kept) = match read.remove(room_id) {
+                    Some((parts, room_redactions)) => self.state_parts.keep(parts, room_redactions),
+                    None => Default::default(),
+                };
+                kept.extend(newly_kept);
+                SectionState {
+                    kept,
+                    read: not_kept,
+                }
+            })
+            .collect())
     }
 
     /// A sync section's state as JSON texts (without `room_id`), in stream order.
