@@ -197,27 +197,22 @@ pub async fn get_counted_member_state_ids_of_groups(
         .flat_map(|(users, root)| users.iter().map(move |u| (root, u.as_str())))
         .unzip();
     // The chain of each group ("root", numbered from 1), each step a primary-key lookup as in
-    // `with_chain`, then each step's entries as in `chain_entries_with_members`. Each root's
-    // members are gathered once and carried down its chain, not unnested from all the batch's
-    // pairs at every step.
+    // `with_chain`, then each step's entries as in `chain_entries_with_members`.
     let entries: Vec<CountedEntry> = crate::storage::cached_sql(
         "WITH RECURSIVE roots AS ( \
              SELECT r.i AS root, r.g AS state_group, ( \
                  SELECT rm.redactions FROM state_groups sg \
                  JOIN rooms rm ON rm.room_id = sg.room_id WHERE sg.state_group = r.g \
-             ) AS room_redactions, ARRAY( \
-                 SELECT m.user_id FROM unnest($2::BIGINT[], $3::TEXT[]) AS m(root, user_id) \
-                 WHERE m.root = r.i \
-             ) AS members \
+             ) AS room_redactions \
              FROM unnest($1::BIGINT[]) WITH ORDINALITY AS r(g, i) \
-         ), chain (root, members, state_group, parent_group, level) AS ( \
-             SELECT roots.root, roots.members, g.state_group, g.parent_group, 0 \
+         ), chain (root, state_group, parent_group, level) AS ( \
+             SELECT roots.root, g.state_group, g.parent_group, 0 \
              FROM roots CROSS JOIN LATERAL ( \
                  SELECT state_group, parent_group FROM state_groups \
                  WHERE state_group = roots.state_group LIMIT 1 \
              ) g \
              UNION ALL \
-             SELECT c.root, c.members, g.state_group, g.parent_group, c.level + 1 \
+             SELECT c.root, g.state_group, g.parent_group, c.level + 1 \
              FROM chain c CROSS JOIN LATERAL ( \
                  SELECT state_group, parent_group FROM state_groups \
                  WHERE state_group = c.parent_group LIMIT 1 \
@@ -232,9 +227,10 @@ pub async fn get_counted_member_state_ids_of_groups(
                  WHERE state_group = c.state_group AND event_type > 'm.room.member' \
                  UNION ALL \
                  SELECT s.event_type, s.state_key, s.event_id \
-                 FROM unnest(c.members) AS m(user_id) \
+                 FROM unnest($2::BIGINT[], $3::TEXT[]) AS m(root, user_id) \
                  JOIN state_group_entries s ON s.state_group = c.state_group \
                      AND s.event_type = 'm.room.member' AND s.state_key = m.user_id \
+                 WHERE m.root = c.root \
                  OFFSET 0 \
              ) e \
              ORDER BY c.root, e.event_type, e.state_key, c.level \
