@@ -60,25 +60,36 @@ macro_rules! chain_entries {
     };
 }
 
+/// SQL of a chain step's entries `(event_type, state_key, event_id)` of group `c.state_group`
+/// but its member events: the ranges of types before and after `m.room.member`, each read by
+/// index (for the lazy-loading reads, which add the members they want).
+macro_rules! entries_but_members {
+    () => {
+        " SELECT event_type, state_key, event_id FROM state_group_entries \
+         WHERE state_group = c.state_group AND event_type < 'm.room.member' \
+         UNION ALL \
+         SELECT event_type, state_key, event_id FROM state_group_entries \
+         WHERE state_group = c.state_group AND event_type > 'm.room.member'"
+    };
+}
+
 /// [`chain_entries`] with only the member entries of the users in `$2`: each group's entries
 /// are read by index as the ranges before, at and after `m.room.member`, so a big room's
 /// thousands of members are not read to be dropped.
 macro_rules! chain_entries_with_members {
     () => {
-        " SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, e.event_id \
-         FROM chain c CROSS JOIN LATERAL ( \
-             SELECT event_type, state_key, event_id FROM state_group_entries \
-             WHERE state_group = c.state_group AND event_type < 'm.room.member' \
-             UNION ALL \
-             SELECT event_type, state_key, event_id FROM state_group_entries \
-             WHERE state_group = c.state_group AND event_type > 'm.room.member' \
-             UNION ALL \
+        concat!(
+            " SELECT DISTINCT ON (e.event_type, e.state_key) e.event_type, e.state_key, \
+             e.event_id FROM chain c CROSS JOIN LATERAL (",
+            entries_but_members!(),
+            " UNION ALL \
              SELECT event_type, state_key, event_id FROM state_group_entries \
              WHERE state_group = c.state_group AND event_type = 'm.room.member' \
                AND state_key = ANY($2) \
              OFFSET 0 \
          ) e \
          ORDER BY e.event_type, e.state_key, c.level"
+        )
     };
 }
 
@@ -185,7 +196,7 @@ pub async fn get_counted_state_ids(
 pub async fn get_counted_member_state_ids_of_groups(
     mut conn: &AsyncPgConnection,
     groups: &[i64],
-    members: &[Vec<String>],
+    members: &[&[String]],
 ) -> QueryResult<Vec<CountedStateIds>> {
     if groups.is_empty() {
         return Ok(Vec::new());
@@ -198,7 +209,7 @@ pub async fn get_counted_member_state_ids_of_groups(
         .unzip();
     // The chain of each group ("root", numbered from 1), each step a primary-key lookup as in
     // `with_chain`, then each step's entries as in `chain_entries_with_members`.
-    let entries: Vec<CountedEntry> = crate::storage::cached_sql(
+    let entries: Vec<CountedEntry> = crate::storage::cached_sql(concat!(
         "WITH RECURSIVE roots AS ( \
              SELECT r.i AS root, r.g AS state_group, ( \
                  SELECT rm.redactions FROM state_groups sg \
@@ -219,13 +230,9 @@ pub async fn get_counted_member_state_ids_of_groups(
              ) g \
          ), entries AS ( \
              SELECT DISTINCT ON (c.root, e.event_type, e.state_key) c.root, e.event_id \
-             FROM chain c CROSS JOIN LATERAL ( \
-                 SELECT event_type, state_key, event_id FROM state_group_entries \
-                 WHERE state_group = c.state_group AND event_type < 'm.room.member' \
-                 UNION ALL \
-                 SELECT event_type, state_key, event_id FROM state_group_entries \
-                 WHERE state_group = c.state_group AND event_type > 'm.room.member' \
-                 UNION ALL \
+             FROM chain c CROSS JOIN LATERAL (",
+        entries_but_members!(),
+        " UNION ALL \
                  SELECT s.event_type, s.state_key, s.event_id \
                  FROM unnest($2::BIGINT[], $3::TEXT[]) AS m(root, user_id) \
                  JOIN state_group_entries s ON s.state_group = c.state_group \
@@ -236,8 +243,8 @@ pub async fn get_counted_member_state_ids_of_groups(
              ORDER BY c.root, e.event_type, e.state_key, c.level \
          ) \
          SELECT entries.root, entries.event_id, roots.room_redactions \
-         FROM entries JOIN roots ON roots.root = entries.root",
-    )
+         FROM entries JOIN roots ON roots.root = entries.root"
+    ))
     .bind::<Array<BigInt>, _>(groups)
     .bind::<Array<BigInt>, _>(roots)
     .bind::<Array<Text>, _>(users)

@@ -237,7 +237,7 @@ impl Rooms {
         &self,
         conn: &AsyncPgConnection,
         groups: &[(&str, i64)],
-        members: &[Vec<String>],
+        members: &[&[String]],
     ) -> Result<Vec<SectionState>> {
         let ids: Vec<i64> = groups.iter().map(|(_, group)| *group).collect();
         let states =

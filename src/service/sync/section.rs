@@ -279,25 +279,26 @@ impl Sync {
             }
         });
         let drafts = futures_util::future::try_join_all(drafts).await?;
-        let mut full_states = self
+        let full_states = self
             .lazy_full_states(rooms, conn, request, &batch, &drafts)
             .await?;
-        let sections = batch
-            .into_iter()
-            .zip(drafts)
-            .enumerate()
-            .map(|(i, (job, draft))| {
-                self.room_job(
-                    rooms,
-                    conn,
-                    ignored,
-                    request,
-                    job,
-                    draft.map(|draft| (draft, full_states[i].take())),
-                    &extras,
-                    joined_facts.clone(),
-                )
-            });
+        let sections =
+            batch
+                .into_iter()
+                .zip(drafts)
+                .zip(full_states)
+                .map(|((job, draft), full_state)| {
+                    self.room_job(
+                        rooms,
+                        conn,
+                        ignored,
+                        request,
+                        job,
+                        draft.map(|draft| (draft, full_state)),
+                        &extras,
+                        joined_facts.clone(),
+                    )
+                });
         futures_util::future::try_join_all(sections).await
     }
 
@@ -403,9 +404,9 @@ impl Sync {
             }
         }
         let groups: Vec<(&str, i64)> = with_group.iter().map(|(_, group, _)| *group).collect();
-        let members: Vec<Vec<String>> = with_group
+        let members: Vec<&[String]> = with_group
             .iter()
-            .map(|(_, _, draft)| draft.members.clone().unwrap_or_default())
+            .map(|(_, _, draft)| draft.members.as_deref().unwrap_or_default())
             .collect();
         let read = rooms
             .member_states_of_groups(conn, &groups, &members)
