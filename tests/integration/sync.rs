@@ -1065,3 +1065,47 @@ async fn each_room_of_a_sync_gets_its_own_state_and_lazy_loaded_members() {
         }
     }
 }
+
+/// A lazy-loading sync reads a small state group's member entries whole and looks up the wanted
+/// members one by one in a big one: here alice's and the first joiner's member events sit in a
+/// skip delta of 32 changes, more than four times the two wanted members, so the lookups must
+/// find them (the small groups are the other test's).
+#[tokio::test]
+async fn a_lazy_sync_finds_members_whose_events_sit_in_a_big_state_group() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    let mut joiners = Vec::new();
+    for i in 0..30 {
+        let joiner = server.register(&format!("joiner{i}")).await;
+        joiner.join(&room).await.ok();
+        joiners.push(joiner);
+    }
+    joiners[0]
+        .send_text(&room, "t", "from the first")
+        .await
+        .ok();
+
+    for (round, lazy) in [(0, true), (1, true), (2, false)] {
+        let filter = json!({ "room": {
+            "timeline": { "limit": 1, "not_types": [format!("never.{round}")] },
+            "state": { "lazy_load_members": lazy },
+        } })
+        .to_string();
+        let sync = alice.sync(None, 0, Some(&filter)).await;
+        let mut members: Vec<String> = sync["rooms"]["join"][&room]["state"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "m.room.member" && e["content"]["membership"] == "join")
+            .map(|e| e["state_key"].as_str().unwrap().to_owned())
+            .collect();
+        members.sort();
+        let mut expected = vec![user_id("alice"), user_id("joiner0")];
+        if !lazy {
+            expected.extend((1..30).map(|i| user_id(&format!("joiner{i}"))));
+        }
+        expected.sort();
+        assert_eq!(members, expected, "lazy {lazy}");
+    }
+}
