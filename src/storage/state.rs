@@ -106,6 +106,16 @@ macro_rules! ids_of_entries {
     };
 }
 
+/// SQL of a bound on the entries of the `state_groups` row in scope, as `most_entries`,
+/// known without reading them: a snapshot's count, or for a skip delta at depth d (a delta
+/// on the group at `d & (d - 1)`) the changes since that group, at most d's lowest set bit.
+macro_rules! most_entries {
+    () => {
+        " CASE WHEN parent_group IS NULL THEN snapshot_rows \
+         ELSE delta_depth & -delta_depth END AS most_entries"
+    };
+}
+
 #[derive(QueryableByName)]
 struct Entry {
     #[diesel(sql_type = Text)]
@@ -206,10 +216,9 @@ pub async fn get_counted_member_state_ids_of_groups(
     // batch's (root, user) pairs at every step and keeping the root's cost 14 ms for 32 rooms
     // of 11 wanted members (a lazy sync of 500 rooms went from 150 to 300 ms).
     // A step reads its group's member entries in one of two ways, chosen by a bound on the
-    // group's size that needs no statistics (a snapshot's entry count; a skip delta at depth
-    // d holds at most the lowest set bit of d entries): a group of at most four entries per
-    // wanted member is read whole and filtered, a bigger one looked up one wanted member at a
-    // time (the `LIMIT` keeps each a primary-key lookup). Both give the same rows. Filtering
+    // group's size that needs no statistics (`most_entries`): a group of at most four entries
+    // per wanted member is read whole and filtered, a bigger one looked up one wanted member
+    // at a time (the `LIMIT` keeps each a primary-key lookup). Both give the same rows. Filtering
     // alone made a big account's batch 2.5x slower (300 members read for 2 wanted), lookups
     // alone scenario 5's 1.7x (11 lookups in groups of 4 entries).
     let mut starts: Vec<i32> = Vec::with_capacity(members.len() + 1);
@@ -231,18 +240,16 @@ pub async fn get_counted_member_state_ids_of_groups(
          ), chain (root, state_group, parent_group, most_entries, level) AS ( \
              SELECT roots.root, g.state_group, g.parent_group, g.most_entries, 0 \
              FROM roots CROSS JOIN LATERAL ( \
-                 SELECT state_group, parent_group, \
-                     CASE WHEN parent_group IS NULL THEN snapshot_rows \
-                     ELSE delta_depth & -delta_depth END AS most_entries \
-                 FROM state_groups WHERE state_group = roots.state_group LIMIT 1 \
+                 SELECT state_group, parent_group, ",
+        most_entries!(),
+        " FROM state_groups WHERE state_group = roots.state_group LIMIT 1 \
              ) g \
              UNION ALL \
              SELECT c.root, g.state_group, g.parent_group, g.most_entries, c.level + 1 \
              FROM chain c CROSS JOIN LATERAL ( \
-                 SELECT state_group, parent_group, \
-                     CASE WHEN parent_group IS NULL THEN snapshot_rows \
-                     ELSE delta_depth & -delta_depth END AS most_entries \
-                 FROM state_groups WHERE state_group = c.parent_group LIMIT 1 \
+                 SELECT state_group, parent_group, ",
+        most_entries!(),
+        " FROM state_groups WHERE state_group = c.parent_group LIMIT 1 \
              ) g \
          ), entries AS ( \
              SELECT DISTINCT ON (c.root, e.event_type, e.state_key) c.root, e.event_id \
