@@ -995,6 +995,34 @@ async fn every_room_of_a_many_room_sync_gets_its_own_newest_events_and_relations
     );
 }
 
+/// A first sync's filter: timeline limit 1, lazy-loaded members or not, and a type excluded
+/// that no other round's filter names, so no response is served from an earlier one's.
+fn first_sync_filter(round: usize, lazy: bool) -> String {
+    json!({ "room": {
+        "timeline": { "limit": 1, "not_types": [format!("never.{round}")] },
+        "state": { "lazy_load_members": lazy },
+    } })
+    .to_string()
+}
+
+/// A joined room's state events in a sync response.
+fn joined_state<'s>(sync: &'s Value, room: &str) -> &'s Vec<Value> {
+    sync["rooms"]["join"][room]["state"]["events"]
+        .as_array()
+        .unwrap()
+}
+
+/// The user IDs of a joined room's member events in a sync response's state, sorted.
+fn state_members(sync: &Value, room: &str) -> Vec<String> {
+    let mut members: Vec<String> = joined_state(sync, room)
+        .iter()
+        .filter(|e| e["type"] == "m.room.member")
+        .map(|e| e["state_key"].as_str().unwrap().to_owned())
+        .collect();
+    members.sort();
+    members
+}
+
 #[tokio::test]
 async fn each_room_of_a_sync_gets_its_own_state_and_lazy_loaded_members() {
     let server = TestServer::start().await;
@@ -1019,31 +1047,18 @@ async fn each_room_of_a_sync_gets_its_own_state_and_lazy_loaded_members() {
     carol.send_text(&rooms[1], "b", "from carol").await.ok();
 
     let state_of = |sync: &Value, room: &str| -> (Vec<String>, Value) {
-        let state = sync["rooms"]["join"][room]["state"]["events"]
-            .as_array()
-            .unwrap()
-            .clone();
-        let mut members: Vec<String> = state
-            .iter()
-            .filter(|e| e["type"] == "m.room.member")
-            .map(|e| e["state_key"].as_str().unwrap().to_owned())
-            .collect();
-        members.sort();
-        let name = state
+        let name = joined_state(sync, room)
             .iter()
             .find(|e| e["type"] == "m.room.name")
             .map_or(Value::Null, |e| e["content"]["name"].clone());
-        (members, name)
+        (state_members(sync, room), name)
     };
     let users = |names: &[&str]| -> Vec<String> { names.iter().map(|n| user_id(n)).collect() };
     // Each twice: the first sync reads the state events, the second serves them from memory.
     for (round, lazy) in [(0, true), (1, true), (2, false), (3, false)] {
-        let filter = json!({ "room": {
-            "timeline": { "limit": 1, "not_types": [format!("never.{round}")] },
-            "state": { "lazy_load_members": lazy },
-        } })
-        .to_string();
-        let sync = alice.sync(None, 0, Some(&filter)).await;
+        let sync = alice
+            .sync(None, 0, Some(&first_sync_filter(round, lazy)))
+            .await;
         let expected = match lazy {
             true => [users(&["alice", "bob"]), users(&["alice", "carol"])],
             false => [
@@ -1075,32 +1090,17 @@ async fn a_lazy_sync_finds_members_whose_events_sit_in_a_big_state_group() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
-    let mut joiners = Vec::new();
-    for i in 0..30 {
-        let joiner = server.register(&format!("joiner{i}")).await;
-        joiner.join(&room).await.ok();
-        joiners.push(joiner);
-    }
+    let joiners = server.register_joined(&room, "joiner", 30).await;
     joiners[0]
         .send_text(&room, "t", "from the first")
         .await
         .ok();
 
     for (round, lazy) in [(0, true), (1, true), (2, false)] {
-        let filter = json!({ "room": {
-            "timeline": { "limit": 1, "not_types": [format!("never.{round}")] },
-            "state": { "lazy_load_members": lazy },
-        } })
-        .to_string();
-        let sync = alice.sync(None, 0, Some(&filter)).await;
-        let mut members: Vec<String> = sync["rooms"]["join"][&room]["state"]["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["type"] == "m.room.member" && e["content"]["membership"] == "join")
-            .map(|e| e["state_key"].as_str().unwrap().to_owned())
-            .collect();
-        members.sort();
+        let sync = alice
+            .sync(None, 0, Some(&first_sync_filter(round, lazy)))
+            .await;
+        let members = state_members(&sync, &room);
         let mut expected = vec![user_id("alice"), user_id("joiner0")];
         if !lazy {
             expected.extend((1..30).map(|i| user_id(&format!("joiner{i}"))));

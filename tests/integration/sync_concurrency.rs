@@ -48,18 +48,8 @@ async fn ten_senders_and_ten_long_polling_receivers_agree_on_every_message() {
     let server = TestServer::start().await;
     let owner = server.register("owner").await;
     let room = owner.create_room(json!({ "preset": "public_chat" })).await;
-    let mut receivers = Vec::new();
-    for i in 0..10 {
-        let client = server.register(&format!("receiver{i}")).await;
-        client.join(&room).await.ok();
-        receivers.push(client);
-    }
-    let mut senders = Vec::new();
-    for i in 0..SENDERS {
-        let client = server.register(&format!("sender{i}")).await;
-        client.join(&room).await.ok();
-        senders.push(client);
-    }
+    let receivers = server.register_joined(&room, "receiver", 10).await;
+    let senders = server.register_joined(&room, "sender", SENDERS).await;
     let mut receiving = Vec::new();
     for client in &receivers {
         let since = client.next_batch().await;

@@ -675,6 +675,18 @@ impl TestServer {
     pub async fn register(&self, localpart: &str) -> Client {
         self.client().register(localpart, "password").await
     }
+
+    /// Registers `{prefix}0` to `{prefix}{count - 1}` in order, each joining `room` (asserted),
+    /// and returns their clients in that order.
+    pub async fn register_joined(&self, room: &str, prefix: &str, count: usize) -> Vec<Client> {
+        let mut clients = Vec::with_capacity(count);
+        for i in 0..count {
+            let client = self.register(&format!("{prefix}{i}")).await;
+            client.join(room).await.ok();
+            clients.push(client);
+        }
+        clients
+    }
 }
 
 /// An additional server process sharing a [`TestServer`]'s database.
