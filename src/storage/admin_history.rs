@@ -42,12 +42,12 @@ pub async fn get_depth_before_ts(
 }
 
 /// Deletes the room's events below `depth` that are not state and not a forward extremity,
-/// with their transaction IDs, pending federation sends, push actions, relations and DAG
-/// edges. With `keep_sender_suffix` (`:server.name`), events whose sender ends in it are kept
-/// but become outliers (without a state group, as outliers are), so no client is served them
-/// any more (as Synapse does). State events
-/// stay whole: current state, memberships and every state group name them. Run inside the
-/// caller's transaction, under the room's lock. Returns how many events were deleted.
+/// with their transaction IDs, pending federation sends, push actions and relations. With
+/// `keep_sender_suffix` (`:server.name`), events whose sender ends in it are kept but become
+/// outliers (without a state group, as outliers are), so no client is served them any more (as
+/// Synapse does). State events stay whole: current state, memberships and every state group
+/// name them. Run inside the caller's transaction, under the room's lock. Returns how many
+/// events were deleted.
 pub async fn purge_history(
     mut conn: &AsyncPgConnection,
     room_id: &str,
@@ -81,13 +81,7 @@ pub async fn purge_history(
             .execute(&mut conn)
             .await?;
     }
-    for table in [
-        "event_push_actions",
-        "event_relations",
-        "event_edges",
-        "event_auth_edges",
-        "events",
-    ] {
+    for table in ["event_push_actions", "event_relations", "events"] {
         diesel::sql_query(format!(
             "DELETE FROM {table} WHERE room_id = $1 AND event_id IN {DELETED}"
         ))

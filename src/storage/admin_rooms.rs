@@ -473,7 +473,7 @@ pub async fn get_room_deletions(
         .await
 }
 
-/// Deletes everything this server keeps of a room: its events and their edges, relations,
+/// Deletes everything this server keeps of a room: its events and their relations,
 /// push actions and pending sends, state, memberships and their counts, receipts, room account
 /// data, aliases, delayed events and sliding-sync rows. Reports and key backups stay (they are
 /// the reporters' and the users' own records). Run inside the caller's transaction, under the
@@ -486,8 +486,6 @@ pub async fn purge_room(mut conn: &AsyncPgConnection, room_id: &str) -> QueryRes
         "DELETE FROM event_push_actions WHERE room_id = $1",
         "DELETE FROM receipts WHERE room_id = $1",
         "DELETE FROM event_relations WHERE room_id = $1",
-        "DELETE FROM event_edges WHERE room_id = $1",
-        "DELETE FROM event_auth_edges WHERE room_id = $1",
         "DELETE FROM delayed_events WHERE room_id = $1",
         "DELETE FROM sliding_sync_rooms WHERE room_id = $1",
         "DELETE FROM account_data WHERE room_id = $1",

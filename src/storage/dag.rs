@@ -1,5 +1,5 @@
-//! The room DAG: `prev_events` and `auth_events` edges, forward extremities, history in
-//! topological order and positions for backfilled events.
+//! The room DAG: forward and backward extremities, history in topological order and positions
+//! for backfilled events. An event's edges (`prev_events`, `auth_events`) are read from its PDU.
 //!
 //! History (`/messages`, `/context`) is read in topological order, `(depth, stream_ordering)`:
 //! depth places an event among its ancestors and descendants, the stream position breaks ties
@@ -50,31 +50,6 @@ impl HistoryPosition {
             stream: row.stream_ordering - 1,
         }
     }
-}
-
-/// Records an event's `prev_events` and `auth_events`, as one statement.
-pub async fn insert_edges(
-    mut conn: &AsyncPgConnection,
-    event_id: &str,
-    room_id: &str,
-    prev_events: &[&str],
-    auth_events: &[&str],
-) -> QueryResult<()> {
-    super::cached_sql(
-        "WITH prev AS ( \
-             INSERT INTO event_edges (event_id, prev_event_id, room_id) \
-             SELECT $1, unnest($3::TEXT[]), $2 \
-         ) \
-         INSERT INTO event_auth_edges (event_id, auth_event_id, room_id) \
-         SELECT $1, unnest($4::TEXT[]), $2",
-    )
-    .bind::<Text, _>(event_id)
-    .bind::<Text, _>(room_id)
-    .bind::<Array<Text>, _>(prev_events)
-    .bind::<Array<Text>, _>(auth_events)
-    .execute(&mut conn)
-    .await
-    .map(drop)
 }
 
 #[derive(QueryableByName)]
@@ -359,19 +334,12 @@ pub async fn insert_outlier(
 ) -> QueryResult<()> {
     use diesel::sql_types::Jsonb;
     super::cached_sql(
-        "WITH stored AS ( \
-             INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type, \
-                 state_key, origin_server_ts, pdu, state_group, outlier) \
-             VALUES ($1, $2, nextval('backfill_position_seq'), ($3->>'depth')::BIGINT, \
-                 $3->>'sender', $3->>'type', $3->>'state_key', \
-                 ($3->>'origin_server_ts')::BIGINT, $3, NULL, true) \
-             ON CONFLICT (event_id) DO NOTHING RETURNING event_id \
-         ), prev AS ( \
-             INSERT INTO event_edges (event_id, prev_event_id, room_id) \
-             SELECT $1, p, $2 FROM stored, jsonb_array_elements_text($3->'prev_events') p \
-         ) \
-         INSERT INTO event_auth_edges (event_id, auth_event_id, room_id) \
-         SELECT $1, a, $2 FROM stored, jsonb_array_elements_text($3->'auth_events') a",
+        "INSERT INTO events (event_id, room_id, stream_ordering, depth, sender, event_type, \
+             state_key, origin_server_ts, pdu, state_group, outlier) \
+         VALUES ($1, $2, nextval('backfill_position_seq'), ($3->>'depth')::BIGINT, \
+             $3->>'sender', $3->>'type', $3->>'state_key', \
+             ($3->>'origin_server_ts')::BIGINT, $3, NULL, true) \
+         ON CONFLICT (event_id) DO NOTHING",
     )
     .bind::<Text, _>(event_id)
     .bind::<Text, _>(room_id)
@@ -391,12 +359,15 @@ pub async fn get_backward_extremities(
 ) -> QueryResult<Vec<String>> {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
-            "SELECT DISTINCT edge.prev_event_id AS event_id \
-             FROM (SELECT event_id FROM events WHERE room_id = $1 AND {SERVED_TO_CLIENTS} \
+            "SELECT DISTINCT prev_id.event_id \
+             FROM (SELECT CASE jsonb_typeof(pdu->'prev_events') \
+                              WHEN 'array' THEN pdu->'prev_events' ELSE '[]'::jsonb END AS prevs \
+                   FROM events WHERE room_id = $1 AND {SERVED_TO_CLIENTS} \
                    ORDER BY depth, stream_ordering LIMIT {OLDEST_SCANNED}) oldest \
-             JOIN event_edges edge ON edge.event_id = oldest.event_id \
-             WHERE NOT EXISTS (SELECT 1 FROM events prev WHERE prev.event_id = edge.prev_event_id \
-                               AND (prev.state_group IS NOT NULL OR prev.rejected_reason IS NOT NULL)) \
+             CROSS JOIN LATERAL jsonb_array_elements_text(oldest.prevs) prev_id (event_id) \
+             WHERE NOT EXISTS ( \
+                 SELECT 1 FROM events prev WHERE prev.event_id = prev_id.event_id \
+                 AND (prev.state_group IS NOT NULL OR prev.rejected_reason IS NOT NULL)) \
              LIMIT $2"
         )
     });
@@ -434,7 +405,7 @@ pub async fn is_placeable_outlier(
 }
 
 /// Gives an outlier its place in the room's history: the state after it. It keeps its
-/// backfill position (never new to anyone) and its edges.
+/// backfill position (never new to anyone).
 pub async fn place_outlier(
     mut conn: &AsyncPgConnection,
     event_id: &str,

@@ -286,22 +286,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    event_auth_edges (event_id, auth_event_id) {
-        event_id -> Text,
-        auth_event_id -> Text,
-        room_id -> Text,
-    }
-}
-
-diesel::table! {
-    event_edges (event_id, prev_event_id) {
-        event_id -> Text,
-        prev_event_id -> Text,
-        room_id -> Text,
-    }
-}
-
-diesel::table! {
     event_reports (report_id) {
         report_id -> Int8,
         received_ts -> Int8,
@@ -703,8 +687,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     device_keys,
     device_list_changes,
     devices,
-    event_auth_edges,
-    event_edges,
     event_push_actions,
     event_relations,
     event_reports,

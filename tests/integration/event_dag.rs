@@ -1,6 +1,6 @@
-//! The room DAG underneath the timeline: `prev_events`/`auth_events` edges, forward
-//! extremities as a set, history in topological order `(depth, stream)`, and events clients
-//! never see (outliers, rejected and soft-failed events).
+//! The room DAG underneath the timeline: `prev_events` chains, forward extremities as a set,
+//! history in topological order `(depth, stream)`, and events clients never see (outliers,
+//! rejected and soft-failed events).
 //!
 //! No federation path creates forks, backfilled, rejected, soft-failed or outlier events yet,
 //! so the tests store them directly in the database, with the columns a federation writer
@@ -199,17 +199,6 @@ impl<'a> Foreign<'a> {
         .execute(conn)
         .await
         .unwrap();
-        let prev: Vec<&str> = self.prev_events.iter().map(String::as_str).collect();
-        diesel::sql_query(
-            "INSERT INTO event_edges (event_id, prev_event_id, room_id) \
-             SELECT $1, unnest($2::TEXT[]), $3",
-        )
-        .bind::<Text, _>(self.event_id)
-        .bind::<Array<Text>, _>(&prev)
-        .bind::<Text, _>(self.room)
-        .execute(conn)
-        .await
-        .unwrap();
         conn.batch_execute("COMMIT").await.unwrap();
         stream
     }
@@ -292,7 +281,7 @@ async fn messages(client: &Client, room: &str, query: &str) -> Value {
 const FULL_TIMELINE: &str = r#"{"room":{"timeline":{"limit":100}}}"#;
 
 #[tokio::test]
-async fn sent_events_record_their_edges_and_leave_one_forward_extremity() {
+async fn sent_events_form_one_chain_and_leave_one_forward_extremity() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
@@ -303,55 +292,74 @@ async fn sent_events_record_their_edges_and_leave_one_forward_extremity() {
         say(&bob, &room, &format!("b{n}")).await;
     }
     let mut conn = server.db().await;
-    let events = assert_edges_match_pdus(&mut conn, &room).await;
+    let events = assert_one_chain(&mut conn, &room).await;
     let last = events.last().unwrap();
     let tip = tip(&mut conn, &room).await;
     assert_eq!(tip.forward_extremities, vec![last.event_id.clone()]);
     assert_eq!(tip.tip_depth, last.depth);
 }
 
+/// Checks that a room's events, in stream order, each follow the one before (their only prev
+/// event, one deeper) and name only earlier events as auth events; returns them.
+async fn assert_one_chain(conn: &mut AsyncPgConnection, room: &str) -> Vec<Stored> {
+    let events = room_events(conn, room).await;
+    assert!(events.len() > 5, "createRoom's events and the messages");
+    for (n, event) in events.iter().enumerate() {
+        let prev: Vec<String> = serde_json::from_str(&event.prev_events).unwrap();
+        let auth: Vec<String> = serde_json::from_str(&event.auth_events).unwrap();
+        let earlier = &events[..n];
+        match earlier.last() {
+            None => assert!(prev.is_empty(), "the create event has no prev events"),
+            Some(before) => {
+                assert_eq!(
+                    prev,
+                    std::slice::from_ref(&before.event_id),
+                    "{}",
+                    event.event_id
+                );
+                assert_eq!(event.depth, before.depth + 1, "{}", event.event_id);
+            }
+        }
+        for id in &auth {
+            assert!(
+                earlier.iter().any(|e| &e.event_id == id),
+                "auth event {id} of {}",
+                event.event_id
+            );
+        }
+    }
+    events
+}
+
 #[tokio::test]
-async fn the_migration_gives_stored_events_their_edges_from_their_pdus() {
+async fn reverting_the_edge_tables_removal_gives_stored_events_their_edges_from_their_pdus() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     for n in 0..3 {
         say(&alice, &room, &format!("m{n}")).await;
     }
-    // Back to the linear schema and forward again, over the room's stored events.
     let mut conn = server.db().await;
     conn.batch_execute(include_str!(
-        "../../migrations/2026-12-01-000017_event_dag/down.sql"
+        "../../migrations/2026-12-05-000039_drop_event_edges/down.sql"
     ))
     .await
-    .expect("down.sql");
-    conn.batch_execute(include_str!(
-        "../../migrations/2026-12-01-000017_event_dag/up.sql"
-    ))
-    .await
-    .expect("up.sql over stored events");
-    assert_edges_match_pdus(&mut conn, &room).await;
-}
-
-/// Checks that every event of a room has exactly the edges its PDU lists; returns the room's
-/// events in stream order.
-async fn assert_edges_match_pdus(conn: &mut AsyncPgConnection, room: &str) -> Vec<Stored> {
-    let events = room_events(conn, room).await;
-    assert!(events.len() > 5, "createRoom's events and the messages");
+    .expect("down.sql over stored events");
+    let events = room_events(&mut conn, &room).await;
     for event in &events {
         let mut prev: Vec<String> = serde_json::from_str(&event.prev_events).unwrap();
         let mut auth: Vec<String> = serde_json::from_str(&event.auth_events).unwrap();
         prev.sort();
         auth.sort();
         let prev_edges = ids(
-            conn,
+            &mut conn,
             "SELECT COALESCE(array_agg(prev_event_id ORDER BY prev_event_id), '{}') AS ids \
              FROM event_edges WHERE event_id = $1",
             &event.event_id,
         )
         .await;
         let auth_edges = ids(
-            conn,
+            &mut conn,
             "SELECT COALESCE(array_agg(auth_event_id ORDER BY auth_event_id), '{}') AS ids \
              FROM event_auth_edges WHERE event_id = $1",
             &event.event_id,
@@ -360,7 +368,11 @@ async fn assert_edges_match_pdus(conn: &mut AsyncPgConnection, room: &str) -> Ve
         assert_eq!(prev_edges, prev, "prev edges of {}", event.event_id);
         assert_eq!(auth_edges, auth, "auth edges of {}", event.event_id);
     }
-    events
+    conn.batch_execute(include_str!(
+        "../../migrations/2026-12-05-000039_drop_event_edges/up.sql"
+    ))
+    .await
+    .expect("up.sql");
 }
 
 #[tokio::test]
@@ -705,14 +717,6 @@ async fn a_local_event_follows_every_forward_extremity_and_replaces_them() {
     expected.sort();
     assert_eq!(prev, expected);
     assert_eq!(at_m2.depth, at_m1.depth + 6, "one more than the deepest");
-    let edges = ids(
-        &mut conn,
-        "SELECT array_agg(prev_event_id ORDER BY prev_event_id) AS ids \
-         FROM event_edges WHERE event_id = $1",
-        &m2,
-    )
-    .await;
-    assert_eq!(edges, expected);
     let tip = tip(&mut conn, &room).await;
     assert_eq!(tip.forward_extremities, vec![m2.clone()]);
     assert_eq!(tip.tip_depth, at_m2.depth);

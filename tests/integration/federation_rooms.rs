@@ -272,7 +272,8 @@ async fn a_remote_user_joins_talks_and_is_checked_against_the_room_state() {
             .ok();
         let prev = server
             .count(&format!(
-                "SELECT count(*) AS n FROM event_edges WHERE event_id = '{}' AND prev_event_id = '{evading_id}'",
+                "SELECT count(*) AS n FROM events WHERE event_id = '{}' \
+                 AND pdu->'prev_events' @> jsonb_build_array('{evading_id}')",
                 after["event_id"].as_str().unwrap()
             ))
             .await;

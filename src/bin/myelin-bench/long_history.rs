@@ -341,9 +341,6 @@ async fn load(
                 t.state_group, false, false
          FROM long_template t, long_loaded l
          ORDER BY l.g;
-         INSERT INTO event_edges (event_id, prev_event_id, room_id)
-         SELECT l.event_id, coalesce(lag(l.event_id) OVER (ORDER BY l.g), t.event_id), t.room_id
-         FROM long_template t, long_loaded l;
          UPDATE rooms SET forward_extremities = ARRAY['{prev}'],
                           tip_depth = (SELECT depth FROM long_template) + {n}
          WHERE room_id = '{room}';

@@ -325,11 +325,6 @@ async fn insert_copies(
                     t.state_group, false, false
              FROM start_loaded l JOIN events t ON t.event_id = l.template_id
              ORDER BY l.n, l.g;
-             INSERT INTO event_edges (event_id, prev_event_id, room_id)
-             SELECT l.event_id,
-                    coalesce(lag(l.event_id) OVER (PARTITION BY l.n ORDER BY l.g), l.template_id),
-                    t.room_id
-             FROM start_loaded l JOIN events t ON t.event_id = l.template_id;
              UPDATE rooms r SET forward_extremities = ARRAY[l.event_id], tip_depth = t.depth + l.g
              FROM start_loaded l JOIN events t ON t.event_id = l.template_id
              WHERE l.g = {copies} AND r.room_id = t.room_id;"

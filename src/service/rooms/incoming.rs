@@ -423,7 +423,6 @@ impl Rooms {
             state_group: after_group,
         };
         let prev_ids: Vec<&str> = pdu.prev_events.iter().map(|id| id.as_str()).collect();
-        let auth_ids: Vec<&str> = pdu.auth_events.iter().map(|id| id.as_str()).collect();
         let insert_relation = async {
             match &relation {
                 Some(relation) => relations_store::insert_relation(conn, relation, None).await,
@@ -441,7 +440,6 @@ impl Rooms {
                 let position = dag::next_backfill_position(conn).await?;
                 tokio::try_join!(
                     store::insert_event(conn, &new_event, Some(position)),
-                    dag::insert_edges(conn, event_id, room, &prev_ids, &auth_ids),
                     insert_relation,
                 )?;
             }
@@ -454,7 +452,6 @@ impl Rooms {
         tokio::try_join!(
             streams::next_position(conn, streams::EVENTS),
             store::insert_event(conn, &new_event, None),
-            dag::insert_edges(conn, event_id, room, &prev_ids, &auth_ids),
             dag::set_soft_failed(conn, event_id, soft_failed),
             push_store::insert_push_actions_at_taken_position(conn, &push_rows),
             insert_relation,
@@ -620,8 +617,6 @@ impl Rooms {
             }
             None => None,
         };
-        let prev_ids: Vec<&str> = pdu.prev_events.iter().map(|id| id.as_str()).collect();
-        let auth_ids: Vec<&str> = pdu.auth_events.iter().map(|id| id.as_str()).collect();
         let kind = pdu.kind.to_string();
         let rejected = dag::RejectedEvent {
             event_id: pdu.event_id.as_str(),
@@ -635,10 +630,7 @@ impl Rooms {
             state_group: group,
             reason: &reason,
         };
-        tokio::try_join!(
-            dag::insert_rejected_event(conn, &rejected),
-            dag::insert_edges(conn, pdu.event_id.as_str(), room, &prev_ids, &auth_ids),
-        )?;
+        dag::insert_rejected_event(conn, &rejected).await?;
         Ok(Received::Rejected(reason))
     }
 }

@@ -146,12 +146,9 @@ async fn store_in(
         pdu: json,
         state_group: after,
     };
-    let prev_ids: Vec<&str> = join.prev_events.iter().map(|id| id.as_str()).collect();
-    let auth_ids: Vec<&str> = join.auth_events.iter().map(|id| id.as_str()).collect();
     tokio::try_join!(
         streams::next_position(conn, streams::EVENTS),
         store::insert_event(conn, &new_event, None),
-        dag::insert_edges(conn, join_id, room_id, &prev_ids, &auth_ids),
         dag::reset_forward_extremities(conn, room_id, join_id, join.depth),
         store::set_current_state_group(conn, room_id, after),
     )?;
@@ -500,12 +497,9 @@ async fn store_leave_in_place(
         pdu: json,
         state_group: after,
     };
-    let prev_ids: Vec<&str> = pdu.prev_events.iter().map(|id| id.as_str()).collect();
-    let auth_ids: Vec<&str> = pdu.auth_events.iter().map(|id| id.as_str()).collect();
     tokio::try_join!(
         streams::next_position(conn, streams::EVENTS),
         store::insert_event(conn, &new_event, None),
-        dag::insert_edges(conn, event, room, &prev_ids, &auth_ids),
     )?;
     membership_store::set_membership(conn, room, user_id.as_str(), "leave", None, event).await?;
     store::notify(conn, notifier::USER_CHANNEL, user_id.as_str()).await?;

@@ -680,7 +680,6 @@ impl<'c> RoomWriter<'c> {
         // and redaction it changes, and its notifications (delivered at commit), sent together:
         // readers are held below the position from this one round trip to the commit.
         let prev_ids: Vec<&str> = prev_events.iter().map(|id| id.as_str()).collect();
-        let auth_ids: Vec<&str> = auth_events.iter().map(|id| id.as_str()).collect();
         let provisional = self.deferred.map(DeferredPositions::take);
         let push_rows = match provisional {
             Some(position) => push_rows
@@ -716,13 +715,6 @@ impl<'c> RoomWriter<'c> {
                     }
                 }
             },
-            dag::insert_edges(
-                conn,
-                event_id.as_str(),
-                room_id.as_str(),
-                &prev_ids,
-                &auth_ids
-            ),
             dag::update_forward_extremities(
                 conn,
                 room_id.as_str(),

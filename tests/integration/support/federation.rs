@@ -818,16 +818,6 @@ pub async fn put_remote_member(
     .execute(&mut db)
     .await
     .unwrap();
-    sql_query(
-        "INSERT INTO event_edges (event_id, prev_event_id, room_id) \
-         SELECT $1, unnest($2::TEXT[]), $3",
-    )
-    .bind::<Text, _>(&event_id)
-    .bind::<Array<Text>, _>(&r.forward_extremities)
-    .bind::<Text, _>(room)
-    .execute(&mut db)
-    .await
-    .unwrap();
     diesel_async::SimpleAsyncConnection::batch_execute(&mut db, "COMMIT")
         .await
         .unwrap();
