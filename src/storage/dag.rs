@@ -358,10 +358,10 @@ pub async fn get_backward_extremities(
     limit: i64,
 ) -> QueryResult<Vec<String>> {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let prev_events = super::event_graph::pdu_id_list("pdu", "prev_events");
         format!(
             "SELECT DISTINCT prev_id.event_id \
-             FROM (SELECT CASE jsonb_typeof(pdu->'prev_events') \
-                              WHEN 'array' THEN pdu->'prev_events' ELSE '[]'::jsonb END AS prevs \
+             FROM (SELECT {prev_events} AS prevs \
                    FROM events WHERE room_id = $1 AND {SERVED_TO_CLIENTS} \
                    ORDER BY depth, stream_ordering LIMIT {OLDEST_SCANNED}) oldest \
              CROSS JOIN LATERAL jsonb_array_elements_text(oldest.prevs) prev_id (event_id) \

@@ -96,15 +96,12 @@ pub async fn auth_chain(
     if event_ids.is_empty() {
         return Ok(Vec::new());
     }
-    // `auth_events` is an array of IDs in every room version served here; anything else
-    // (a malformed PDU) has no auth events rather than failing the query.
-    const AUTH_EVENTS: &str = "CASE jsonb_typeof(e.pdu->'auth_events') \
-         WHEN 'array' THEN e.pdu->'auth_events' ELSE '[]'::jsonb END";
+    let auth_events = pdu_id_list("e.pdu", "auth_events");
     let closure = sql::<Bool>(&format!(
         "events.event_id IN ( \
              WITH RECURSIVE chain (event_id) AS ( \
                  SELECT a.id FROM events e \
-                 CROSS JOIN LATERAL jsonb_array_elements_text({AUTH_EVENTS}) a (id) \
+                 CROSS JOIN LATERAL jsonb_array_elements_text({auth_events}) a (id) \
                  WHERE e.room_id = "
     ))
     .bind::<Text, _>(room_id)
@@ -113,7 +110,7 @@ pub async fn auth_chain(
     .sql(") UNION SELECT a.id FROM chain c JOIN events e ON e.event_id = c.event_id AND e.room_id = ")
     .bind::<Text, _>(room_id)
     .sql(&format!(
-        " CROSS JOIN LATERAL jsonb_array_elements_text({AUTH_EVENTS}) a (id) \
+        " CROSS JOIN LATERAL jsonb_array_elements_text({auth_events}) a (id) \
          ) SELECT event_id FROM chain)"
     ));
     events::table
@@ -124,6 +121,16 @@ pub async fn auth_chain(
         .select(EventRow::as_select())
         .load(&mut conn)
         .await
+}
+
+/// SQL of a stored PDU's list of event IDs (`prev_events`, `auth_events`) as a JSON array:
+/// an array of IDs in every room version served here; anything else (a malformed PDU) reads as
+/// no IDs rather than failing the query.
+pub fn pdu_id_list(pdu: &str, field: &str) -> String {
+    format!(
+        "CASE jsonb_typeof({pdu}->'{field}') \
+         WHEN 'array' THEN {pdu}->'{field}' ELSE '[]'::jsonb END"
+    )
 }
 
 /// The `prev_events` of a stored PDU.
