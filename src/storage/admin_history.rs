@@ -81,7 +81,15 @@ pub async fn purge_history(
             .execute(&mut conn)
             .await?;
     }
-    for table in ["event_push_actions", "event_relations", "events"] {
+    // Push actions name their event by its position (and it is deleted below, so first).
+    diesel::sql_query(format!(
+        "DELETE FROM event_push_actions WHERE stream_ordering IN \
+         (SELECT stream_ordering FROM events WHERE room_id = $1 AND event_id IN {DELETED})"
+    ))
+    .bind::<Text, _>(room_id)
+    .execute(&mut conn)
+    .await?;
+    for table in ["event_relations", "events"] {
         diesel::sql_query(format!(
             "DELETE FROM {table} WHERE room_id = $1 AND event_id IN {DELETED}"
         ))

@@ -483,7 +483,9 @@ pub async fn purge_room(mut conn: &AsyncPgConnection, room_id: &str) -> QueryRes
         "DELETE FROM event_txns WHERE event_id IN (SELECT event_id FROM events WHERE room_id = $1)",
         "DELETE FROM federation_outbox \
          WHERE event_id IN (SELECT event_id FROM events WHERE room_id = $1)",
-        "DELETE FROM event_push_actions WHERE room_id = $1",
+        // By the events' positions: push actions have no index that starts with the room.
+        "DELETE FROM event_push_actions \
+         WHERE stream_ordering IN (SELECT stream_ordering FROM events WHERE room_id = $1)",
         "DELETE FROM receipts WHERE room_id = $1",
         "DELETE FROM event_relations WHERE room_id = $1",
         "DELETE FROM delayed_events WHERE room_id = $1",

@@ -11,40 +11,55 @@ use diesel::{
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
-use super::schema::{event_push_actions, events, room_current_state, room_memberships};
+use super::schema::{events, room_current_state, room_memberships};
 
-/// One event's meaning for one member.
-#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
-#[diesel(table_name = event_push_actions)]
+/// One event's meaning for one member. Stored by the member's and the room's number and the
+/// event's position (migration 000040); the event's ID and timestamp are read from the event,
+/// and actions equal to what the flags imply by default are stored as NULL.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
 pub struct PushActionRow {
     /// The member.
+    #[diesel(sql_type = Text)]
     pub user_id: String,
     /// Room.
+    #[diesel(sql_type = Text)]
     pub room_id: String,
     /// Event.
+    #[diesel(sql_type = Text)]
     pub event_id: String,
     /// The event's stream position.
+    #[diesel(sql_type = BigInt)]
     pub stream_ordering: i64,
     /// `""` for the main timeline, else the thread root.
+    #[diesel(sql_type = Text)]
     pub thread_id: String,
     /// The push rules say notify.
+    #[diesel(sql_type = Bool)]
     pub notify: bool,
     /// The push rules say highlight.
+    #[diesel(sql_type = Bool)]
     pub highlight: bool,
     /// It counts as an unread message (MSC2654).
+    #[diesel(sql_type = Bool)]
     pub unread: bool,
     /// The push rule actions.
+    #[diesel(sql_type = Jsonb)]
     pub actions: Value,
     /// The event's `origin_server_ts`.
+    #[diesel(sql_type = BigInt)]
     pub ts: i64,
 }
+
+/// A push action's actions as stored: NULL when they are what its flags imply.
+pub(super) const STORED_ACTIONS: &str =
+    "COALESCE(a.actions, myelin_implied_push_actions(a.notify, a.highlight, a.default_sound))";
 
 /// Stores push actions at the positions in their rows.
 pub async fn insert_push_actions(
     conn: &AsyncPgConnection,
     rows: &[PushActionRow],
 ) -> QueryResult<()> {
-    static SQL: LazyLock<String> = LazyLock::new(|| insert_push_actions_sql("$4::int8[]"));
+    static SQL: LazyLock<String> = LazyLock::new(|| insert_push_actions_sql("x.stream_ordering"));
     insert_push_actions_with(conn, &SQL, rows).await
 }
 
@@ -54,25 +69,34 @@ pub async fn insert_push_actions_at_taken_position(
     conn: &AsyncPgConnection,
     rows: &[PushActionRow],
 ) -> QueryResult<()> {
-    static SQL: LazyLock<String> = LazyLock::new(|| {
-        let taken = super::streams::TAKEN_EVENT_POSITION;
-        // The array of positions is still bound (and ignored), so both forms bind alike.
-        insert_push_actions_sql(&format!(
-            "array_fill({taken}, ARRAY[cardinality($4::int8[])])"
-        ))
-    });
+    // The array of positions is still bound (and ignored), so both forms bind alike.
+    static SQL: LazyLock<String> =
+        LazyLock::new(|| insert_push_actions_sql(super::streams::TAKEN_EVENT_POSITION));
     insert_push_actions_with(conn, &SQL, rows).await
 }
 
 /// One array per column, so the statement text is the same for any number of rows and stays
-/// prepared (diesel's multi-row VALUES is parsed again for every event).
-fn insert_push_actions_sql(positions: &str) -> String {
+/// prepared (diesel's multi-row VALUES is parsed again for every event). Each row's member and
+/// room numbers are looked up by primary key, one probe each whatever the statistics say;
+/// actions that are what the row's flags imply are stored as NULL (migration 000040).
+fn insert_push_actions_sql(position: &str) -> String {
     format!(
         "INSERT INTO event_push_actions \
-         (user_id, room_id, event_id, stream_ordering, thread_id, notify, highlight, unread, \
-          actions, ts) \
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], {positions}, $5::text[], \
-                              $6::bool[], $7::bool[], $8::bool[], $9::jsonb[], $10::int8[])"
+         (user_nid, room_nid, stream_ordering, notify, highlight, unread, default_sound, \
+          thread_id, actions) \
+         SELECT (SELECT u.nid FROM users u WHERE u.user_id = x.user_id), \
+                (SELECT r.nid FROM rooms r WHERE r.room_id = x.room_id), \
+                {position}, x.notify, x.highlight, x.unread, s.default_sound, x.thread_id, \
+                NULLIF(x.actions, \
+                       myelin_implied_push_actions(x.notify, x.highlight, s.default_sound)) \
+         FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::bool[], $6::bool[], \
+                     $7::bool[], $8::jsonb[]) \
+              AS x (user_id, room_id, stream_ordering, thread_id, notify, highlight, unread, \
+                    actions) \
+         CROSS JOIN LATERAL ( \
+             SELECT x.actions @> '[{{\"set_tweak\": \"sound\", \"value\": \"default\"}}]' \
+                 AS default_sound \
+         ) s"
     )
 }
 
@@ -90,14 +114,12 @@ async fn insert_push_actions_with(
     super::cached_sql(sql)
         .bind::<Array<Text>, _>(column(rows, |r| r.user_id.as_str()))
         .bind::<Array<Text>, _>(column(rows, |r| r.room_id.as_str()))
-        .bind::<Array<Text>, _>(column(rows, |r| r.event_id.as_str()))
         .bind::<Array<BigInt>, _>(column(rows, |r| r.stream_ordering))
         .bind::<Array<Text>, _>(column(rows, |r| r.thread_id.as_str()))
         .bind::<Array<Bool>, _>(column(rows, |r| r.notify))
         .bind::<Array<Bool>, _>(column(rows, |r| r.highlight))
         .bind::<Array<Bool>, _>(column(rows, |r| r.unread))
         .bind::<Array<Jsonb>, _>(column(rows, |r| &r.actions))
-        .bind::<Array<BigInt>, _>(column(rows, |r| r.ts))
         .execute(&mut conn)
         .await
         .map(drop)
@@ -105,10 +127,14 @@ async fn insert_push_actions_with(
 
 /// A redacted event stops counting for everyone.
 pub async fn delete_for_event(mut conn: &AsyncPgConnection, event_id: &str) -> QueryResult<()> {
-    diesel::delete(event_push_actions::table.filter(event_push_actions::event_id.eq(event_id)))
-        .execute(&mut conn)
-        .await
-        .map(drop)
+    super::cached_sql(
+        "DELETE FROM event_push_actions \
+         WHERE stream_ordering = (SELECT stream_ordering FROM events WHERE event_id = $1)",
+    )
+    .bind::<Text, _>(event_id)
+    .execute(&mut conn)
+    .await
+    .map(drop)
 }
 
 /// A member who leaves has nothing unread in the room any more.
@@ -117,11 +143,13 @@ pub async fn delete_for_user_room(
     user_id: &str,
     room_id: &str,
 ) -> QueryResult<()> {
-    diesel::delete(
-        event_push_actions::table
-            .filter(event_push_actions::user_id.eq(user_id))
-            .filter(event_push_actions::room_id.eq(room_id)),
+    super::cached_sql(
+        "DELETE FROM event_push_actions \
+         WHERE user_nid = (SELECT nid FROM users WHERE user_id = $1) \
+           AND room_nid = (SELECT nid FROM rooms WHERE room_id = $2)",
     )
+    .bind::<Text, _>(user_id)
+    .bind::<Text, _>(room_id)
     .execute(&mut conn)
     .await
     .map(drop)
@@ -133,11 +161,20 @@ pub async fn get_for_user_room(
     user_id: &str,
     room_id: &str,
 ) -> QueryResult<Vec<PushActionRow>> {
-    event_push_actions::table
-        .filter(event_push_actions::user_id.eq(user_id))
-        .filter(event_push_actions::room_id.eq(room_id))
-        .order(event_push_actions::stream_ordering)
-        .select(PushActionRow::as_select())
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT $1 AS user_id, $2 AS room_id, e.event_id, a.stream_ordering, a.thread_id, \
+                    a.notify, a.highlight, a.unread, {STORED_ACTIONS} AS actions, \
+                    e.origin_server_ts AS ts \
+             FROM event_push_actions a JOIN events e ON e.stream_ordering = a.stream_ordering \
+             WHERE a.user_nid = (SELECT nid FROM users WHERE user_id = $1) \
+               AND a.room_nid = (SELECT nid FROM rooms WHERE room_id = $2) \
+             ORDER BY a.stream_ordering"
+        )
+    });
+    super::cached_sql(SQL.as_str())
+        .bind::<Text, _>(user_id)
+        .bind::<Text, _>(room_id)
         .load(&mut conn)
         .await
 }
@@ -239,13 +276,13 @@ pub struct UnreadCounts {
     pub unread: i64,
 }
 
-/// The part of a query that says whether the push action `a` is after the user's read
-/// position: their latest receipt, public or private, unthreaded or for the action's thread
-/// (`main` for the main timeline).
-const AFTER_READ_POSITION: &str = "a.stream_ordering > COALESCE((
+/// The part of a query that says whether the notification `n` of user `$1` is after their
+/// read position: their latest receipt, public or private, unthreaded or for the action's
+/// thread (`main` for the main timeline).
+const AFTER_READ_POSITION: &str = "n.stream_ordering > COALESCE((
         SELECT MAX(r.event_stream) FROM receipts r
-        WHERE r.room_id = a.room_id AND r.user_id = a.user_id
-          AND r.thread_id IN ('', CASE WHEN a.thread_id = '' THEN 'main' ELSE a.thread_id END)
+        WHERE r.room_id = n.room_id AND r.user_id = $1
+          AND r.thread_id IN ('', CASE WHEN n.thread_id = '' THEN 'main' ELSE n.thread_id END)
     ), 0)";
 
 /// A user's unread counts in the given rooms, per thread, over events up to `up_to`. Counted
@@ -275,6 +312,7 @@ pub async fn get_unread_counts(
 const UNREAD_COUNTS: &str = "
     WITH read_up_to AS (
         SELECT q.room_id,
+               (SELECT r.nid FROM rooms r WHERE r.room_id = q.room_id) AS room_nid,
                COALESCE((SELECT MAX(r.event_stream) FROM receipts r
                          WHERE r.room_id = q.room_id AND r.user_id = $1
                            AND r.thread_id = ''), 0) AS everything,
@@ -283,26 +321,28 @@ const UNREAD_COUNTS: &str = "
                            AND r.thread_id IN ('', 'main')), 0) AS main_timeline
         FROM unnest($2::TEXT[]) AS q (room_id)
     )
-    SELECT a.room_id, a.thread_id,
+    SELECT p.room_id, a.thread_id,
            COUNT(*) FILTER (WHERE a.notify) AS notifications,
            COUNT(*) FILTER (WHERE a.highlight) AS highlights,
            COUNT(*) FILTER (WHERE a.unread) AS unread
     FROM read_up_to p
     CROSS JOIN LATERAL (
-        SELECT a.room_id, a.thread_id, a.notify, a.highlight, a.unread
+        SELECT a.thread_id, a.notify, a.highlight, a.unread
         FROM event_push_actions a
-        WHERE a.user_id = $1 AND a.room_id = p.room_id AND a.thread_id = ''
+        WHERE a.user_nid = (SELECT u.nid FROM users u WHERE u.user_id = $1)
+          AND a.room_nid = p.room_nid AND a.thread_id = ''
           AND a.stream_ordering > p.main_timeline AND a.stream_ordering <= $3
         UNION ALL
-        SELECT a.room_id, a.thread_id, a.notify, a.highlight, a.unread
+        SELECT a.thread_id, a.notify, a.highlight, a.unread
         FROM event_push_actions a
-        WHERE a.user_id = $1 AND a.room_id = p.room_id AND a.thread_id <> ''
+        WHERE a.user_nid = (SELECT u.nid FROM users u WHERE u.user_id = $1)
+          AND a.room_nid = p.room_nid AND a.thread_id <> ''
           AND a.stream_ordering > p.everything AND a.stream_ordering <= $3
           AND a.stream_ordering > COALESCE((SELECT MAX(r.event_stream) FROM receipts r
-                                            WHERE r.room_id = a.room_id AND r.user_id = $1
+                                            WHERE r.room_id = p.room_id AND r.user_id = $1
                                               AND r.thread_id = a.thread_id), 0)
     ) a
-    GROUP BY a.room_id, a.thread_id";
+    GROUP BY p.room_id, a.thread_id";
 
 /// One entry of a user's notification history.
 #[derive(Debug, Clone, QueryableByName)]
@@ -327,7 +367,9 @@ pub struct NotificationRow {
     pub read: bool,
 }
 
-/// A user's notifications, newest first, before stream position `before`.
+/// A user's notifications, newest first, before stream position `before`. The page is taken
+/// from the index first; each of its entries then looks up its room, event and read position
+/// (one probe each, whatever the statistics say).
 pub async fn get_notifications(
     mut conn: &AsyncPgConnection,
     user_id: &str,
@@ -335,18 +377,31 @@ pub async fn get_notifications(
     limit: i64,
     only_highlight: bool,
 ) -> QueryResult<Vec<NotificationRow>> {
-    diesel::sql_query(format!(
-        "SELECT a.room_id, a.event_id, a.stream_ordering, a.actions, a.ts,
-                NOT ({AFTER_READ_POSITION}) AS read
-         FROM event_push_actions a
-         WHERE a.user_id = $1 AND a.notify AND a.stream_ordering < $2 AND (a.highlight OR NOT $3)
-         ORDER BY a.stream_ordering DESC
-         LIMIT $4"
-    ))
-    .bind::<Text, _>(user_id)
-    .bind::<BigInt, _>(before)
-    .bind::<Bool, _>(only_highlight)
-    .bind::<BigInt, _>(limit)
-    .load(&mut conn)
-    .await
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT n.room_id, e.event_id, n.stream_ordering, n.actions, e.ts,
+                    NOT ({AFTER_READ_POSITION}) AS read
+             FROM (
+                 SELECT (SELECT r.room_id FROM rooms r WHERE r.nid = a.room_nid) AS room_id,
+                        a.stream_ordering, a.thread_id, {STORED_ACTIONS} AS actions
+                 FROM event_push_actions a
+                 WHERE a.user_nid = (SELECT u.nid FROM users u WHERE u.user_id = $1) AND a.notify
+                   AND a.stream_ordering < $2 AND (a.highlight OR NOT $3)
+                 ORDER BY a.stream_ordering DESC
+                 LIMIT $4
+             ) n
+             CROSS JOIN LATERAL (
+                 SELECT e.event_id, e.origin_server_ts AS ts FROM events e
+                 WHERE e.stream_ordering = n.stream_ordering LIMIT 1
+             ) e
+             ORDER BY n.stream_ordering DESC"
+        )
+    });
+    super::cached_sql(SQL.as_str())
+        .bind::<Text, _>(user_id)
+        .bind::<BigInt, _>(before)
+        .bind::<Bool, _>(only_highlight)
+        .bind::<BigInt, _>(limit)
+        .load(&mut conn)
+        .await
 }

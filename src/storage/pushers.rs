@@ -1,10 +1,15 @@
 //! Pushers: where to send a user's push notifications, and how far each has got.
 
-use diesel::{prelude::*, sql_types::Text};
+use std::sync::LazyLock;
+
+use diesel::{
+    prelude::*,
+    sql_types::{BigInt, Jsonb, Text},
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
-use super::schema::{event_push_actions, pushers};
+use super::schema::{event_push_actions, pushers, users};
 
 /// A stored pusher.
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -153,29 +158,56 @@ pub async fn set_pusher_progress(
         .map(drop)
 }
 
+#[derive(QueryableByName)]
+struct PendingNotification {
+    #[diesel(sql_type = Text)]
+    room_id: String,
+    #[diesel(sql_type = Text)]
+    event_id: String,
+    #[diesel(sql_type = BigInt)]
+    stream_ordering: i64,
+    #[diesel(sql_type = Jsonb)]
+    actions: Value,
+}
+
 /// A user's notifying push actions after a stream position: `(room, event, stream, actions)`.
+/// The batch is taken from the index of notifying actions first; each entry then looks up its
+/// room and event (one probe each, whatever the statistics say).
 pub async fn get_pending_notifications(
     mut conn: &AsyncPgConnection,
     user_id: &str,
     after: i64,
     limit: i64,
 ) -> QueryResult<Vec<(String, String, i64, Value)>> {
-    event_push_actions::table
-        .filter(event_push_actions::user_id.eq(user_id))
-        // The column itself, not a comparison with a bound `true`: the partial index on
-        // notifying actions then serves a plan made once instead of one per call.
-        .filter(event_push_actions::notify)
-        .filter(event_push_actions::stream_ordering.gt(after))
-        .order(event_push_actions::stream_ordering)
-        .limit(limit)
-        .select((
-            event_push_actions::room_id,
-            event_push_actions::event_id,
-            event_push_actions::stream_ordering,
-            event_push_actions::actions,
-        ))
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT n.room_id, e.event_id, n.stream_ordering, n.actions
+             FROM (
+                 SELECT (SELECT r.room_id FROM rooms r WHERE r.nid = a.room_nid) AS room_id,
+                        a.stream_ordering, {actions} AS actions
+                 FROM event_push_actions a
+                 WHERE a.user_nid = (SELECT u.nid FROM users u WHERE u.user_id = $1)
+                   AND a.notify AND a.stream_ordering > $2
+                 ORDER BY a.stream_ordering
+                 LIMIT $3
+             ) n
+             CROSS JOIN LATERAL (
+                 SELECT e.event_id FROM events e WHERE e.stream_ordering = n.stream_ordering LIMIT 1
+             ) e
+             ORDER BY n.stream_ordering",
+            actions = super::push::STORED_ACTIONS
+        )
+    });
+    let rows: Vec<PendingNotification> = super::cached_sql(SQL.as_str())
+        .bind::<Text, _>(user_id)
+        .bind::<BigInt, _>(after)
+        .bind::<BigInt, _>(limit)
         .load(&mut conn)
-        .await
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|n| (n.room_id, n.event_id, n.stream_ordering, n.actions))
+        .collect())
 }
 
 #[derive(QueryableByName)]
@@ -193,16 +225,18 @@ pub async fn count_rooms_with_notifications(
     user_id: &str,
 ) -> QueryResult<i64> {
     let rooms: Vec<RoomRow> = super::cached_sql(
-        "WITH RECURSIVE rooms (room_id) AS (
-             (SELECT room_id FROM event_push_actions WHERE user_id = $1
-              ORDER BY room_id LIMIT 1)
+        "WITH RECURSIVE member AS (SELECT nid FROM users WHERE user_id = $1),
+         notified (room_nid) AS (
+             (SELECT a.room_nid FROM event_push_actions a
+              WHERE a.user_nid = (SELECT nid FROM member) ORDER BY a.room_nid LIMIT 1)
              UNION ALL
-             SELECT (SELECT a.room_id FROM event_push_actions a
-                     WHERE a.user_id = $1 AND a.room_id > r.room_id
-                     ORDER BY a.room_id LIMIT 1)
-             FROM rooms r WHERE r.room_id IS NOT NULL
+             SELECT (SELECT a.room_nid FROM event_push_actions a
+                     WHERE a.user_nid = (SELECT nid FROM member) AND a.room_nid > n.room_nid
+                     ORDER BY a.room_nid LIMIT 1)
+             FROM notified n WHERE n.room_nid IS NOT NULL
          )
-         SELECT room_id FROM rooms WHERE room_id IS NOT NULL",
+         SELECT (SELECT r.room_id FROM rooms r WHERE r.nid = n.room_nid) AS room_id
+         FROM notified n WHERE n.room_nid IS NOT NULL",
     )
     .bind::<Text, _>(user_id)
     .load(&mut conn)
@@ -219,8 +253,11 @@ pub async fn count_rooms_with_notifications(
 
 /// Pushers with notifications after their progress mark.
 pub async fn get_pushers_with_pending(mut conn: &AsyncPgConnection) -> QueryResult<Vec<PusherRow>> {
+    let pusher_user = users::table
+        .filter(users::user_id.eq(pushers::user_id))
+        .select(users::nid);
     let pending = event_push_actions::table
-        .filter(event_push_actions::user_id.eq(pushers::user_id))
+        .filter(event_push_actions::user_nid.eq_any(pusher_user))
         // The column itself, not a comparison with a bound `true`: the partial index on
         // notifying actions then serves a plan made once instead of one per call.
         .filter(event_push_actions::notify)

@@ -235,7 +235,7 @@ pub const PROVISIONAL_POSITIONS_BELOW: i64 = -(1 << 40);
 /// positions their real positions, in the order they were stored, all taken at once just
 /// before commit: readers are held below a transaction's positions until it commits, so they
 /// are taken as late as possible, not at the transaction's first event. Rows that copy an
-/// event's position (relations, push actions, memberships) follow it.
+/// event's position (push actions, relations, memberships) follow it.
 pub async fn renumber_provisional_positions(
     mut conn: &AsyncPgConnection,
     room_ids: &[&str],
@@ -245,33 +245,36 @@ pub async fn renumber_provisional_positions(
     if count == 0 {
         return Ok(());
     }
-    let events = crate::storage::cached_sql(
-        "WITH taken AS (SELECT myelin_take_positions('events', $2::INT) AS positions) \
-         UPDATE events e SET stream_ordering = taken.positions[r.rn] \
-         FROM taken, (SELECT event_id, row_number() OVER (ORDER BY stream_ordering DESC) AS rn \
-               FROM events WHERE room_id = ANY($1) AND stream_ordering <= $3) r \
-         WHERE e.event_id = r.event_id",
-    )
-    .bind::<Array<Text>, _>(room_ids)
-    .bind::<BigInt, _>(count)
-    .bind::<BigInt, _>(PROVISIONAL_POSITIONS_BELOW)
-    .execute(&mut conn);
-    let (relations, push_actions, memberships) = (
+    // Push actions name their event by its position alone, so they move in the events'
+    // statement, by the old position each event's update returns beside its new one.
+    let events_and_push_actions = crate::storage::cached_sql(MOVE_EVENTS_AND_PUSH_ACTIONS)
+        .bind::<Array<Text>, _>(room_ids)
+        .bind::<BigInt, _>(count)
+        .bind::<BigInt, _>(PROVISIONAL_POSITIONS_BELOW)
+        .execute(&mut conn);
+    let (relations, memberships) = (
         follow_event_positions(conn, FOLLOW_RELATIONS, room_ids),
-        follow_event_positions(conn, FOLLOW_PUSH_ACTIONS, room_ids),
         follow_event_positions(conn, FOLLOW_MEMBERSHIPS, room_ids),
     );
-    tokio::try_join!(events, relations, push_actions, memberships).map(drop)
+    tokio::try_join!(events_and_push_actions, relations, memberships).map(drop)
 }
 
 // The position bound is written into the text, not bound: only a literal lets PostgreSQL use
-// the partial indexes of provisional rows (migration 000036) in a plan made once.
+// the partial indexes of provisional rows (migration 000036) in a plan made once (and keeps
+// the push actions' range on their index of positions small whatever the plan).
+const MOVE_EVENTS_AND_PUSH_ACTIONS: &str =
+    "WITH taken AS (SELECT myelin_take_positions('events', $2::INT) AS positions), \
+     moved AS ( \
+         UPDATE events e SET stream_ordering = taken.positions[r.rn] \
+         FROM taken, (SELECT event_id, stream_ordering, \
+                             row_number() OVER (ORDER BY stream_ordering DESC) AS rn \
+                      FROM events WHERE room_id = ANY($1) AND stream_ordering <= $3) r \
+         WHERE e.event_id = r.event_id \
+         RETURNING r.stream_ordering AS provisional, e.stream_ordering AS position) \
+     UPDATE event_push_actions a SET stream_ordering = m.position FROM moved m \
+     WHERE a.stream_ordering = m.provisional AND a.stream_ordering <= -1099511627776";
 const FOLLOW_RELATIONS: &str = "UPDATE event_relations t SET stream_ordering = e.stream_ordering \
     FROM events e WHERE t.event_id = e.event_id AND t.room_id = ANY($1) \
-    AND t.stream_ordering <= -1099511627776";
-const FOLLOW_PUSH_ACTIONS: &str = "UPDATE event_push_actions t \
-    SET stream_ordering = e.stream_ordering FROM events e \
-    WHERE t.event_id = e.event_id AND t.room_id = ANY($1) \
     AND t.stream_ordering <= -1099511627776";
 const FOLLOW_MEMBERSHIPS: &str =
     "UPDATE room_memberships t SET stream_ordering = e.stream_ordering \
@@ -649,7 +652,11 @@ mod tests {
     #[test]
     fn followers_name_the_provisional_bound_their_indexes_are_made_for() {
         let bound = format!("<= {PROVISIONAL_POSITIONS_BELOW}");
-        for sql in [FOLLOW_RELATIONS, FOLLOW_PUSH_ACTIONS, FOLLOW_MEMBERSHIPS] {
+        for sql in [
+            MOVE_EVENTS_AND_PUSH_ACTIONS,
+            FOLLOW_RELATIONS,
+            FOLLOW_MEMBERSHIPS,
+        ] {
             assert!(sql.ends_with(&bound), "{sql}");
         }
     }

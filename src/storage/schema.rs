@@ -245,6 +245,7 @@ diesel::table! {
         created_ts -> Int8,
         shadow_banned -> Bool,
         erased -> Bool,
+        nid -> Int4,
     }
 }
 
@@ -384,17 +385,16 @@ diesel::table! {
 }
 
 diesel::table! {
-    event_push_actions (user_id, room_id, stream_ordering) {
-        user_id -> Text,
-        room_id -> Text,
-        event_id -> Text,
+    event_push_actions (user_nid, room_nid, stream_ordering) {
+        user_nid -> Int4,
+        room_nid -> Int4,
         stream_ordering -> Int8,
-        thread_id -> Text,
         notify -> Bool,
         highlight -> Bool,
         unread -> Bool,
-        actions -> Jsonb,
-        ts -> Int8,
+        default_sound -> Bool,
+        thread_id -> Text,
+        actions -> Nullable<Jsonb>,
     }
 }
 
@@ -455,6 +455,7 @@ diesel::table! {
         forward_extremities -> Array<Text>,
         tip_depth -> Int8,
         redactions -> Int8,
+        nid -> Int4,
     }
 }
 

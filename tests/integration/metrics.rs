@@ -322,7 +322,8 @@ async fn the_consistency_sampler_counts_a_corrupted_unread_count() {
     let corrupted = server
         .count(&format!(
             "WITH c AS (UPDATE event_push_actions SET highlight = NOT highlight \
-             WHERE user_id = '{}' RETURNING 1) SELECT count(*) AS n FROM c",
+             WHERE user_nid = (SELECT nid FROM users WHERE user_id = '{}') RETURNING 1) \
+             SELECT count(*) AS n FROM c",
             bob.user_id
         ))
         .await;

@@ -347,14 +347,15 @@ async fn assert_counts_equal_a_recount(
     let recount = |thread: &str, column: &str| {
         format!(
             "SELECT COUNT(*) AS n FROM event_push_actions a
-             WHERE a.user_id = '{}' AND a.room_id = '{room}' AND a.thread_id = '{thread}'
-               AND a.{column}
+             WHERE a.user_nid = (SELECT nid FROM users WHERE user_id = '{user}')
+               AND a.room_nid = (SELECT nid FROM rooms WHERE room_id = '{room}')
+               AND a.thread_id = '{thread}' AND a.{column}
                AND a.stream_ordering > COALESCE((
                    SELECT MAX(r.event_stream) FROM receipts r
-                   WHERE r.room_id = a.room_id AND r.user_id = a.user_id
+                   WHERE r.room_id = '{room}' AND r.user_id = '{user}'
                      AND r.thread_id IN ('', CASE WHEN a.thread_id = '' THEN 'main'
                                                   ELSE a.thread_id END)), 0)",
-            reader.user_id
+            user = reader.user_id
         )
     };
     let main = &section["unread_notifications"];
@@ -508,7 +509,8 @@ async fn recomputed_counts_match_the_maintained_ones() {
     let mut db = server.db().await;
     diesel_async::RunQueryDsl::execute(
         diesel::sql_query(format!(
-            "DELETE FROM event_push_actions WHERE user_id = '{}'",
+            "DELETE FROM event_push_actions \
+             WHERE user_nid = (SELECT nid FROM users WHERE user_id = '{}')",
             user_id("bob")
         )),
         &mut db,
@@ -709,4 +711,97 @@ async fn push_rules_are_ordered_edited_and_synced() {
         .unwrap()
         .iter()
         .any(|r| r["rule_id"] == "first"));
+}
+
+/// `(event ID, actions, ts)` of each of a user's notifications, newest first.
+async fn notification_actions(client: &Client) -> Vec<(String, Value, i64)> {
+    let listed = client.get("/_matrix/client/v3/notifications").await.ok();
+    listed["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let event_id = n["event"]["event_id"].as_str().unwrap().to_owned();
+            (event_id, n["actions"].clone(), n["ts"].as_i64().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn push_actions_are_stored_by_number_with_implied_actions_and_revert_intact() {
+    use diesel_async::SimpleAsyncConnection;
+    let server = TestServer::start().await;
+    let (alice, bob, direct) = two_person_room(&server).await;
+    let carol = server.register("carol").await;
+    let group = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&group).await.ok();
+    carol.join(&group).await.ok();
+    let bell = json!(["notify", { "set_tweak": "sound", "value": "bell" }]);
+    bob.put(
+        "/_matrix/client/v3/pushrules/global/content/bell",
+        json!({ "pattern": "bell", "actions": bell }),
+    )
+    .await
+    .ok();
+    let one_to_one = text(&alice, &direct, "d", "hi").await;
+    let message = text(&alice, &group, "m", "hello").await;
+    let mention = json!({
+        "msgtype": "m.text",
+        "body": "hello bob",
+        "m.mentions": { "user_ids": [user_id("bob")] },
+    });
+    let mention = send(&alice, &group, "h", mention).await;
+    let custom = text(&alice, &group, "b", "ring the bell").await;
+
+    let sound = json!({ "set_tweak": "sound", "value": "default" });
+    let expected = [
+        (custom, bell),
+        (
+            mention,
+            json!(["notify", sound, { "set_tweak": "highlight" }]),
+        ),
+        (message, json!(["notify"])),
+        (one_to_one, json!(["notify", sound])),
+    ];
+    let listed = notification_actions(&bob).await;
+    let actions: Vec<(String, Value)> = listed
+        .iter()
+        .map(|(event_id, actions, _)| (event_id.clone(), actions.clone()))
+        .collect();
+    assert_eq!(actions, expected);
+    // Only the custom rule's actions are stored: the others are what their flags imply.
+    let stored = |column: &str| {
+        format!(
+            "SELECT COUNT(*) AS n FROM event_push_actions \
+             WHERE user_nid = (SELECT nid FROM users WHERE user_id = '{}') AND actions IS {column}",
+            bob.user_id
+        )
+    };
+    assert_eq!(server.count(&stored("NULL")).await, 3);
+    assert_eq!(server.count(&stored("NOT NULL")).await, 1);
+
+    // Reverting migration 000040 gives back the text rows with each event's ID, timestamp and
+    // actions; applying it again serves the same notifications.
+    let mut db = server.db().await;
+    db.batch_execute(include_str!(
+        "../../migrations/2026-12-05-000040_numeric_push_actions/down.sql"
+    ))
+    .await
+    .expect("down.sql over stored push actions");
+    for (event_id, actions, ts) in &listed {
+        let row = format!(
+            "SELECT COUNT(*) AS n FROM event_push_actions \
+             WHERE user_id = '{}' AND event_id = '{event_id}' AND actions = '{actions}' \
+               AND ts = {ts} AND notify",
+            bob.user_id
+        );
+        assert_eq!(server.count(&row).await, 1, "{event_id} after down.sql");
+    }
+    db.batch_execute(include_str!(
+        "../../migrations/2026-12-05-000040_numeric_push_actions/up.sql"
+    ))
+    .await
+    .expect("up.sql");
+    assert_eq!(notification_actions(&bob).await, listed);
+    assert_eq!(server.count(&stored("NOT NULL")).await, 1);
 }
