@@ -20,7 +20,8 @@ use serde_json::{json, Value};
 
 use crate::{
     client::{enc, Failure, User},
-    database_size, reach_pollers,
+    database_size,
+    delivery::reach_pollers,
     saved::{SetUpFiles, LOADED},
     stats::{round, Samples},
     Bench, SET_UP_IN_FLIGHT,

@@ -15,29 +15,23 @@ mod big_account;
 mod big_room;
 mod client;
 mod copies;
+mod delivery;
 mod long_history;
 mod parked;
+mod reads;
 mod saved;
+mod sends;
 mod sliding;
 mod start_up;
 mod stats;
 
-use std::{
-    collections::{HashMap, HashSet},
-    path::PathBuf,
-    process::ExitCode,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
-    time::{Duration, Instant},
-};
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, ValueEnum};
-use client::{next_batch, register, timeline_events, Failure, User};
+use client::{register, Failure, User};
 use futures_util::{StreamExt, TryStreamExt};
-use serde_json::{json, Map, Value};
-use stats::{cdf_svg, round, Samples};
+use serde_json::{json, Value};
+use stats::{cdf_svg, round};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Scale {
@@ -333,473 +327,6 @@ async fn database_size(url: Option<&str>) -> Option<i64> {
     row.try_get(0).ok()
 }
 
-/// Scenario 1: one user sends messages one after another.
-async fn sequential_sends(bench: &Bench, n: usize) -> Result<Value, Failure> {
-    let user = bench.users("seq", 1).await?.remove(0);
-    let room = user
-        .create_room(json!({ "preset": "private_chat" }))
-        .await?;
-    let mut samples = Samples::default();
-    let started = Instant::now();
-    for i in 0..n {
-        let t = Instant::now();
-        user.send(&room, &format!("s{i}"), &format!("message {i}"))
-            .await?;
-        samples.push(t.elapsed());
-    }
-    let mut summary = samples.summary();
-    summary["messages_per_s"] = json!(round(n as f64 / started.elapsed().as_secs_f64()));
-    Ok(summary)
-}
-
-/// A receiver's view of the rooms it follows: event IDs per room, in the order received,
-/// with gaps (a `limited` timeline) filled from `/messages`; and how many of them its first
-/// sync had.
-async fn follow(
-    receiver: User,
-    expected: usize,
-    deadline: Instant,
-) -> Result<(HashMap<String, Vec<String>>, usize), Failure> {
-    let filter = json!({ "room": { "timeline": { "limit": 100 } } }).to_string();
-    let mut sync = receiver.sync(None, Duration::ZERO, Some(&filter)).await?;
-    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
-    // The first sync's timelines count too: under load it may answer after the first sends.
-    add_loaded_events(&mut seen, &sync);
-    let in_first_sync = seen.values().map(Vec::len).sum();
-    let mut since = next_batch(&sync);
-    while seen.values().map(Vec::len).sum::<usize>() < expected && Instant::now() < deadline {
-        sync = receiver
-            .sync(Some(&since), Duration::from_secs(5), Some(&filter))
-            .await?;
-        since = next_batch(&sync);
-        for (room_id, room) in sync["rooms"]["join"].as_object().into_iter().flatten() {
-            let events = seen.entry(room_id.clone()).or_default();
-            if room["timeline"]["limited"] == true {
-                let gap = fill_gap(&receiver, room_id, room, events.last().cloned()).await?;
-                events.extend(gap);
-            }
-        }
-        add_loaded_events(&mut seen, &sync);
-    }
-    Ok((seen, in_first_sync))
-}
-
-/// Appends a sync response's load messages to what a receiver has seen, per room.
-fn add_loaded_events(seen: &mut HashMap<String, Vec<String>>, sync: &Value) {
-    for (room_id, event_id, body) in timeline_events(sync) {
-        if body.starts_with("load ") {
-            seen.entry(room_id).or_default().push(event_id);
-        }
-    }
-}
-
-/// The events between the last one seen and a limited timeline's start, oldest first.
-async fn fill_gap(
-    receiver: &User,
-    room_id: &str,
-    room: &Value,
-    last_seen: Option<String>,
-) -> Result<Vec<String>, Failure> {
-    match room["timeline"]["prev_batch"].as_str() {
-        Some(token) => loaded_events_back_to(receiver, room_id, Some(token), last_seen).await,
-        None => Ok(Vec::new()),
-    }
-}
-
-/// The benchmark's load messages of a room from `from` (the room's end when `None`) back to
-/// `last_seen` (the room's start when `None`), oldest first.
-async fn loaded_events_back_to(
-    reader: &User,
-    room_id: &str,
-    from: Option<&str>,
-    last_seen: Option<String>,
-) -> Result<Vec<String>, Failure> {
-    let mut from = from.map(str::to_owned);
-    let mut events = Vec::new();
-    'paging: loop {
-        let page = reader.messages(room_id, from.as_deref(), 100).await?;
-        for event in page["chunk"].as_array().into_iter().flatten() {
-            let id = event["event_id"].as_str().unwrap_or_default().to_owned();
-            if Some(&id) == last_seen.as_ref() {
-                break 'paging;
-            }
-            if event["type"] == "m.room.message"
-                && event["content"]["body"]
-                    .as_str()
-                    .is_some_and(|b| b.starts_with("load "))
-            {
-                events.push(id);
-            }
-        }
-        match page["end"].as_str() {
-            Some(end) => from = Some(end.to_owned()),
-            None => break,
-        }
-    }
-    events.reverse();
-    Ok(events)
-}
-
-/// Scenarios 2 and 4: users send concurrently, each into their own room, while receivers in
-/// every room check that every message arrives exactly once, in one order for all. With no
-/// receivers (sends alone, nothing woken), each sender reads its room's history back instead.
-async fn concurrent_sends(bench: &Bench, counts: &Counts) -> Result<(Value, Value, bool), Failure> {
-    // Over a scale-out's processes: sender i on process i, receiver j on process j + 1.
-    let senders = bench
-        .users_on_processes("conc", counts.concurrent_users, 0)
-        .await?;
-    let receivers = bench
-        .users_on_processes("recv", counts.receivers, 1)
-        .await?;
-    let mut rooms = Vec::new();
-    for sender in &senders {
-        let room = sender
-            .create_room(json!({ "preset": "public_chat" }))
-            .await?;
-        for receiver in &receivers {
-            receiver.join(&room).await?;
-        }
-        rooms.push(room);
-    }
-    bench.analyze().await;
-    let expected = counts.concurrent_users * counts.concurrent_messages;
-    // Generous enough for a server sending 5 messages a second: receivers stop early once
-    // everything arrived, so only a slow server waits this long (a 20/s allowance cut
-    // Synapse's receivers off before its last sends at 12.6 msg/s).
-    let deadline = Instant::now() + Duration::from_secs(120 + expected as u64 / 5);
-    let followers: Vec<_> = receivers
-        .iter()
-        .cloned()
-        .map(|r| tokio::spawn(follow(r, expected, deadline)))
-        .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let started = Instant::now();
-    let sends = senders.iter().zip(&rooms).map(|(sender, room)| {
-        let (sender, room) = (sender.clone(), room.clone());
-        let n = counts.concurrent_messages;
-        tokio::spawn(async move {
-            let mut samples = Samples::default();
-            let mut ids = Vec::new();
-            for i in 0..n {
-                let t = Instant::now();
-                ids.push(
-                    sender
-                        .send(&room, &format!("c{i}"), &format!("load {i}"))
-                        .await?,
-                );
-                samples.push(t.elapsed());
-            }
-            Ok::<_, Failure>((room, ids, samples))
-        })
-    });
-    let mut samples = Samples::default();
-    let mut sent: HashMap<String, Vec<String>> = HashMap::new();
-    for result in futures_util::future::join_all(sends).await {
-        let (room, ids, part) = result.map_err(|e| e.to_string())??;
-        samples.0.extend(part.0);
-        sent.insert(room, ids);
-    }
-    let elapsed = started.elapsed();
-    let mut send_summary = samples.summary();
-    send_summary["messages_per_s"] = json!(round(expected as f64 / elapsed.as_secs_f64()));
-
-    // Who read what: each receiver's deliveries, or the rooms' histories read back.
-    let mut readings = Vec::new();
-    let mut in_first_syncs = 0;
-    for (j, follower) in followers.into_iter().enumerate() {
-        let (seen, in_first_sync) = follower.await.map_err(|e| e.to_string())??;
-        in_first_syncs += in_first_sync;
-        readings.push((format!("receiver {j}"), seen));
-    }
-    if receivers.is_empty() {
-        let mut history = HashMap::new();
-        for (sender, room) in senders.iter().zip(&rooms) {
-            history.insert(
-                room.clone(),
-                loaded_events_back_to(sender, room, None, None).await?,
-            );
-        }
-        readings.push(("the rooms' histories".to_owned(), history));
-    }
-    let mut delivered_ok = 0usize;
-    let mut problems = Vec::new();
-    for (reader, seen) in readings {
-        for (room, ids) in &sent {
-            let got = seen.get(room).cloned().unwrap_or_default();
-            let unique: HashSet<&String> = got.iter().collect();
-            if got == *ids {
-                delivered_ok += ids.len();
-            } else {
-                delivered_ok += ids.iter().filter(|id| unique.contains(id)).count();
-                let missing: Vec<String> = ids
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, id)| !unique.contains(id))
-                    .map(|(n, id)| format!("message {n} {id}"))
-                    .collect();
-                problems.push(format!(
-                    "{reader} in {room}: sent {}, received {} ({} distinct), same order: {}, \
-                     missing: {}",
-                    ids.len(),
-                    got.len(),
-                    unique.len(),
-                    got == *ids,
-                    missing.join(", ")
-                ));
-            }
-        }
-    }
-    let total = expected * counts.receivers.max(1);
-    let complete = problems.is_empty();
-    let completeness = json!({
-        "receivers": counts.receivers,
-        "expected_deliveries": total,
-        "correct_deliveries": delivered_ok,
-        "delivered_by_first_syncs": in_first_syncs,
-        "completeness_percent": round(100.0 * delivered_ok as f64 / total.max(1) as f64),
-        "problems": problems,
-    });
-    Ok((send_summary, completeness, complete))
-}
-
-/// Scenario 3: time from the start of the sender's PUT until the long-polling receiver has
-/// the event.
-async fn delivery(bench: &Bench, n: usize) -> Result<(Value, Samples), Failure> {
-    let (sender, receiver, room) = bench.pair_in_room("dlv").await?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
-    let poller = tokio::spawn(async move {
-        let mut since = next_batch(&receiver.sync(None, Duration::ZERO, None).await?);
-        loop {
-            let sync = receiver
-                .sync(Some(&since), Duration::from_secs(30), None)
-                .await?;
-            let arrived = Instant::now();
-            since = next_batch(&sync);
-            for (_, _, body) in timeline_events(&sync) {
-                if tx.send((body, arrived)).is_err() {
-                    return Ok::<_, Failure>(());
-                }
-            }
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut samples = Samples::default();
-    for i in 0..n {
-        let body = format!("ping {i}");
-        let started = Instant::now();
-        sender.send(&room, &format!("d{i}"), &body).await?;
-        loop {
-            let (got, at) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
-                .await
-                .map_err(|_| "a message never arrived".to_owned())?
-                .ok_or("the receiver stopped")?;
-            if got == body {
-                samples.push(at.duration_since(started));
-                break;
-            }
-        }
-    }
-    poller.abort();
-    Ok((samples.summary(), samples))
-}
-
-/// Scenario 5: initial sync for a user in many rooms (lazy-loaded members and full member
-/// state), then an incremental sync with one room changed.
-async fn syncs(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
-    let mut members = bench.users("mem", counts.sync_members).await?;
-    let syncer = members.remove(0);
-    let mut rooms = Vec::new();
-    for r in 0..counts.sync_rooms {
-        let room = syncer
-            .create_room(json!({ "preset": "public_chat" }))
-            .await?;
-        for member in &members {
-            member.join(&room).await?;
-        }
-        for m in 0..counts.sync_messages {
-            let author = &members[m % members.len().max(1)];
-            author
-                .send(&room, &format!("r{r}m{m}"), &format!("history {m}"))
-                .await?;
-        }
-        rooms.push(room);
-    }
-    bench.analyze().await;
-    // Each initial sync is a new client's first one.
-    let filter = |lazy: bool, nonce: &str| client::first_sync_filter(10, lazy, nonce);
-    let lazy = filter(true, "incremental");
-    let mut results = Map::new();
-    for (name, lazy_members) in [("initial_lazy", true), ("initial_full_members", false)] {
-        let mut samples = Samples::default();
-        for i in 0..3 {
-            let filter = filter(lazy_members, &format!("{}{name}{i}", bench.prefix));
-            let t = Instant::now();
-            let sync = syncer.sync(None, Duration::ZERO, Some(&filter)).await?;
-            samples.push(t.elapsed());
-            let joined = sync["rooms"]["join"].as_object().map_or(0, Map::len);
-            if joined < rooms.len() {
-                return Err(format!("{name}: {joined} rooms synced of {}", rooms.len()));
-            }
-        }
-        results.insert(name.into(), samples.summary());
-    }
-    let mut since = next_batch(&syncer.sync(None, Duration::ZERO, Some(&lazy)).await?);
-    let mut samples = Samples::default();
-    for i in 0..20 {
-        members[0]
-            .send(&rooms[i % rooms.len()], &format!("inc{i}"), "news")
-            .await?;
-        let t = Instant::now();
-        let sync = syncer
-            .sync(Some(&since), Duration::ZERO, Some(&lazy))
-            .await?;
-        samples.push(t.elapsed());
-        since = next_batch(&sync);
-    }
-    results.insert("incremental_one_room_changed".into(), samples.summary());
-    results.insert(
-        "rooms".into(),
-        json!({ "rooms": counts.sync_rooms, "messages_per_room": counts.sync_messages, "members_per_room": counts.sync_members }),
-    );
-    Ok(Value::Object(results))
-}
-
-/// Scenario 6: paging back through a room's history 100 events at a time.
-async fn history(bench: &Bench, n: usize) -> Result<Value, Failure> {
-    let user = bench.users("hist", 1).await?.remove(0);
-    let room = user
-        .create_room(json!({ "preset": "private_chat" }))
-        .await?;
-    for i in 0..n {
-        user.send(&room, &format!("h{i}"), &format!("old {i}"))
-            .await?;
-    }
-    bench.analyze().await;
-    let mut samples = Samples::default();
-    let mut from: Option<String> = None;
-    let mut total = 0;
-    loop {
-        let t = Instant::now();
-        let page = user.messages(&room, from.as_deref(), 100).await?;
-        samples.push(t.elapsed());
-        total += page["chunk"].as_array().map_or(0, Vec::len);
-        match page["end"].as_str() {
-            Some(end) if total < n + 10 => from = Some(end.to_owned()),
-            _ => break,
-        }
-    }
-    let mut summary = samples.summary();
-    summary["events_paged"] = json!(total);
-    Ok(summary)
-}
-
-/// Scenario 7: one message into a big room; time until every long-poller has it.
-async fn fanout(bench: &Bench, counts: &Counts) -> Result<Value, Failure> {
-    let mut members = bench.users("fan", counts.fanout_members).await?;
-    let sender = members.remove(0);
-    let room = sender
-        .create_room(json!({ "preset": "public_chat" }))
-        .await?;
-    for member in &members {
-        member.join(&room).await?;
-    }
-    bench.analyze().await;
-    let pollers: Vec<User> = members.into_iter().take(counts.fanout_pollers).collect();
-    let mut summary = reach_pollers(
-        pollers,
-        None,
-        || sender.send(&room, "fan", "fan-out"),
-        "fan-out",
-    )
-    .await?;
-    summary["members"] = json!(counts.fanout_members);
-    summary["pollers"] = json!(counts.fanout_pollers);
-    summary["all_received_ms"] = summary["max_ms"].clone();
-    Ok(summary)
-}
-
-/// Time from the start of a send until each of `pollers`, long-polling `/sync` (with
-/// `filter`, from where an initial sync left them), has the message whose body is `body`.
-/// The send waits until every poller's long-poll has been waiting for a while (catching up
-/// on the others' first syncs is not the delivery measured), or a minute: the summary's
-/// `settled` says which.
-async fn reach_pollers<F: std::future::Future<Output = Result<String, Failure>>>(
-    pollers: Vec<User>,
-    filter: Option<String>,
-    send: impl FnOnce() -> F,
-    body: &'static str,
-) -> Result<Value, Failure> {
-    let tokens: Vec<String> = futures_util::stream::iter(&pollers)
-        .map(|poller| async {
-            Ok::<_, Failure>(next_batch(
-                &poller.sync(None, Duration::ZERO, filter.as_deref()).await?,
-            ))
-        })
-        .buffered(8)
-        .try_collect()
-        .await?;
-    let started = Arc::new(tokio::sync::OnceCell::<Instant>::new());
-    // When each poller's current long-poll was sent, in milliseconds from `origin` (`MAX`:
-    // not sent yet).
-    let origin = Instant::now();
-    let waiting_since: Arc<Vec<AtomicU64>> =
-        Arc::new(pollers.iter().map(|_| AtomicU64::new(u64::MAX)).collect());
-    let waits: Vec<_> = pollers
-        .into_iter()
-        .zip(tokens)
-        .enumerate()
-        .map(|(i, (poller, mut since))| {
-            let (started, filter) = (started.clone(), filter.clone());
-            let waiting_since = waiting_since.clone();
-            tokio::spawn(async move {
-                loop {
-                    let now = origin.elapsed().as_millis() as u64;
-                    waiting_since[i].store(now, Ordering::Relaxed);
-                    let sync = poller
-                        .sync(Some(&since), Duration::from_secs(30), filter.as_deref())
-                        .await?;
-                    since = next_batch(&sync);
-                    if timeline_events(&sync).iter().any(|(_, _, b)| b == body) {
-                        let start = *started.get().ok_or("arrived before it was sent")?;
-                        return Ok::<_, Failure>(start.elapsed());
-                    }
-                }
-            })
-        })
-        .collect();
-    // Every poller parked: each one's long-poll has been waiting for two seconds.
-    let quiet = Duration::from_secs(2).as_millis() as u64;
-    let settle_by = Instant::now() + Duration::from_secs(60);
-    let settled = loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = origin.elapsed().as_millis() as u64;
-        let newest_wait = waiting_since
-            .iter()
-            .map(|at| at.load(Ordering::Relaxed))
-            .max();
-        if newest_wait.is_some_and(|at| at != u64::MAX && now.saturating_sub(at) >= quiet) {
-            break true;
-        }
-        if Instant::now() >= settle_by {
-            break false;
-        }
-    };
-    started.set(Instant::now()).ok();
-    send().await?;
-    let mut samples = Samples::default();
-    for wait in waits {
-        let elapsed = tokio::time::timeout(Duration::from_secs(60), wait)
-            .await
-            .map_err(|_| "a poller never got the message".to_owned())?
-            .map_err(|e| e.to_string())??;
-        samples.push(elapsed);
-    }
-    let mut summary = samples.summary();
-    summary["settled"] = json!(settled);
-    Ok(summary)
-}
-
 fn print_table(label: &str, report: &Value) {
     println!("\n{label}");
     let row = |name: &str, v: &Value| {
@@ -1004,12 +531,12 @@ async fn main() -> ExitCode {
         let mut db_after = None;
         if runs("send") {
             eprintln!("1: sequential sends");
-            report["send_sequential"] = sequential_sends(&bench, counts.sequential).await?;
+            report["send_sequential"] = sends::sequential_sends(&bench, counts.sequential).await?;
             messages_so_far += counts.sequential;
         }
         if runs("concurrent") {
             eprintln!("2+4: concurrent sends and completeness");
-            let (sends, completeness, all_there) = concurrent_sends(&bench, &counts).await?;
+            let (sends, completeness, all_there) = sends::concurrent_sends(&bench, &counts).await?;
             report["send_concurrent"] = sends;
             report["completeness"] = completeness;
             complete = all_there;
@@ -1020,22 +547,22 @@ async fn main() -> ExitCode {
         }
         if runs("delivery") {
             eprintln!("3: delivery latency");
-            let (summary, samples) = delivery(&bench, counts.delivery).await?;
+            let (summary, samples) = delivery::delivery(&bench, counts.delivery).await?;
             report["delivery"] = summary;
             std::fs::write(&cli.plot, cdf_svg(&format!("{}: send to long-poller delivery", cli.label), &samples))
                 .map_err(|e| e.to_string())?;
         }
         if runs("sync") {
             eprintln!("5: sync");
-            report["sync"] = syncs(&bench, &counts).await?;
+            report["sync"] = reads::syncs(&bench, &counts).await?;
         }
         if runs("history") {
             eprintln!("6: history");
-            report["history"] = history(&bench, counts.history).await?;
+            report["history"] = reads::history(&bench, counts.history).await?;
         }
         if runs("fanout") {
             eprintln!("7: fan-out");
-            report["fanout"] = fanout(&bench, &counts).await?;
+            report["fanout"] = delivery::fanout(&bench, &counts).await?;
         }
         if runs("sliding") {
             eprintln!("9: sliding sync");
