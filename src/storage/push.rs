@@ -77,22 +77,24 @@ pub async fn insert_push_actions_at_taken_position(
 
 /// One array per column, so the statement text is the same for any number of rows and stays
 /// prepared (diesel's multi-row VALUES is parsed again for every event). Each row's member and
-/// room numbers are looked up by primary key, one probe each whatever the statistics say;
+/// room numbers are looked up by primary key (the `LIMIT` keeps each a lookup whatever the
+/// statistics say; a member with no account, which push rules never evaluate, gets no row);
 /// actions that are what the row's flags imply are stored as NULL (migration 000040).
 fn insert_push_actions_sql(position: &str) -> String {
     format!(
         "INSERT INTO event_push_actions \
          (user_nid, room_nid, stream_ordering, notify, highlight, unread, default_sound, \
           thread_id, actions) \
-         SELECT (SELECT u.nid FROM users u WHERE u.user_id = x.user_id), \
-                (SELECT r.nid FROM rooms r WHERE r.room_id = x.room_id), \
-                {position}, x.notify, x.highlight, x.unread, s.default_sound, x.thread_id, \
+         SELECT u.nid, r.nid, {position}, x.notify, x.highlight, x.unread, s.default_sound, \
+                x.thread_id, \
                 NULLIF(x.actions, \
                        myelin_implied_push_actions(x.notify, x.highlight, s.default_sound)) \
          FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::bool[], $6::bool[], \
                      $7::bool[], $8::jsonb[]) \
               AS x (user_id, room_id, stream_ordering, thread_id, notify, highlight, unread, \
                     actions) \
+         CROSS JOIN LATERAL (SELECT nid FROM users WHERE user_id = x.user_id LIMIT 1) u \
+         CROSS JOIN LATERAL (SELECT nid FROM rooms WHERE room_id = x.room_id LIMIT 1) r \
          CROSS JOIN LATERAL ( \
              SELECT x.actions @> '[{{\"set_tweak\": \"sound\", \"value\": \"default\"}}]' \
                  AS default_sound \

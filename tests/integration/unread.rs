@@ -805,3 +805,25 @@ async fn push_actions_are_stored_by_number_with_implied_actions_and_revert_intac
     assert_eq!(notification_actions(&bob).await, listed);
     assert_eq!(server.count(&stored("NOT NULL")).await, 1);
 }
+
+#[tokio::test]
+async fn a_joined_member_without_an_account_gets_no_push_action_and_sends_go_through() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    // A member row with no account behind it: push actions are keyed by the account's number,
+    // so there is nothing to store for it, and the send must not fail for everyone else.
+    let copied = server
+        .count(&format!(
+            "WITH c AS (INSERT INTO room_memberships \
+                 (room_id, user_id, membership, event_id, stream_ordering) \
+             SELECT room_id, '{}', membership, event_id, stream_ordering FROM room_memberships \
+             WHERE room_id = '{room}' AND user_id = '{}' RETURNING 1) \
+             SELECT count(*) AS n FROM c",
+            user_id("ghost"),
+            bob.user_id
+        ))
+        .await;
+    assert_eq!(copied, 1);
+    text(&alice, &room, "g", "hello").await;
+    assert_eq!(counts(&bob, &room).await, (1, 0, 1));
+}
