@@ -352,6 +352,9 @@ pub async fn insert_outlier(
 /// The room's backward extremities near its oldest served events: `prev_events` of the
 /// `OLDEST_SCANNED` earliest events (in topological order) that have no place here yet (unknown,
 /// or known only as outliers). Where history here begins, older history may be asked for.
+/// Each prev event is looked up by primary key (a scalar subquery with `LIMIT` is never made a
+/// join): as `NOT EXISTS`, PostgreSQL guessed a hundred IDs per event and hashed every event of
+/// the server against them (13 ms at 34,000 events).
 pub async fn get_backward_extremities(
     mut conn: &AsyncPgConnection,
     room_id: &str,
@@ -365,9 +368,10 @@ pub async fn get_backward_extremities(
                    FROM events WHERE room_id = $1 AND {SERVED_TO_CLIENTS} \
                    ORDER BY depth, stream_ordering LIMIT {OLDEST_SCANNED}) oldest \
              CROSS JOIN LATERAL jsonb_array_elements_text(oldest.prevs) prev_id (event_id) \
-             WHERE NOT EXISTS ( \
-                 SELECT 1 FROM events prev WHERE prev.event_id = prev_id.event_id \
-                 AND (prev.state_group IS NOT NULL OR prev.rejected_reason IS NOT NULL)) \
+             WHERE NOT COALESCE(( \
+                 SELECT TRUE FROM events prev WHERE prev.event_id = prev_id.event_id \
+                 AND (prev.state_group IS NOT NULL OR prev.rejected_reason IS NOT NULL) \
+                 LIMIT 1), FALSE) \
              LIMIT $2"
         )
     });
