@@ -134,12 +134,31 @@ pub fn test_ca() -> &'static TestCa {
 }
 
 /// A free loopback port (the server name carries it, so it is chosen before the server starts).
+///
+/// It is taken from below the kernel's ephemeral range: a server killed and relaunched on its
+/// port must find it still free, and any port in that range can be handed meanwhile to another
+/// test's listener on port 0 or to an outgoing connection (CI once saw a relaunch fail with
+/// "address in use" that way). Each call moves on from a random start, so tests of one process
+/// never get the same port, and two processes seldom try the same one.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static NEXT: OnceLock<std::sync::atomic::AtomicU32> = OnceLock::new();
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (
+        ephemeral_start.saturating_sub(12_000).max(1024),
+        ephemeral_start,
+    );
+    let next = NEXT.get_or_init(|| rand::rng().random_range(low..high).into());
+    for _ in low..high {
+        let offset = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = u16::try_from(low + offset % (high - low)).expect("a port below 65536");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}");
 }
 
 /// Settings for a server named `localhost:{port}` whose TLS federation listener is on that
