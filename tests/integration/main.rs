@@ -63,6 +63,7 @@ mod state_storage;
 mod support;
 mod sync;
 mod sync_concurrency;
+mod sync_state;
 mod transactions;
 mod typing;
 mod unread;
