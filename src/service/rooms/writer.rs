@@ -183,10 +183,24 @@ impl DeferredPositions {
     }
 }
 
-/// The event a redaction redacts, as stored before the redaction.
+/// The event a redaction redacts, with its stored PDU as the redaction leaves it: pruned, so
+/// no reader (federation format, stripped state, push, the directory) can serve what the
+/// redaction took away.
 struct RedactionTarget {
     event_id: OwnedEventId,
-    pdu: Value,
+    pruned_pdu: Value,
+}
+
+/// A new event built, signed and authorised, not yet written.
+struct Built {
+    event_id: OwnedEventId,
+    /// The signed PDU, as stored.
+    json: Value,
+    pdu: Pdu,
+    prev_events: Vec<OwnedEventId>,
+    depth: i64,
+    origin_server_ts: i64,
+    redaction: Option<RedactionTarget>,
 }
 
 /// Writes events into one room within the caller's transaction.
@@ -472,8 +486,7 @@ impl<'c> RoomWriter<'c> {
     }
 
     /// Builds, authorises, signs and stores one event; refused actions are `M_FORBIDDEN`.
-    pub async fn append(&mut self, event: NewEvent<'_>) -> Result<Appended> {
-        let mut event = event;
+    pub async fn append(&mut self, mut event: NewEvent<'_>) -> Result<Appended> {
         let relation = match self.room_id.clone() {
             Some(room_id) => {
                 super::relations::check(
@@ -488,6 +501,65 @@ impl<'c> RoomWriter<'c> {
             }
             None => None,
         };
+        let built = self.build(&mut event).await?;
+        let room_id = self.room_id()?.to_owned();
+        let group = self
+            .state_group_after(&event, &room_id, &built.event_id)
+            .await?;
+        // Push rules see the room as it was before the event: its state changes come later.
+        // Evaluated before the stream position is taken, so the position's lock (held to
+        // commit, and every room's writers queue on it) is not held through this.
+        let audience = self.audience(&event, &room_id).await?;
+        if self.extremities.is_empty() {
+            store::insert_room(
+                self.conn,
+                room_id.as_str(),
+                self.version.as_str(),
+                event.sender.as_str(),
+                group,
+                now_ms(),
+            )
+            .await
+            .map_err(|e| match crate::storage::is_unique_violation(&e) {
+                true => room_id_taken(),
+                false => e.into(),
+            })?;
+        }
+        let relation = relation.map(|mut relation| {
+            relation.event_id = built.event_id.to_string();
+            relation
+        });
+        let stream_ordering = self
+            .write(&event, &room_id, &built, group, relation, audience.as_ref())
+            .await?;
+
+        let Built {
+            event_id,
+            pdu,
+            prev_events,
+            depth,
+            redaction,
+            ..
+        } = built;
+        if let Some(target) = redaction {
+            if let Some(cached) = self.pdus.get_mut(&target.event_id) {
+                *cached = Pdu::from_json(target.event_id.as_str(), &target.pruned_pdu)?;
+            }
+        }
+        self.extremities.retain(|(id, _)| !prev_events.contains(id));
+        self.extremities.push((event_id.clone(), depth));
+        self.pdus.insert(event_id.clone(), pdu);
+        Ok(Appended {
+            event_id,
+            stream_ordering,
+        })
+    }
+
+    /// Builds and signs the event's PDU on the room's extremities, and authorises it: the
+    /// state the auth rules ask for is read, a redaction's target is checked (whichever
+    /// endpoint the redaction came through) and the PDU must pass both sets of auth rules. A
+    /// v12 create event names the room here.
+    async fn build(&mut self, event: &mut NewEvent<'_>) -> Result<Built> {
         let kind = TimelineEventType::from(event.kind);
         let content_raw =
             serde_json::value::to_raw_value(&event.content).map_err(Error::internal)?;
@@ -508,34 +580,31 @@ impl<'c> RoomWriter<'c> {
             keys.push((kind.to_owned(), state_key.to_owned()));
         }
         self.fetch_state(&keys).await?;
-        // Every redaction, whichever endpoint it came through, is checked here and takes
-        // effect: the auth rules of v3+ rooms leave redactions to the server applying them.
+        // The auth rules of v3+ rooms leave redactions to the server applying them.
         let redaction = match event.kind {
-            "m.room.redaction" => Some(self.authorize_redaction(&mut event).await?),
+            "m.room.redaction" => Some(self.authorize_redaction(event).await?),
             _ => None,
         };
-        let redacts = redaction.as_ref().map(|target| target.event_id.clone());
-        let auth_ids: Vec<String> = auth_types
+        let auth_events: Vec<OwnedEventId> = auth_types
             .iter()
             .filter_map(|(kind, state_key)| self.state_id(&kind.to_string(), state_key))
-            .collect();
-
-        let auth_events: Vec<OwnedEventId> = auth_ids
-            .iter()
             .filter_map(|id| EventId::parse(id).ok())
             .collect();
-        let room_id = self.room_id.clone();
         let is_v12_create = kind == TimelineEventType::RoomCreate
             && self.rules.authorization.room_create_event_id_as_room_id;
-        let redacts_top_level = redacts
-            .as_deref()
+        let redacts_top_level = redaction
+            .as_ref()
+            .map(|target| &*target.event_id)
             .filter(|_| !self.rules.redaction.content_field_redacts);
         let (prev_events, depth) = choose_prev_events(&self.extremities);
+        let origin_server_ts = match is_v12_create {
+            true => unique_create_ts(),
+            false => event.ts.unwrap_or_else(now_ms),
+        };
         let template = PduTemplate {
-            room_id: if is_v12_create {
-                None
-            } else {
-                room_id.as_deref()
+            room_id: match is_v12_create {
+                true => None,
+                false => self.room_id.as_deref(),
             },
             sender: event.sender,
             kind: event.kind,
@@ -545,11 +614,7 @@ impl<'c> RoomWriter<'c> {
             prev_events: &prev_events,
             auth_events: &auth_events,
             depth,
-            origin_server_ts: if is_v12_create {
-                unique_create_ts()
-            } else {
-                event.ts.unwrap_or_else(now_ms)
-            },
+            origin_server_ts,
         };
         let (event_id, json) = build_pdu(
             &template,
@@ -562,7 +627,6 @@ impl<'c> RoomWriter<'c> {
             let room_id = format!("!{}", &event_id.as_str()[1..]);
             self.room_id = Some(RoomId::parse(room_id).map_err(Error::internal)?);
         }
-        let room_id = self.room_id()?.to_owned();
 
         let pdus = &self.pdus;
         check_state_independent_auth_rules(&self.rules.authorization, &pdu, |id: &EventId| {
@@ -580,117 +644,115 @@ impl<'c> RoomWriter<'c> {
             },
         )
         .map_err(|reason| Error::forbidden(format!("Not allowed: {reason}")))?;
+        Ok(Built {
+            event_id,
+            json,
+            pdu,
+            prev_events,
+            depth,
+            origin_server_ts,
+            redaction,
+        })
+    }
 
-        // State after this event.
-        let group = match event.state_key {
-            Some(state_key) => {
-                let change = [(event.kind, state_key, event_id.as_str())];
-                let (group, place) = match self.state_group_with_place().await? {
-                    Some(prev) => {
-                        state_store::insert_state_after(self.conn, room_id.as_str(), prev, &change)
-                            .await?
-                    }
-                    // The room's first state event (its creation).
-                    None => {
-                        state_store::insert_state_snapshot(
-                            self.conn,
-                            room_id.as_str(),
-                            None,
-                            &change,
-                        )
-                        .await?
-                    }
-                };
-                self.state_group = Some((group, Some(place)));
-                self.state.insert(
-                    (event.kind.to_owned(), state_key.to_owned()),
-                    Some(event_id.to_string()),
-                );
-                group
+    /// The state group after the event: for a state event a new one on the current group (the
+    /// room's first snapshot for its create event), which becomes current; the current one
+    /// otherwise.
+    async fn state_group_after(
+        &mut self,
+        event: &NewEvent<'_>,
+        room_id: &RoomId,
+        event_id: &EventId,
+    ) -> Result<i64> {
+        let Some(state_key) = event.state_key else {
+            return self
+                .state_group
+                .map(|(group, _)| group)
+                .ok_or_else(|| Error::internal("message before create"));
+        };
+        let change = [(event.kind, state_key, event_id.as_str())];
+        let (group, place) = match self.state_group_with_place().await? {
+            Some(prev) => {
+                state_store::insert_state_after(self.conn, room_id.as_str(), prev, &change).await?
             }
             None => {
-                self.state_group
-                    .ok_or_else(|| Error::internal("message before create"))?
-                    .0
+                state_store::insert_state_snapshot(self.conn, room_id.as_str(), None, &change)
+                    .await?
             }
         };
+        self.state_group = Some((group, Some(place)));
+        self.state.insert(
+            (event.kind.to_owned(), state_key.to_owned()),
+            Some(event_id.to_string()),
+        );
+        Ok(group)
+    }
 
-        let conn = self.conn;
-        // Push rules see the room as it was before the event: its state changes come later.
-        // Evaluated before the stream position is taken, so the position's lock (held to
-        // commit, and every room's writers queue on it) is not held through this.
-        let audience = if self.extremities.is_empty() {
-            // A new room: nobody else is in it yet.
-            None
-        } else {
-            let silent = silent_by_default(event.kind, &event.content);
-            let reads = match self
-                .audience_reads
-                .take()
-                .filter(|reads| reads.suit(silent))
-            {
-                Some(reads) => reads,
-                None => AudienceReads::read(conn, &room_id, silent).await?,
-            };
-            let sender = event.sender.as_str();
-            Some(Audience::from_reads(conn, self.server_name, &self.rules, sender, reads).await?)
-        };
+    /// Whom the event may notify, with their push rules; `None` in a new room (nobody else is
+    /// in it yet). Uses the reads taken ahead with the room's lock when they suit the event.
+    async fn audience(
+        &mut self,
+        event: &NewEvent<'_>,
+        room_id: &RoomId,
+    ) -> Result<Option<Audience>> {
         if self.extremities.is_empty() {
-            store::insert_room(
-                conn,
-                room_id.as_str(),
-                self.version.as_str(),
-                event.sender.as_str(),
-                group,
-                now_ms(),
-            )
-            .await
-            .map_err(|e| match crate::storage::is_unique_violation(&e) {
-                true => room_id_taken(),
-                false => e.into(),
-            })?;
+            return Ok(None);
         }
-        let push_rows = match &audience {
-            Some(audience) => audience.rows_for(&room_id, event_id.as_str(), &json).await,
-            None => Vec::new(),
+        let silent = silent_by_default(event.kind, &event.content);
+        let reads = match self
+            .audience_reads
+            .take()
+            .filter(|reads| reads.suit(silent))
+        {
+            Some(reads) => reads,
+            None => AudienceReads::read(self.conn, room_id, silent).await?,
         };
+        let sender = event.sender.as_str();
+        let audience =
+            Audience::from_reads(self.conn, self.server_name, &self.rules, sender, reads).await?;
+        Ok(Some(audience))
+    }
+
+    /// Writes the event at its stream position (taken here, or the next provisional one of a
+    /// multi-event transaction) with all it changes: its relation, push actions, the room's
+    /// extremities, the client transaction, the state, a redaction's target, and the
+    /// notifications delivered at commit. The statements go out together, so readers are held
+    /// below the position only from this one round trip to the commit. Returns the position.
+    async fn write(
+        &self,
+        event: &NewEvent<'_>,
+        room_id: &RoomId,
+        built: &Built,
+        group: i64,
+        relation: Option<relations_store::RelationRow>,
+        audience: Option<&Audience>,
+    ) -> Result<i64> {
+        let conn = self.conn;
+        let event_id = built.event_id.as_str();
         let new_event = store::NewEvent {
-            event_id: event_id.as_str(),
+            event_id,
             room_id: room_id.as_str(),
-            depth: template.depth,
+            depth: built.depth,
             sender: event.sender.as_str(),
             event_type: event.kind,
             state_key: event.state_key,
-            origin_server_ts: template.origin_server_ts,
-            pdu: &json,
+            origin_server_ts: built.origin_server_ts,
+            pdu: &built.json,
             state_group: group,
         };
-        let relation = relation.map(|mut relation| {
-            relation.event_id = event_id.to_string();
-            relation
-        });
         let member_target = event.state_key.filter(|_| event.kind == "m.room.member");
-        let for_other_servers = self.is_for_other_servers(audience.as_ref(), member_target);
-        // The stored PDU of a redacted event is pruned: no reader (federation format,
-        // stripped state, push, the directory) can serve what the redaction took away.
-        let pruned = redaction
-            .as_ref()
-            .map(|target| (target, super::pdu::prune(&target.pdu, &self.rules)));
-        // The stream position, then the event's rows (written at that position), the state
-        // and redaction it changes, and its notifications (delivered at commit), sent together:
-        // readers are held below the position from this one round trip to the commit.
-        let prev_ids: Vec<&str> = prev_events.iter().map(|id| id.as_str()).collect();
+        let for_other_servers = self.is_for_other_servers(audience, member_target);
+        let prev_ids: Vec<&str> = built.prev_events.iter().map(|id| id.as_str()).collect();
         let provisional = self.deferred.map(DeferredPositions::take);
-        let push_rows = match provisional {
-            Some(position) => push_rows
-                .into_iter()
-                .map(|mut row| {
-                    row.stream_ordering = position;
-                    row
-                })
-                .collect(),
-            None => push_rows,
+        let mut push_rows = match audience {
+            Some(audience) => audience.rows_for(room_id, event_id, &built.json).await,
+            None => Vec::new(),
         };
+        if let Some(position) = provisional {
+            for row in &mut push_rows {
+                row.stream_ordering = position;
+            }
+        }
         let (stream_ordering, ..) = tokio::try_join!(
             async {
                 match provisional {
@@ -718,9 +780,9 @@ impl<'c> RoomWriter<'c> {
             dag::update_forward_extremities(
                 conn,
                 room_id.as_str(),
-                event_id.as_str(),
+                event_id,
                 &prev_ids,
-                template.depth
+                built.depth
             ),
             async {
                 match event.txn {
@@ -730,7 +792,7 @@ impl<'c> RoomWriter<'c> {
                             event.sender.as_str(),
                             device_id,
                             txn_id,
-                            event_id.as_str(),
+                            event_id,
                             now_ms(),
                         )
                         .await
@@ -741,18 +803,18 @@ impl<'c> RoomWriter<'c> {
             async {
                 match event.state_key {
                     Some(state_key) => {
-                        self.apply_state(&room_id, &event, state_key, event_id.as_str(), group)
+                        self.apply_state(room_id, event, state_key, event_id, group)
                             .await
                     }
                     None => Ok(()),
                 }
             },
             async {
-                match &pruned {
-                    Some((target, pruned)) => {
+                match &built.redaction {
+                    Some(target) => {
                         let redacts = target.event_id.as_str();
                         tokio::try_join!(
-                            store::set_redacted(conn, redacts, event_id.as_str(), pruned),
+                            store::set_redacted(conn, redacts, event_id, &target.pruned_pdu),
                             push_store::delete_for_event(conn, redacts),
                             relations_store::delete_relation(conn, redacts),
                         )
@@ -785,18 +847,7 @@ impl<'c> RoomWriter<'c> {
                 }
             },
         )?;
-        if let Some((target, pruned)) = pruned {
-            if let Some(cached) = self.pdus.get_mut(&target.event_id) {
-                *cached = Pdu::from_json(target.event_id.as_str(), &pruned)?;
-            }
-        }
-        self.extremities.retain(|(id, _)| !prev_events.contains(id));
-        self.extremities.push((event_id.clone(), template.depth));
-        self.pdus.insert(event_id.clone(), pdu);
-        Ok(Appended {
-            event_id,
-            stream_ordering,
-        })
+        Ok(stream_ordering)
     }
 
     /// Whether a new event may go to other servers, so the federation sender is woken at
@@ -851,7 +902,7 @@ impl<'c> RoomWriter<'c> {
         }
         Ok(RedactionTarget {
             event_id: target,
-            pdu: row.pdu,
+            pruned_pdu: super::pdu::prune(&row.pdu, &self.rules),
         })
     }
 
