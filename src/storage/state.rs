@@ -527,7 +527,10 @@ struct Member {
 }
 
 /// The users whose membership in the state of `group` is `join` (read like
-/// [`get_state_ids`], member entries only).
+/// [`get_state_ids`], member entries only). Each member event is looked up by primary key
+/// (the `LIMIT` keeps the planner from joining): as a join, a plan made while `events` was
+/// small scanned all of it for every group, 7 ms a call at 23,000 events on a server whose
+/// tables were never analysed, for the federation sender on every new state group.
 pub async fn get_joined_users(
     mut conn: &AsyncPgConnection,
     group: i64,
@@ -541,8 +544,10 @@ pub async fn get_joined_users(
              ) e \
              ORDER BY e.state_key, c.level \
          ) \
-         SELECT m.state_key AS user_id FROM members m JOIN events ev USING (event_id) \
-         WHERE ev.pdu->'content'->>'membership' = 'join'"
+         SELECT m.state_key AS user_id FROM members m CROSS JOIN LATERAL ( \
+             SELECT 1 FROM events ev WHERE ev.event_id = m.event_id \
+               AND ev.pdu->'content'->>'membership' = 'join' LIMIT 1 \
+         ) joined"
     ))
     .bind::<BigInt, _>(group)
     .load(&mut conn)
