@@ -1,0 +1,1 @@
+DROP INDEX account_data_global_type_user_idx;
