@@ -543,12 +543,8 @@ mod tests {
             segments.join("/")
         };
         let mut paths = vec![fill(None)];
-        for (i, p) in pattern
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.starts_with('{'))
-        {
-            let _ = p;
+        let parameters = (0..pattern.len()).filter(|&i| pattern[i].starts_with('{'));
+        for i in parameters {
             for other in templates {
                 if let Some(literal) = other
                     .split('/')
