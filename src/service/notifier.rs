@@ -6,9 +6,14 @@
 //! syncs of the users concerned, so a sync served by one process sees writes made through
 //! another. Wake-ups only say "look again": what a sync returns is always read from the
 //! database, so a lost notification delays a response but never loses an event.
+//!
+//! Whom a room's events wake is kept per room between events (a room of 20,000 members was
+//! read whole for every message), and forgotten when a trigger announces a membership change
+//! on `myelin_members`; while notifications are not being received, it is read every time.
 
 use std::{
     collections::HashMap,
+    num::NonZeroUsize,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, LazyLock, Mutex,
@@ -17,11 +22,16 @@ use std::{
 };
 
 use futures_util::{stream, StreamExt};
-use tokio::sync::Notify;
+use lru::LruCache;
+use tokio::sync::{Notify, OnceCell};
 use tokio_postgres::AsyncMessage;
 
 use super::{delayed_events::DELAYED_CHANNEL, sessions::Sessions, typing::Typing};
-use crate::storage::{memberships as store, Db};
+use crate::storage::{
+    memberships::{self as store, MEMBERS_CHANNEL},
+    push::PUSH_CHANNEL,
+    Db,
+};
 
 /// Channel for room changes (payload: room ID).
 pub const ROOM_CHANNEL: &str = "myelin_room";
@@ -39,6 +49,62 @@ pub const SHARERS_CHANNEL: &str = "myelin_sharers";
 pub const FEDERATION_CHANNEL: &str = "myelin_federation";
 /// Channel telling the appservice sender that an appservice is back (a successful ping).
 pub const APPSERVICE_CHANNEL: &str = "myelin_appservice";
+
+/// The memberships a room's events wake: a member's syncs, and those of users invited or
+/// knocking (their invite or knock shows in their syncs).
+const AUDIENCE: [&str; 3] = ["join", "invite", "knock"];
+/// Most rooms whose audience is kept.
+const AUDIENCE_ROOMS: usize = 1_000;
+/// Most members kept over all rooms: beyond it the least recently woken rooms are forgotten
+/// (the room being added is kept whatever its size).
+const AUDIENCE_MEMBERS: usize = 100_000;
+
+/// A room's audience, read by the first wake-up that needs it; the wake-ups that come while it
+/// is read wait for that read rather than make their own.
+type AudienceCell = Arc<OnceCell<Arc<[String]>>>;
+
+/// The audiences of the rooms woken lately.
+struct RoomAudiences {
+    rooms: LruCache<String, AudienceCell>,
+}
+
+impl Default for RoomAudiences {
+    fn default() -> Self {
+        RoomAudiences {
+            rooms: LruCache::new(NonZeroUsize::new(AUDIENCE_ROOMS).expect("non-zero")),
+        }
+    }
+}
+
+impl RoomAudiences {
+    /// The room's cell, made (empty) when the room has none.
+    fn cell(&mut self, room_id: &str) -> AudienceCell {
+        if let Some(cell) = self.rooms.get(room_id) {
+            return cell.clone();
+        }
+        let mut held: usize = self
+            .rooms
+            .iter()
+            .filter_map(|(_, c)| c.get())
+            .map(|m| m.len())
+            .sum();
+        while held > AUDIENCE_MEMBERS {
+            match self.rooms.pop_lru() {
+                Some((_, cell)) => held -= cell.get().map_or(0, |members| members.len()),
+                None => break,
+            }
+        }
+        let cell = AudienceCell::default();
+        self.rooms.put(room_id.to_owned(), cell.clone());
+        cell
+    }
+
+    /// Forgets a room's audience; says whether one was kept. A read still under way fills a
+    /// cell nobody will find.
+    fn forget(&mut self, room_id: &str) -> bool {
+        self.rooms.pop(room_id).is_some()
+    }
+}
 
 /// What a notification's arrival time is counted from (an `Instant` as a number, so a waiter
 /// keeps it in an atomic).
@@ -83,9 +149,11 @@ pub struct Notifier {
     db: Db,
     sessions: Arc<Sessions>,
     waiters: Mutex<HashMap<String, Arc<Waiter>>>,
+    /// Whom each room's events wake, for the rooms woken lately.
+    audiences: Mutex<RoomAudiences>,
     /// Who is typing where (kept in step through [`TYPING_CHANNEL`]).
     pub typing: Typing,
-    /// Woken on every room write, for the push sender.
+    /// Woken when push actions that notify were stored, for the push sender.
     pub push_wake: Arc<Notify>,
     /// Woken whenever something is queued for another server or an event is written that may
     /// go to one (in a room with another server's member), for the federation sender.
@@ -108,6 +176,7 @@ impl Notifier {
             db,
             sessions,
             waiters: Mutex::new(HashMap::new()),
+            audiences: Mutex::default(),
             typing: Typing::default(),
             push_wake: Arc::default(),
             federation_wake: Arc::default(),
@@ -144,9 +213,16 @@ impl Notifier {
 
     /// Wakes one user's waiting syncs for a notification that `arrived` at this process.
     fn wake_user(&self, user_id: &str, arrived: Instant) {
+        self.wake_users(std::slice::from_ref(&user_id), arrived);
+    }
+
+    /// Wakes the waiting syncs of each of `users`.
+    fn wake_users(&self, users: &[impl AsRef<str>], arrived: Instant) {
         let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(waiter) = waiters.get(user_id) {
-            waiter.wake(arrived);
+        for user in users {
+            if let Some(waiter) = waiters.get(user.as_ref()) {
+                waiter.wake(arrived);
+            }
         }
     }
 
@@ -157,21 +233,33 @@ impl Notifier {
 
     /// Wakes the syncs of everyone joined to, invited to or knocking on a room.
     async fn wake_room(&self, room_id: &str, arrived: Instant) {
-        let result = async {
-            let conn = self.db.conn().await?;
-            let memberships = ["join", "invite", "knock"];
-            Ok::<_, crate::error::Error>(
-                store::get_room_members_in(&conn, room_id, &memberships).await?,
-            )
-        }
-        .await;
-        match result {
-            Ok(users) => users.iter().for_each(|user| self.wake_user(user, arrived)),
+        match self.room_audience(room_id).await {
+            Ok(users) => self.wake_users(&users, arrived),
             Err(err) => {
                 tracing::warn!("could not look up room members to wake: {err}");
                 self.wake_all(arrived);
             }
         }
+    }
+
+    /// Whom the room's events wake ([`AUDIENCE`]): kept from an earlier wake-up while
+    /// notifications are being received (a membership change is announced and forgets it),
+    /// read anew while they are not (one could be missed).
+    async fn room_audience(&self, room_id: &str) -> crate::error::Result<Arc<[String]>> {
+        let read = || async {
+            let conn = self.db.conn().await?;
+            let users = store::get_room_members_in(&conn, room_id, &AUDIENCE).await?;
+            Ok::<_, crate::error::Error>(Arc::from(users))
+        };
+        if !self.is_listening() {
+            return read().await;
+        }
+        let cell = self.audiences().cell(room_id);
+        cell.get_or_try_init(read).await.cloned()
+    }
+
+    fn audiences(&self) -> std::sync::MutexGuard<'_, RoomAudiences> {
+        self.audiences.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Wakes the user and everyone sharing a joined room with them (presence, device lists).
@@ -267,19 +355,29 @@ impl Notifier {
             .batch_execute(&format!(
                 "LISTEN {ROOM_CHANNEL}; LISTEN {USER_CHANNEL}; LISTEN {TOKEN_CHANNEL}; \
                  LISTEN {TYPING_CHANNEL}; LISTEN {SHARERS_CHANNEL}; LISTEN {FEDERATION_CHANNEL}; \
-                 LISTEN {DELAYED_CHANNEL}; LISTEN {APPSERVICE_CHANNEL};"
+                 LISTEN {DELAYED_CHANNEL}; LISTEN {APPSERVICE_CHANNEL}; LISTEN {MEMBERS_CHANNEL}; \
+                 LISTEN {PUSH_CHANNEL};"
             ))
             .await?;
+        // Memberships may have changed unannounced while nothing was listening.
+        self.audiences().rooms.clear();
         self.listening.store(true, Ordering::Relaxed);
         while let Some((channel, payload, arrived)) = receiver.recv().await {
             let notifier = self.clone();
             if channel == ROOM_CHANNEL {
-                // Not the federation sender: the writer notifies it of the events other
-                // servers may need (a pass per event in a room of ours alone was a second
-                // transaction per send).
-                notifier.push_wake.notify_one();
+                // Not the federation sender nor the push sender: the writes tell them of the
+                // events they may have to send (a pass per event that has nothing for them
+                // was a statement or a transaction per send).
                 notifier.appservice_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room(&payload, arrived).await });
+            } else if channel == MEMBERS_CHANNEL {
+                // The room's event of the same commit may have been announced first and woken
+                // the audience from before it: wake the new one too.
+                if notifier.audiences().forget(&payload) {
+                    tokio::spawn(async move { notifier.wake_room(&payload, arrived).await });
+                }
+            } else if channel == PUSH_CHANNEL {
+                notifier.push_wake.notify_one();
             } else if channel == SHARERS_CHANNEL {
                 // A device-list change: appservices may be sent it (MSC3202).
                 notifier.appservice_wake.notify_one();

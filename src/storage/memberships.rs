@@ -8,6 +8,10 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use super::rooms::{served, SERVED_TO_CLIENTS};
 use super::schema::{events, room_memberships, user_membership_versions};
 
+/// Channel on which a trigger announces (at commit) a room whose memberships changed, the room
+/// ID as payload, whatever wrote them (migration 000042).
+pub const MEMBERS_CHANNEL: &str = "myelin_members";
+
 /// Records a user's current membership in a room, with the display name and avatar URL its
 /// event gives (each only when a string).
 pub async fn set_membership(

@@ -13,6 +13,12 @@ use serde_json::Value;
 
 use super::schema::{events, room_current_state};
 
+/// Channel announcing (at commit, empty payload) that push actions which notify were stored:
+/// what the push sender waits for. Only such actions give a pusher something to send, so
+/// events that notify nobody (most in a room of one, or with every member's rules silent) do
+/// not wake it.
+pub const PUSH_CHANNEL: &str = "myelin_push";
+
 /// One event's meaning for one member. Stored by the member's and the room's number and the
 /// event's position (migration 000040); the event's ID and timestamp are read from the event,
 /// and actions equal to what the flags imply by default are stored as NULL.
@@ -102,8 +108,9 @@ fn insert_push_actions_sql(position: &str) -> String {
     )
 }
 
+/// Inserts the rows, announcing on [`PUSH_CHANNEL`] in the same pipeline when one notifies.
 async fn insert_push_actions_with(
-    mut conn: &AsyncPgConnection,
+    conn: &AsyncPgConnection,
     sql: &'static str,
     rows: &[PushActionRow],
 ) -> QueryResult<()> {
@@ -113,7 +120,8 @@ async fn insert_push_actions_with(
     fn column<'r, T>(rows: &'r [PushActionRow], field: impl Fn(&'r PushActionRow) -> T) -> Vec<T> {
         rows.iter().map(field).collect()
     }
-    super::cached_sql(sql)
+    let mut insert_conn = conn;
+    let insert = super::cached_sql(sql)
         .bind::<Array<Text>, _>(column(rows, |r| r.user_id.as_str()))
         .bind::<Array<Text>, _>(column(rows, |r| r.room_id.as_str()))
         .bind::<Array<BigInt>, _>(column(rows, |r| r.stream_ordering))
@@ -122,9 +130,14 @@ async fn insert_push_actions_with(
         .bind::<Array<Bool>, _>(column(rows, |r| r.highlight))
         .bind::<Array<Bool>, _>(column(rows, |r| r.unread))
         .bind::<Array<Jsonb>, _>(column(rows, |r| &r.actions))
-        .execute(&mut conn)
-        .await
-        .map(drop)
+        .execute(&mut insert_conn);
+    let announce = async {
+        match rows.iter().any(|row| row.notify) {
+            true => super::rooms::notify(conn, PUSH_CHANNEL, "").await,
+            false => Ok(()),
+        }
+    };
+    tokio::try_join!(insert, announce).map(drop)
 }
 
 /// A redacted event stops counting for everyone.

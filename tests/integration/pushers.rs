@@ -251,6 +251,24 @@ async fn notifying_events_are_pushed_with_counts_after_the_gateway_recovers() {
     assert!(!all.contains("m.read"), "receipts never travel in pushes");
 }
 
+/// A notifying event wakes the push sender at its commit rather than at the sender's
+/// one-second tick: five pushes, each sent once the last has arrived, take well under the
+/// five ticks they would wait for otherwise.
+#[tokio::test]
+async fn each_notifying_event_is_pushed_without_waiting_for_the_tick() {
+    let (_server, gateway, alice, _bob, room) = setup(Behaviour::FailFirst(0)).await;
+    alice.send_text(&room, "warm-up", "hello").await.ok();
+    gateway.wait_for(1, Duration::from_secs(10)).await;
+    let started = Instant::now();
+    for n in 1..=5 {
+        alice.send_text(&room, &format!("t{n}"), "ring").await.ok();
+        let received = gateway.wait_for(n + 1, Duration::from_secs(10)).await;
+        assert_eq!(received.len(), n + 1, "{received:?}");
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "five pushes took {took:?}");
+}
+
 #[tokio::test]
 async fn a_hanging_gateway_never_slows_sending() {
     let (_server, gateway, alice, _bob, room) = setup(Behaviour::Hang).await;

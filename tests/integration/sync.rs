@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::support::{
     client::{enc, timeline},
-    server_name, user_id, TestServer,
+    server_name, user_id, ServerOptions, TestServer,
 };
 
 fn bodies(events: &[&Value]) -> Vec<String> {
@@ -259,6 +259,75 @@ async fn long_poll_on_one_process_wakes_for_a_send_through_another() {
         vec!["across processes"]
     );
     assert!(sent_at.elapsed().as_millis() < 2_000);
+}
+
+/// Starts `client`'s long-poll from `since` and waits until it is parked; the handle answers
+/// with the response.
+async fn parked_long_poll(
+    server: &TestServer,
+    client: &crate::support::Client,
+    since: &str,
+) -> tokio::task::JoinHandle<Value> {
+    let since = server.long_poll_token(client, since).await;
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { client.sync(Some(&since), 20_000, None).await })
+    };
+    server.wait_until_long_polls_started(&[client]).await;
+    assert!(
+        !waiting.is_finished(),
+        "the long-poll answered with nothing new"
+    );
+    waiting
+}
+
+/// Each process keeps whom a room's events wake between events. A member who joins after
+/// that (here through each process) is woken by the room's next event on both: the
+/// membership change is announced at its commit and each process forgets what it kept.
+/// Presence is off: a member's syncs would wake the others with it.
+#[tokio::test]
+async fn members_who_join_after_the_room_was_woken_are_woken_by_its_next_event() {
+    let server =
+        TestServer::start_with(ServerOptions::default().env("MYELIN_PRESENCE", "off")).await;
+    let second = server.second_process().await;
+    let alice = server.register("alice").await;
+    let mut alice_there = server.client().login("alice", "password").await;
+    alice_there.base = second.base_url.clone();
+    let bob = server.register("bob").await;
+    let mut carol = server.register("carol").await;
+    carol.base = second.base_url.clone();
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+
+    // Both processes wake the room's audience (Alice alone) for this message: each has read
+    // and kept it before waking her.
+    let here = parked_long_poll(&server, &alice, &alice.next_batch().await).await;
+    let there = parked_long_poll(&server, &alice_there, &alice_there.next_batch().await).await;
+    alice
+        .send_text(&room, "first", "before the joins")
+        .await
+        .ok();
+    for woken in [here.await.unwrap(), there.await.unwrap()] {
+        assert_eq!(bodies(&timeline(&woken, &room)), vec!["before the joins"]);
+    }
+
+    bob.join(&room).await.ok();
+    carol.join(&room).await.ok();
+    let bob_waiting = parked_long_poll(&server, &bob, &bob.next_batch().await).await;
+    let carol_waiting = parked_long_poll(&server, &carol, &carol.next_batch().await).await;
+    let sent_at = Instant::now();
+    alice
+        .send_text(&room, "second", "after the joins")
+        .await
+        .ok();
+    for waiting in [bob_waiting, carol_waiting] {
+        let response = waiting.await.unwrap();
+        assert_eq!(bodies(&timeline(&response, &room)), vec!["after the joins"]);
+    }
+    let latency = sent_at.elapsed();
+    assert!(
+        latency.as_millis() < 2_000,
+        "the new members woke after {latency:?}"
+    );
 }
 
 #[tokio::test]

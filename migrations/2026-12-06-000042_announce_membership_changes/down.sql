@@ -1,0 +1,3 @@
+DROP TRIGGER room_memberships_announce_update ON room_memberships;
+DROP TRIGGER room_memberships_announce_insert_delete ON room_memberships;
+DROP FUNCTION announce_room_membership();
