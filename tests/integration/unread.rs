@@ -62,6 +62,36 @@ async fn two_person_room(server: &TestServer) -> (Client, Client, String) {
     (alice, bob, room)
 }
 
+/// An `@room` mention highlights only when its sender has the power the room's levels ask
+/// for (`notifications.room`, 50 unless set), as they are when it is sent.
+#[tokio::test]
+async fn a_room_mention_highlights_by_the_power_levels_of_its_room() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let mention = json!({
+        "msgtype": "m.text",
+        "body": "@room look",
+        "m.mentions": { "room": true },
+    });
+    send(&bob, &room, "bob-1", mention.clone()).await;
+    assert_eq!(counts(&alice, &room).await, (1, 0, 1), "Bob's power is 0");
+    send(&alice, &room, "alice-1", mention.clone()).await;
+    assert_eq!(counts(&bob, &room).await, (1, 1, 1), "Alice's power is 100");
+
+    let path = format!(
+        "/_matrix/client/v3/rooms/{}/state/m.room.power_levels/",
+        enc(&room)
+    );
+    let mut levels = alice.get(&path).await.ok();
+    levels["notifications"] = json!({ "room": 0 });
+    alice
+        .put_state(&room, "m.room.power_levels", "", levels)
+        .await
+        .ok();
+    send(&bob, &room, "bob-2", mention).await;
+    assert_eq!(counts(&alice, &room).await, (2, 1, 2), "anyone may now");
+}
+
 #[tokio::test]
 async fn messages_count_until_read_and_own_messages_never_count() {
     let server = TestServer::start().await;

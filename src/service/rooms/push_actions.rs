@@ -243,15 +243,24 @@ pub struct Audience {
 }
 
 /// What an [`Audience`] is made from, read as one step of a pipeline: a send reads it in the
-/// same round trip as it takes the room's lock.
+/// same round trip as it takes the room's lock. The room's power levels and create event are
+/// not among them: the writer has them already, from the auth state it read.
 pub struct AudienceReads {
     /// Which members were read: under the default rules a membership change notifies nobody.
     silent_by_default: bool,
     /// `(member, display name, whether they have push rules of their own)`.
     members: Vec<(String, Option<String>, bool)>,
     joined: usize,
-    /// The power levels and create event, by type.
-    state: Vec<(String, Value)>,
+}
+
+/// The room's `m.room.power_levels` and `m.room.create` events as push rules read them (whole
+/// PDUs, or just their `sender` and `content`), as the room is before the event.
+#[derive(Default)]
+pub struct PowerState {
+    /// The power levels event.
+    pub power_levels: Option<Value>,
+    /// The create event.
+    pub create: Option<Value>,
 }
 
 impl AudienceReads {
@@ -261,40 +270,35 @@ impl AudienceReads {
         room_id: &RoomId,
         silent_by_default: bool,
     ) -> Result<Self> {
-        let state_types = ["m.room.power_levels", "m.room.create"];
-        let read_state = store::get_current_state_pdus(conn, room_id.as_str(), &state_types);
         // `(joined members who may be notified, with whether they have rules of their own;
         // how many are joined)`. Under the default rules a membership change notifies nobody:
         // only members with rules of their own can be notified, so only they are read
         // (joining a big room would otherwise read every member, for every join).
-        let ((members, joined), state) = if silent_by_default {
-            let (members, joined, state) = tokio::try_join!(
+        let (members, joined) = if silent_by_default {
+            let (members, joined) = tokio::try_join!(
                 store::get_joined_members_with_account_data(
                     conn,
                     room_id.as_str(),
                     PUSH_RULES_TYPE
                 ),
                 summaries_store::count_members(conn, room_id.as_str(), "join"),
-                read_state,
             )?;
             let members: Vec<_> = members
                 .into_iter()
                 .map(|(user, name)| (user, name, true))
                 .collect();
-            ((members, joined as usize), state)
+            (members, joined as usize)
         } else {
-            let (members, state) = tokio::try_join!(
-                store::get_joined_members_with_names(conn, room_id.as_str(), PUSH_RULES_TYPE),
-                read_state,
-            )?;
+            let members =
+                store::get_joined_members_with_names(conn, room_id.as_str(), PUSH_RULES_TYPE)
+                    .await?;
             let joined = members.len();
-            ((members, joined), state)
+            (members, joined)
         };
         Ok(AudienceReads {
             silent_by_default,
             members,
             joined,
-            state,
         })
     }
 
@@ -314,8 +318,19 @@ impl Audience {
         sender: &str,
         silent_by_default: bool,
     ) -> Result<Self> {
-        let reads = AudienceReads::read(conn, room_id, silent_by_default).await?;
-        Self::from_reads(conn, server_name, rules, sender, reads).await
+        let state_types = ["m.room.power_levels", "m.room.create"];
+        let (reads, state) = tokio::try_join!(
+            AudienceReads::read(conn, room_id, silent_by_default),
+            async {
+                Ok(store::get_current_state_pdus(conn, room_id.as_str(), &state_types).await?)
+            },
+        )?;
+        let mut state: HashMap<String, Value> = state.into_iter().collect();
+        let power = PowerState {
+            power_levels: state.remove("m.room.power_levels"),
+            create: state.remove("m.room.create"),
+        };
+        Self::from_reads(conn, server_name, rules, sender, reads, &power).await
     }
 
     /// The audience of an event `sender` is about to send, from what was read of its room
@@ -326,12 +341,12 @@ impl Audience {
         rules: &RoomVersionRules,
         sender: &str,
         reads: AudienceReads,
+        power: &PowerState,
     ) -> Result<Self> {
         let AudienceReads {
             silent_by_default,
             members,
             joined,
-            state,
         } = reads;
         let mut on_defaults = Vec::new();
         let mut own = Vec::new();
@@ -353,11 +368,10 @@ impl Audience {
                 on_defaults.push((user, name));
             }
         }
-        let state: HashMap<String, Value> = state.into_iter().collect();
         let room = RoomContext::new(
             joined,
-            state.get("m.room.power_levels"),
-            state.get("m.room.create"),
+            power.power_levels.as_ref(),
+            power.create.as_ref(),
             rules,
         );
         let with_own_rules = if own.is_empty() {

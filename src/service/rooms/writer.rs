@@ -26,13 +26,13 @@ use ruma::{
     },
     EventId, OwnedEventId, OwnedRoomId, RoomId, RoomVersionId, ServerName, UserId,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::{
     members::record_member_event,
     pdu::{build_pdu, Pdu, PduTemplate},
-    push_actions::{silent_by_default, Audience, AudienceReads},
+    push_actions::{silent_by_default, Audience, AudienceReads, PowerState},
 };
 use crate::{
     error::{Error, Result},
@@ -503,13 +503,14 @@ impl<'c> RoomWriter<'c> {
         };
         let built = self.build(&mut event).await?;
         let room_id = self.room_id()?.to_owned();
+        // Push rules see the room as it was before the event: taken before its state is.
+        let power = self.power_state();
         let group = self
             .state_group_after(&event, &room_id, &built.event_id)
             .await?;
-        // Push rules see the room as it was before the event: its state changes come later.
         // Evaluated before the stream position is taken, so the position's lock (held to
         // commit, and every room's writers queue on it) is not held through this.
-        let audience = self.audience(&event, &room_id).await?;
+        let audience = self.audience(&event, &room_id, &power).await?;
         if self.extremities.is_empty() {
             store::insert_room(
                 self.conn,
@@ -694,6 +695,7 @@ impl<'c> RoomWriter<'c> {
         &mut self,
         event: &NewEvent<'_>,
         room_id: &RoomId,
+        power: &PowerState,
     ) -> Result<Option<Audience>> {
         if self.extremities.is_empty() {
             return Ok(None);
@@ -708,8 +710,15 @@ impl<'c> RoomWriter<'c> {
             None => AudienceReads::read(self.conn, room_id, silent).await?,
         };
         let sender = event.sender.as_str();
-        let audience =
-            Audience::from_reads(self.conn, self.server_name, &self.rules, sender, reads).await?;
+        let audience = Audience::from_reads(
+            self.conn,
+            self.server_name,
+            &self.rules,
+            sender,
+            reads,
+            power,
+        )
+        .await?;
         Ok(Some(audience))
     }
 
@@ -933,6 +942,19 @@ impl<'c> RoomWriter<'c> {
             .get("membership")
             .and_then(Value::as_str)
             .map(str::to_owned)
+    }
+
+    /// The room's power levels and create event as push rules read them, from the auth state
+    /// (every event's authorisation fetches both).
+    fn power_state(&self) -> PowerState {
+        let push_view = |kind| {
+            self.state_pdu(kind, "")
+                .map(|pdu| json!({ "sender": pdu.sender, "content": pdu.content_value() }))
+        };
+        PowerState {
+            power_levels: push_view("m.room.power_levels"),
+            create: push_view("m.room.create"),
+        }
     }
 
     /// The current state event of `(kind, state_key)`, when fetched and present.
