@@ -10,6 +10,8 @@
 #        (default: full, "1 2 4", a scratch directory)
 #        RECEIVERS=N: that many long-polling receivers instead of the scale's (0: the concurrent
 #        sends alone, each sender reading its room back for the completeness check)
+#        NO_ANALYZE=1: no `VACUUM ANALYZE` after the set-up (a server just filled); with
+#        MYELIN_STATISTICS_REFRESH=off too, no table is ever analysed
 # Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres), pgbench.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,7 +51,7 @@ for n in $counts; do
     done
     others=$(IFS=,; echo "${urls[*]:1}")
     "$CARGO_TARGET_DIR/release/myelin-bench" --url "${urls[0]}" ${others:+--process-urls "$others"} \
-        --scale "$scale" --only concurrent,delivery --pid "${pids[0]}" ${RECEIVERS:+--receivers "$RECEIVERS"} \
+        --scale "$scale" --only concurrent,delivery --pid "${pids[0]}" ${RECEIVERS:+--receivers "$RECEIVERS"} ${NO_ANALYZE:+--no-analyze} \
         --database-url "postgres://$PGUSER@$PGHOST/$db" --label "Myelin x$n" \
         --out "$work/scale-out-$n.json" --plot "$work/delivery-$n.svg" >"$work/bench-$n.txt"
     stop_all
