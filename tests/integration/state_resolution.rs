@@ -3,7 +3,7 @@
 
 use diesel_async::RunQueryDsl;
 use myelin::{
-    service::rooms::{state_res, writer::rules_for},
+    service::rooms::{state_res, versions::rules_for},
     storage::state::{get_state_ids, StateIds},
 };
 use serde_json::json;

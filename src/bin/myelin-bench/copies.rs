@@ -125,7 +125,7 @@ pub async fn read_templates(
                     .map_err(|e| format!("the template's ID {event_id}: {e}"))?,
                 pdu: serde_json::from_str(row.get(1))
                     .map_err(|e| format!("the template is not a message PDU: {e}"))?,
-                rules: myelin::service::rooms::writer::rules_for(row.get(2))
+                rules: myelin::service::rooms::versions::rules_for(row.get(2))
                     .map_err(|e| e.to_string())?,
             })
         })

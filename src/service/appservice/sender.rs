@@ -46,7 +46,7 @@ use crate::{
         outbound::Outbound,
         presence::Presence,
         rooms::pdu,
-        rooms::writer::rules_for,
+        rooms::versions::rules_for,
         sending::Consumers,
     },
     storage::{

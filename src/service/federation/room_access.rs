@@ -35,7 +35,7 @@ use serde_json::{value::RawValue as RawJsonValue, Value};
 
 use crate::{
     error::{Error, Result},
-    service::rooms::{pdu::prune, writer::rules_for},
+    service::rooms::{pdu::prune, versions::rules_for},
     storage::{
         event_graph, room_servers,
         rooms::{self as rooms_store, EventRow},

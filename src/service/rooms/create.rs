@@ -8,7 +8,8 @@ use ruma::{
 use serde_json::{json, Map, Value};
 
 use super::{
-    writer::{DeferredPositions, NewEvent, RoomWriter},
+    deferred::DeferredPositions,
+    writer::{NewEvent, RoomWriter},
     Rooms, DEFAULT_VERSION,
 };
 use crate::{
@@ -58,7 +59,7 @@ impl Rooms {
     /// Creates a room; nothing is written unless every event is accepted.
     pub async fn create_room(&self, creator: &UserId, request: CreateRoom) -> Result<OwnedRoomId> {
         let version = request.room_version.clone().unwrap_or(DEFAULT_VERSION);
-        let rules = super::writer::version_rules(&version)?;
+        let rules = super::versions::version_rules(&version)?;
         let preset = request.preset.unwrap_or(if request.public {
             Preset::PublicChat
         } else {

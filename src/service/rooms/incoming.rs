@@ -571,7 +571,7 @@ impl Rooms {
             let creator = rules.authorization.explicitly_privilege_room_creators
                 && state.iter().any(|row| {
                     row.event_type == "m.room.create"
-                        && super::writer::is_room_creator(
+                        && super::power::is_room_creator(
                             &row.sender,
                             &content_of("m.room.create"),
                             &pdu.sender,
@@ -579,7 +579,7 @@ impl Rooms {
                 });
             let levels = content_of("m.room.power_levels");
             let needed = levels.get("redact").and_then(Value::as_i64).unwrap_or(50);
-            if !creator && super::writer::listed_power_level(&levels, &pdu.sender) < needed {
+            if !creator && super::power::listed_power_level(&levels, &pdu.sender) < needed {
                 return Ok(());
             }
         }

@@ -280,14 +280,14 @@ impl Rooms {
         levels: &Value,
     ) -> Result<i64> {
         if let Some(room) = store::get_room(conn, room_id.as_str()).await? {
-            let privileged = super::writer::rules_for(&room.room_version)?
+            let privileged = super::versions::rules_for(&room.room_version)?
                 .authorization
                 .explicitly_privilege_room_creators;
             if privileged && self.is_creator(conn, room_id, user_id).await? {
                 return Ok(i64::MAX);
             }
         }
-        Ok(super::writer::listed_power_level(levels, user_id))
+        Ok(super::power::listed_power_level(levels, user_id))
     }
 
     async fn is_creator(
@@ -305,7 +305,7 @@ impl Rooms {
             return Ok(false);
         };
         let content = create.pdu.get("content").cloned().unwrap_or_default();
-        Ok(super::writer::is_room_creator(
+        Ok(super::power::is_room_creator(
             &create.sender,
             &content,
             user_id,

@@ -141,7 +141,7 @@ impl Rooms {
                 }
             }
         }
-        let rules = super::writer::rules_for(&room.room_version)?;
+        let rules = super::versions::rules_for(&room.room_version)?;
         let mut state = Vec::new();
         let first_group = found.first().and_then(|first| first.state_group);
         if let (true, Some(first_group)) = (request.lazy_load_members, first_group) {

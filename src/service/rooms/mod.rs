@@ -2,12 +2,14 @@
 
 pub mod alias;
 pub mod create;
+pub mod deferred;
 pub mod ephemeral;
 pub mod incoming;
 mod members;
 pub mod membership;
 pub mod messages;
 pub mod pdu;
+pub mod power;
 pub mod push_actions;
 pub mod read;
 pub mod receipts;
@@ -19,6 +21,7 @@ pub mod state_parts;
 pub mod state_res;
 pub mod summary;
 pub mod upgrade;
+pub mod versions;
 pub mod visibility;
 pub mod writer;
 

@@ -24,7 +24,7 @@ use ruma::{
 };
 use serde_json::Value;
 
-use super::writer::rules_for;
+use super::versions::rules_for;
 use crate::{
     error::{Error, Result},
     service::push_rules::{load_rulesets, PUSH_RULES_TYPE},

@@ -12,8 +12,8 @@ use serde_json::{json, value::RawValue, Value};
 use super::{
     pdu::{client_event, client_event_from_parts, omit_room_ids, RoomIdField},
     state_parts::KeptEvent,
+    versions::rules_for,
     visibility::Visibility,
-    writer::rules_for,
     Rooms,
 };
 use crate::{

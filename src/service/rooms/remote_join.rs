@@ -383,7 +383,7 @@ impl Rooms {
             let room_row = store::get_room(conn, room)
                 .await?
                 .ok_or_else(|| Error::not_found("Unknown room"))?;
-            let rules = super::writer::rules_for(&room_row.room_version)?;
+            let rules = super::versions::rules_for(&room_row.room_version)?;
             let invite = store::get_state_event(conn, invite_id)
                 .await?
                 .ok_or_else(|| Error::forbidden("You are not invited to this room"))?;

@@ -7,7 +7,9 @@ use serde_json::{json, Value};
 
 use super::{
     create::membership_content,
-    writer::{version_rules, DeferredPositions, NewEvent, RoomWriter},
+    deferred::DeferredPositions,
+    versions::version_rules,
+    writer::{NewEvent, RoomWriter},
     Rooms,
 };
 use crate::{

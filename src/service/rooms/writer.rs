@@ -10,11 +10,7 @@
 //! replaces them in the set. A room only this server writes to keeps a set of one, so its
 //! history stays one chain.
 
-use std::{
-    collections::HashMap,
-    future::Future,
-    sync::atomic::{AtomicI64, Ordering},
-};
+use std::{collections::HashMap, future::Future};
 
 use diesel::sql_types::BigInt;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
@@ -30,9 +26,12 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::{
+    deferred::DeferredPositions,
     members::record_member_event,
     pdu::{build_pdu, Pdu, PduTemplate},
+    power::{is_room_creator, listed_power_level},
     push_actions::{silent_by_default, Audience, AudienceReads, PowerState},
+    versions::version_rules,
 };
 use crate::{
     error::{Error, Result},
@@ -104,30 +103,6 @@ fn unique_create_ts() -> i64 {
     now.max(previous + 1)
 }
 
-/// Whether a user created the room: its create event's sender or one of its
-/// `additional_creators` (room versions that privilege creators put them above everyone).
-pub fn is_room_creator(create_sender: &str, create_content: &Value, user_id: &UserId) -> bool {
-    create_sender == user_id.as_str()
-        || create_content
-            .get("additional_creators")
-            .and_then(Value::as_array)
-            .is_some_and(|creators| creators.iter().any(|c| c == user_id.as_str()))
-}
-
-/// A user's power level as a power-levels content lists it (`users`, else `users_default`).
-pub fn listed_power_level(levels: &Value, user_id: &UserId) -> i64 {
-    levels
-        .get("users")
-        .and_then(|users| users.get(user_id.as_str()))
-        .and_then(Value::as_i64)
-        .unwrap_or_else(|| {
-            levels
-                .get("users_default")
-                .and_then(Value::as_i64)
-                .unwrap_or(0)
-        })
-}
-
 const ROOM_ID_TAKEN: &str = "A room with this ID was created at the same moment; try again";
 
 /// The error of a new room whose ID another transaction took first.
@@ -142,45 +117,6 @@ fn room_id_taken() -> Error {
 /// Whether an error is [`room_id_taken`]'s (worth retrying with a fresh create event).
 pub fn is_room_id_taken(err: &Error) -> bool {
     matches!(err, Error::Matrix { message, .. } if message == ROOM_ID_TAKEN)
-}
-
-/// Provisional positions for the events of one multi-event transaction (createRoom, an
-/// upgrade): each append takes the next (negative, unique across transactions, decreasing in
-/// append order), and [`DeferredPositions::finish`] turns them into real positions just
-/// before commit, so readers are not held below the transaction's positions from its first
-/// event on.
-pub struct DeferredPositions {
-    next: AtomicI64,
-    count: AtomicI64,
-}
-
-impl Default for DeferredPositions {
-    fn default() -> Self {
-        use rand::Rng;
-        // Far below zero (below any backfilled event's position) and random, so concurrent
-        // transactions' provisional positions never meet (positions are unique).
-        let start = -rand::rng().random_range(-store::PROVISIONAL_POSITIONS_BELOW..1_i64 << 61);
-        DeferredPositions {
-            next: AtomicI64::new(start),
-            count: AtomicI64::new(0),
-        }
-    }
-}
-
-impl DeferredPositions {
-    fn take(&self) -> i64 {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.next.fetch_sub(1, Ordering::Relaxed)
-    }
-
-    /// Gives every event appended so far in these rooms its real position (call it last in
-    /// the transaction); says how many there were.
-    pub async fn finish(&self, conn: &AsyncPgConnection, room_ids: &[&RoomId]) -> Result<u64> {
-        let rooms: Vec<&str> = room_ids.iter().map(|r| r.as_str()).collect();
-        let count = self.count.swap(0, Ordering::Relaxed);
-        store::renumber_provisional_positions(conn, &rooms, count).await?;
-        Ok(u64::try_from(count).unwrap_or(0))
-    }
 }
 
 /// The event a redaction redacts, with its stored PDU as the redaction leaves it: pruned, so
@@ -245,25 +181,6 @@ pub async fn lock_room(conn: &AsyncPgConnection, room_id: &RoomId) -> Result<()>
 fn lock_key(room_id: &str) -> i64 {
     let digest = Sha256::digest(room_id.as_bytes());
     i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
-}
-
-/// The rules of a room version we support.
-pub fn version_rules(version: &RoomVersionId) -> Result<RoomVersionRules> {
-    if !super::SUPPORTED_VERSIONS.contains(version) {
-        return Err(Error::matrix(
-            actix_web::http::StatusCode::BAD_REQUEST,
-            "M_UNSUPPORTED_ROOM_VERSION",
-            format!("Room version {version} is not supported"),
-        ));
-    }
-    version
-        .rules()
-        .ok_or_else(|| Error::internal("room version without rules"))
-}
-
-/// The rules of a stored room's version (as `rooms.room_version` holds it).
-pub fn rules_for(room_version: &str) -> Result<RoomVersionRules> {
-    version_rules(&RoomVersionId::try_from(room_version).map_err(Error::internal)?)
 }
 
 /// The state most events' authorisation reads: the room's create event, power levels and

@@ -10,7 +10,7 @@ use super::{lists::UserRoom, model::RoomConfig};
 use crate::{
     error::{Error, Result},
     service::{
-        rooms::{pdu::omit_room_ids, visibility::Visibility, writer::rules_for, Rooms},
+        rooms::{pdu::omit_room_ids, versions::rules_for, visibility::Visibility, Rooms},
         sync::{
             newest::{set_transaction_ids, Newest},
             section::counts_and_heroes,
