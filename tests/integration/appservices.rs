@@ -437,6 +437,18 @@ async fn a_kill_between_storing_and_acknowledging_resends_the_same_transaction()
             .any(|e| e["type"] == "m.room.member")
     })
     .await;
+    // Whatever else the set-up left (ephemeral data goes in transactions of its own) must
+    // have gone too: a transaction of it failing first would hold the messages' back.
+    wait_until(
+        "the set-up's transactions are sent",
+        Duration::from_secs(20),
+        || async {
+            let before = fake.transactions().len();
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            fake.transactions().len() == before
+        },
+    )
+    .await;
     fake.answer(503);
     for n in 0..5 {
         alice
