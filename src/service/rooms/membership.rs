@@ -241,16 +241,7 @@ impl Rooms {
         event_type: &str,
     ) -> Result<bool> {
         let levels = self.power_levels(conn, room_id).await?;
-        let needed = levels
-            .get("events")
-            .and_then(|events| events.get(event_type))
-            .and_then(Value::as_i64)
-            .unwrap_or_else(|| {
-                levels
-                    .get("state_default")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(50)
-            });
+        let needed = super::power::listed_level(&levels, "events", event_type, "state_default", 50);
         Ok(self.user_level(conn, room_id, user_id, &levels).await? >= needed)
     }
 

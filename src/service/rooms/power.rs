@@ -16,14 +16,26 @@ pub fn is_room_creator(create_sender: &str, create_content: &Value, user_id: &Us
 
 /// A user's power level as a power-levels content lists it (`users`, else `users_default`).
 pub fn listed_power_level(levels: &Value, user_id: &UserId) -> i64 {
+    listed_level(levels, "users", user_id.as_str(), "users_default", 0)
+}
+
+/// A level as a power-levels content lists it: `levels[map][key]` when a number, else
+/// `levels[default_field]` when a number, else `fallback` (the spec's default).
+pub fn listed_level(
+    levels: &Value,
+    map: &str,
+    key: &str,
+    default_field: &str,
+    fallback: i64,
+) -> i64 {
     levels
-        .get("users")
-        .and_then(|users| users.get(user_id.as_str()))
+        .get(map)
+        .and_then(|entries| entries.get(key))
         .and_then(Value::as_i64)
         .unwrap_or_else(|| {
             levels
-                .get("users_default")
+                .get(default_field)
                 .and_then(Value::as_i64)
-                .unwrap_or(0)
+                .unwrap_or(fallback)
         })
 }
