@@ -7,7 +7,7 @@
 
 use diesel::{
     prelude::*,
-    sql_types::{Array, BigInt, Text},
+    sql_types::{Array, BigInt, Bool, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
@@ -112,6 +112,10 @@ pub async fn update_forward_extremities(
 
 /// Up to `limit` served events of a room after `after` and at or before `up_to` in
 /// topological order: newest first (`backwards`) or oldest first.
+///
+/// Read through `myelin_room_history` (migration 000043), whose only plan is the ordered walk
+/// of the topological index: as a plain statement, a room grown since the last `ANALYZE` was
+/// planned as small, and every page then read and sorted all of the room's events.
 pub async fn get_room_history(
     mut conn: &AsyncPgConnection,
     room_id: &str,
@@ -120,28 +124,19 @@ pub async fn get_room_history(
     backwards: bool,
     limit: i64,
 ) -> QueryResult<Vec<EventRow>> {
-    fn sql(order: &str) -> String {
-        format!(
-            "SELECT {EVENT_COLUMNS} FROM events \
-             WHERE room_id = $1 AND (depth, stream_ordering) > ($2, $3) \
-               AND (depth, stream_ordering) <= ($4, $5) AND {SERVED_TO_CLIENTS} \
-             ORDER BY depth {order}, stream_ordering {order} LIMIT $6"
-        )
-    }
-    static BACKWARDS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| sql("DESC"));
-    static FORWARDS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| sql("ASC"));
-    super::cached_sql(match backwards {
-        true => BACKWARDS.as_str(),
-        false => FORWARDS.as_str(),
-    })
-    .bind::<Text, _>(room_id)
-    .bind::<BigInt, _>(after.depth)
-    .bind::<BigInt, _>(after.stream)
-    .bind::<BigInt, _>(up_to.depth)
-    .bind::<BigInt, _>(up_to.stream)
-    .bind::<BigInt, _>(limit)
-    .load(&mut conn)
-    .await
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("SELECT {EVENT_COLUMNS} FROM myelin_room_history($1, $2, $3, $4, $5, $6, $7)")
+    });
+    super::cached_sql(SQL.as_str())
+        .bind::<Text, _>(room_id)
+        .bind::<BigInt, _>(after.depth)
+        .bind::<BigInt, _>(after.stream)
+        .bind::<BigInt, _>(up_to.depth)
+        .bind::<BigInt, _>(up_to.stream)
+        .bind::<Bool, _>(backwards)
+        .bind::<BigInt, _>(limit)
+        .load(&mut conn)
+        .await
 }
 
 #[derive(QueryableByName)]

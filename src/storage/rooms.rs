@@ -14,7 +14,8 @@ use super::schema::{
 /// timeline), not rejected (it passed authorisation) and not soft-failed (it passed the
 /// current state too). Every client read of events by room, position or ID applies it (also
 /// as [`served`]); the partial index `events_room_id_depth_stream_ordering_idx` is built on
-/// exactly this text, so keep the two the same.
+/// exactly this text, and `myelin_room_history` (migration 000043) repeats it, so keep them
+/// the same.
 pub const SERVED_TO_CLIENTS: &str = "NOT outlier AND rejected_reason IS NULL AND NOT soft_failed";
 
 /// [`SERVED_TO_CLIENTS`] in diesel's query builder: no bind parameters, so statements stay

@@ -23,6 +23,12 @@ use crate::{
 /// Most events scanned for one page: bounds the work a page of invisible history costs.
 const MAX_SCANNED: usize = 5_000;
 
+/// Events read at a time: a page's first batch is its size (each event read and not served
+/// is its JSON sent by PostgreSQL for nothing), within these bounds; each further batch, read
+/// because events were left out, is twice the one before.
+const MIN_BATCH: usize = 10;
+const MAX_BATCH: usize = 200;
+
 /// One page of history.
 pub struct Page {
     /// Events in the requested direction.
@@ -114,17 +120,19 @@ impl Rooms {
         let mut cursor = from;
         let mut scanned = 0;
         let mut exhausted = false;
-        while found.len() < request.limit && scanned < MAX_SCANNED {
-            let batch = (request.limit * 2).clamp(20, 200) as i64;
+        let mut batch = request.limit.clamp(MIN_BATCH, MAX_BATCH);
+        while !exhausted && found.len() < request.limit && scanned < MAX_SCANNED {
             let rows = match request.backwards {
-                true => dag::get_room_history(conn, room_id, to, cursor, true, batch).await?,
-                false => dag::get_room_history(conn, room_id, cursor, to, false, batch).await?,
-            };
-            if rows.is_empty() {
-                exhausted = true;
-                break;
+                true => dag::get_room_history(conn, room_id, to, cursor, true, batch as i64),
+                false => dag::get_room_history(conn, room_id, cursor, to, false, batch as i64),
             }
-            for row in rows {
+            .await?;
+            // A short batch is the rest of the range: no query to find it empty.
+            let (read_all, batch_len) = (rows.len() < batch, rows.len());
+            exhausted = read_all;
+            // Another batch means events were left out: ask for more at a time.
+            batch = (batch * 2).min(MAX_BATCH);
+            for (read, row) in rows.into_iter().enumerate() {
                 scanned += 1;
                 cursor = match request.backwards {
                     true => HistoryPosition::before(&row),
@@ -136,6 +144,8 @@ impl Rooms {
                 {
                     found.push(row);
                     if found.len() == request.limit {
+                        // Events of this batch left unread: the history goes on.
+                        exhausted = read_all && read + 1 == batch_len;
                         break;
                     }
                 }
