@@ -1,13 +1,13 @@
-//! Request middleware: CORS on every response, one tracing span per request, and no U+0000 in
-//! a path or query string.
+//! Request middleware: CORS on every response, one tracing span per request, no U+0000 in a
+//! path or query string, and a long-poll's headers kept in a map of their own size.
 
 use std::time::Instant;
 
 use actix_web::{
     body::{BoxBody, MessageBody},
-    dev::{ServiceRequest, ServiceResponse},
+    dev::{Service, ServiceRequest, ServiceResponse, Transform},
     http::{
-        header::{HeaderName, HeaderValue},
+        header::{HeaderMap, HeaderName, HeaderValue},
         Method, StatusCode,
     },
     middleware::Next,
@@ -36,6 +36,54 @@ fn add_cors(headers: &mut actix_web::http::header::HeaderMap) {
             HeaderName::from_static(name),
             HeaderValue::from_static(value),
         );
+    }
+}
+
+/// Moves a request's headers into a map of their own size before the route runs. actix-http
+/// parses every request's headers into a map made for 16 (about 6.7 KiB) and keeps it until
+/// the response: for a long-poll, a minute, ten thousand at a time. A handful of headers fit
+/// in a map a quarter of that size. Nothing is kept per request: the route's own future is
+/// the one returned.
+pub struct CompactHeaders;
+
+impl<S, B> Transform<S, ServiceRequest> for CompactHeaders
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    type Response = ServiceResponse<B>;
+    type Error = actix_web::Error;
+    type Transform = CompactHeadersService<S>;
+    type InitError = ();
+    type Future = std::future::Ready<Result<Self::Transform, ()>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        std::future::ready(Ok(CompactHeadersService { route: service }))
+    }
+}
+
+/// [`CompactHeaders`] around one route.
+pub struct CompactHeadersService<S> {
+    route: S,
+}
+
+impl<S, B> Service<ServiceRequest> for CompactHeadersService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    type Response = ServiceResponse<B>;
+    type Error = actix_web::Error;
+    type Future = S::Future;
+
+    actix_web::dev::forward_ready!(route);
+
+    fn call(&self, mut req: ServiceRequest) -> Self::Future {
+        let compact: HeaderMap = req
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        *req.headers_mut() = compact;
+        self.route.call(req)
     }
 }
 
@@ -163,4 +211,55 @@ pub async fn trace(
         span.in_scope(|| tracing::info!(status, latency_ms, "served"));
     }
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::{
+        dev::{fn_service, Service, ServiceRequest, Transform},
+        http::header::{HeaderMap, HeaderName, HeaderValue},
+        test, HttpResponse,
+    };
+
+    use super::CompactHeaders;
+
+    /// The route sees every header value, repeated names included, in a map sized for them
+    /// instead of the one actix-http parsed them into, made for 16.
+    #[actix_web::test]
+    async fn compact_headers_keep_every_value_in_a_map_of_their_size() {
+        let route = CompactHeaders
+            .new_transform(fn_service(|req: ServiceRequest| async move {
+                let mut pairs: Vec<(String, String)> = req
+                    .headers()
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+                    .collect();
+                pairs.sort();
+                let seen = (req.headers().capacity(), pairs);
+                Ok::<_, actix_web::Error>(req.into_response(HttpResponse::Ok().json(seen)))
+            }))
+            .await
+            .unwrap();
+        let sent = [
+            ("authorization", "Bearer token"),
+            ("accept", "application/json"),
+            ("accept", "text/plain"),
+        ];
+        let mut parsed = HeaderMap::with_capacity(16);
+        for (name, value) in sent {
+            parsed.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let mut request = test::TestRequest::get().uri("/").to_srv_request();
+        *request.headers_mut() = parsed;
+        let response = route.call(request).await.unwrap();
+        let (capacity, pairs): (usize, Vec<(String, String)>) =
+            test::read_body_json(response).await;
+        let mut expected = sent.map(|(n, v)| (n.to_owned(), v.to_owned()));
+        expected.sort();
+        assert_eq!(pairs, expected);
+        assert!(capacity < 16, "a map made for {capacity} headers");
+    }
 }

@@ -24,6 +24,8 @@ use crate::error::Error;
 pub struct RouteTable {
     routes: BTreeMap<String, Vec<(Method, Option<Route>)>>,
     build_handlers: bool,
+    /// The routes registered now are long-polls (see [`RouteTable::long_polls`]).
+    long_polls: bool,
 }
 
 impl RouteTable {
@@ -51,6 +53,16 @@ impl RouteTable {
         self
     }
 
+    /// Registers the routes `register` adds as long-polls: a request's headers move into a map
+    /// of their own size before it runs ([`middleware::CompactHeaders`]), since it may wait a
+    /// minute and ten thousand may wait at once.
+    pub fn long_polls(&mut self, register: impl FnOnce(&mut Self)) -> &mut Self {
+        self.long_polls = true;
+        register(self);
+        self.long_polls = false;
+        self
+    }
+
     /// Registers a handler for one method and path.
     pub fn raw<F, Args>(&mut self, method: Method, path: &str, handler: F) -> &mut Self
     where
@@ -58,9 +70,13 @@ impl RouteTable {
         Args: FromRequest + 'static,
         F::Output: Responder + 'static,
     {
-        let route = self
-            .build_handlers
-            .then(|| web::method(method.clone()).to(handler));
+        let route = self.build_handlers.then(|| {
+            let route = web::method(method.clone()).to(handler);
+            match self.long_polls {
+                true => route.wrap(middleware::CompactHeaders),
+                false => route,
+            }
+        });
         self.routes
             .entry(path.to_owned())
             .or_default()
@@ -286,10 +302,12 @@ fn routes(t: &mut RouteTable) {
     t.ruma::<r::membership::get_member_events::v3::Request, _, _>(rooms::members_route);
     t.ruma::<r::room::upgrade_room::v3::Request, _, _>(rooms::upgrade_route);
 
-    t.ruma::<r::sync::sync_events::v3::Request, _, _>(sync::sync_route);
-    for path in [sliding_sync::UNSTABLE_PATH, sliding_sync::STABLE_PATH] {
-        t.raw(Method::POST, path, sliding_sync::sliding_sync_route);
-    }
+    t.long_polls(|t| {
+        t.ruma::<r::sync::sync_events::v3::Request, _, _>(sync::sync_route);
+        for path in [sliding_sync::UNSTABLE_PATH, sliding_sync::STABLE_PATH] {
+            t.raw(Method::POST, path, sliding_sync::sliding_sync_route);
+        }
+    });
     t.ruma::<r::message::get_message_events::v3::Request, _, _>(sync::messages_route);
     t.ruma::<r::message::send_message_event::v3::Request, _, _>(events::send_message_route);
     t.ruma::<r::receipt::create_receipt::v3::Request, _, _>(receipts::create_receipt_route);
