@@ -122,14 +122,16 @@ impl Rooms {
         let mut exhausted = false;
         let mut batch = request.limit.clamp(MIN_BATCH, MAX_BATCH);
         while !exhausted && found.len() < request.limit && scanned < MAX_SCANNED {
-            let rows = match request.backwards {
-                true => dag::get_room_history(conn, room_id, to, cursor, true, batch as i64),
-                false => dag::get_room_history(conn, room_id, cursor, to, false, batch as i64),
-            }
-            .await?;
+            let (after, up_to) = match request.backwards {
+                true => (to, cursor),
+                false => (cursor, to),
+            };
+            let rows =
+                dag::get_room_history(conn, room_id, after, up_to, request.backwards, batch as i64)
+                    .await?;
+            let batch_len = rows.len();
             // A short batch is the rest of the range: no query to find it empty.
-            let (read_all, batch_len) = (rows.len() < batch, rows.len());
-            exhausted = read_all;
+            exhausted = batch_len < batch;
             // Another batch means events were left out: ask for more at a time.
             batch = (batch * 2).min(MAX_BATCH);
             for (read, row) in rows.into_iter().enumerate() {
@@ -145,7 +147,7 @@ impl Rooms {
                     found.push(row);
                     if found.len() == request.limit {
                         // Events of this batch left unread: the history goes on.
-                        exhausted = read_all && read + 1 == batch_len;
+                        exhausted &= read + 1 == batch_len;
                         break;
                     }
                 }
