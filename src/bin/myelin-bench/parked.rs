@@ -15,6 +15,9 @@ use crate::{
 
 /// Deliveries measured with and without the parked connections.
 const DELIVERIES: usize = 20;
+/// Most CPU time the server may have used in the last second for the connections to count as
+/// parked: a fifth of a core, in the kernel's clock ticks (100 a second on Linux).
+const IDLE_CPU_TICKS: u64 = 20;
 /// Connections opened at once: a burst beyond the listen backlog would wait out SYN retries.
 const OPEN_AT_ONCE: usize = 500;
 
@@ -74,21 +77,31 @@ pub async fn parked_connections(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Three readings a second apart within 1% of each other: the server has taken them all.
-    let settled = |readings: &[u64]| {
+    // Three readings a second apart within 1% of each other, and the server all but idle in
+    // the last second: it has taken them all, and answered each one's first, empty read (a
+    // server whose memory per request does not grow when it parks one settles in memory
+    // while it still works through them, and a delivery measured then waits behind them).
+    let settled = |readings: &[(u64, u64)]| {
         let last = &readings[readings.len().saturating_sub(3)..];
-        let (low, high) = (last.iter().min(), last.iter().max());
+        let rss = last.iter().map(|&(rss, _)| rss);
+        let (low, high) = (rss.clone().min(), rss.max());
+        let idle = last
+            .windows(2)
+            .last()
+            .is_some_and(|pair| pair[1].1.saturating_sub(pair[0].1) <= IDLE_CPU_TICKS);
         last.len() == 3
+            && idle
             && low
                 .zip(high)
                 .is_some_and(|(low, high)| high - low <= high / 100)
     };
-    let mut readings: Vec<u64> = rss_kib(pid, "VmRSS:").into_iter().collect();
+    let reading = || rss_kib(pid, "VmRSS:").zip(cpu_ticks(pid));
+    let mut readings: Vec<(u64, u64)> = reading().into_iter().collect();
     while pid.is_some() && !settled(&readings) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        readings.extend(rss_kib(pid, "VmRSS:"));
+        readings.extend(reading());
     }
-    let rss_parked = readings.last().copied();
+    let rss_parked = readings.last().map(|&(rss, _)| rss);
     let open_s = opened.elapsed().as_secs_f64();
 
     let mut during = Samples::default();
@@ -170,4 +183,15 @@ fn established_to(port: u16) -> usize {
                 .count()
         })
         .sum()
+}
+
+/// The CPU time the process has used (user and system), in clock ticks.
+fn cpu_ticks(pid: Option<u32>) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?;
+    // The fields after the command's closing parenthesis (the command may hold spaces):
+    // utime and stime are the 12th and 13th of them.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let user: u64 = fields.get(11)?.parse().ok()?;
+    let system: u64 = fields.get(12)?.parse().ok()?;
+    Some(user + system)
 }
