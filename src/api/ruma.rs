@@ -411,6 +411,23 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
     }
 }
 
+/// A [`Ruma`] request on the heap, for a handler whose future lives long (a parked
+/// long-poll): actix keeps the extracted arguments inline in the request's future, so a
+/// parsed request (a `/sync` request's inline filter is over a KiB) would stay allocated
+/// for as long as the handler waits, even after the handler took it apart.
+impl<T> FromRequest for Box<Ruma<T>>
+where
+    T: IncomingRequest + 'static,
+{
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let extracting = Ruma::<T>::from_request(req, payload);
+        Box::pin(async move { extracting.await.map(Box::new) })
+    }
+}
+
 /// The authenticated caller, for handlers that are not ruma endpoints.
 pub struct Authenticated(pub Caller);
 

@@ -20,6 +20,7 @@ use crate::{
     api::ruma::{Authenticated, JsonBody},
     error::{Error, Result},
     service::{
+        sessions::Caller,
         sync::sliding::model::{
             Extensions, ListFilters, ListRequest, Narrowed, RequiredState, RoomConfig, Scope,
             SlidingRequest, ToDeviceExtension, MAX_LISTS, MAX_NAME_BYTES, MAX_RANGES,
@@ -35,12 +36,31 @@ pub const UNSTABLE_PATH: &str = "/_matrix/client/unstable/org.matrix.simplified_
 pub const STABLE_PATH: &str = "/_matrix/client/v4/sync";
 
 /// `POST` at either path.
+///
+/// As on `/sync`, the request is taken apart in a boxed step before the wait: this future
+/// stays allocated while the request is parked.
 pub async fn sliding_sync_route(
     services: Data<Services>,
     Authenticated(caller): Authenticated,
     req: HttpRequest,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<HttpResponse> {
+    let request = Box::pin(prepare_sliding_sync(&services, caller, req, body)).await?;
+    let (response, resumed) = services
+        .sync
+        .sliding_sync(&services.rooms, &request)
+        .await?;
+    super::sync::json_counted(&response, "sliding", resumed)
+}
+
+/// Reads the request (body and query) into the model and marks the user as syncing (their
+/// presence).
+async fn prepare_sliding_sync(
+    services: &Services,
+    caller: Caller,
+    req: HttpRequest,
+    body: Value,
+) -> Result<SlidingRequest> {
     let query = web::Query::<HashMap<String, String>>::from_query(req.query_string())
         .map_err(|_| Error::invalid_param("Malformed query string"))?
         .into_inner();
@@ -55,15 +75,13 @@ pub async fn sliding_sync_route(
         Some("unavailable") => PresenceState::Unavailable,
         Some(_) => return Err(Error::invalid_param("Unknown set_presence")),
     };
-    // Boxed, as on `/sync`: this future stays allocated while the request is parked.
     if !caller.shadow_banned {
-        Box::pin(services.presence.syncing(&caller.user_id, &presence)).await?;
+        services
+            .presence
+            .syncing(&caller.user_id, &presence)
+            .await?;
     }
-    let (response, resumed) = services
-        .sync
-        .sliding_sync(&services.rooms, &request)
-        .await?;
-    super::sync::json_counted(&response, "sliding", resumed)
+    Ok(request)
 }
 
 #[derive(Deserialize, Default)]

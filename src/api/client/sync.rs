@@ -32,21 +32,34 @@ const MAX_PAGE: usize = 1_000;
 
 /// `GET /_matrix/client/v3/sync`
 ///
-/// What stays alive while the sync is parked is kept small: the awaits before it are boxed,
-/// so that this future (allocated once per request, at the size of its largest await) holds
-/// little more than the parked sync's own state. Ten thousand parked clients are ten
-/// thousand of these.
+/// What stays alive while the sync is parked is kept small: this future is allocated once
+/// per request, at the size of everything it holds across its largest await, and ten
+/// thousand parked clients are ten thousand of these. The parsed request arrives boxed and is
+/// taken apart in a boxed step, so the future holds the owned [`SyncRequest`] and the wait.
 pub async fn sync_route(
     services: Data<Services>,
-    body: Ruma<sync_events::Request>,
+    body: Box<Ruma<sync_events::Request>>,
 ) -> Result<HttpResponse> {
+    let sync = Box::pin(prepare_sync(&services, *body)).await?;
+    let (response, resumed) = services.sync.sync(&services.rooms, &sync).await?;
+    json_counted(&response, "v3", resumed)
+}
+
+/// Reads the request's filter and token, and marks the user as syncing (their presence).
+async fn prepare_sync(
+    services: &Services,
+    body: Ruma<sync_events::Request>,
+) -> Result<SyncRequest> {
     let caller = body.caller()?.clone();
     let request = body.body;
     let filter = match request.filter {
         None => SyncFilter::from_definition(&FilterDefinition::default()),
         Some(Filter::FilterDefinition(definition)) => SyncFilter::from_definition(&definition),
         Some(Filter::FilterId(id)) => {
-            let stored = Box::pin(services.account_data.get_filter(&caller.user_id, &id)).await?;
+            let stored = services
+                .account_data
+                .get_filter(&caller.user_id, &id)
+                .await?;
             let definition: FilterDefinition =
                 serde_json::from_value(stored).map_err(Error::internal)?;
             SyncFilter::from_definition(&definition)
@@ -56,23 +69,19 @@ pub async fn sync_route(
     let since = request.since.as_deref().map(SyncToken::parse).transpose()?;
     // A shadow-banned user's presence is never shared (here or with other servers).
     if !caller.shadow_banned {
-        Box::pin(
-            services
-                .presence
-                .syncing(&caller.user_id, &request.set_presence),
-        )
-        .await?;
+        services
+            .presence
+            .syncing(&caller.user_id, &request.set_presence)
+            .await?;
     }
-    let sync = SyncRequest {
-        user_id: &caller.user_id,
-        device_id: caller.device_id.as_str(),
+    Ok(SyncRequest {
+        user_id: caller.user_id,
+        device_id: caller.device_id,
         since,
         full_state: request.full_state,
         timeout: request.timeout.unwrap_or(Duration::ZERO),
         filter,
-    };
-    let (response, resumed) = services.sync.sync(&services.rooms, &sync).await?;
-    json_counted(&response, "v3", resumed)
+    })
 }
 
 /// A sync response as JSON, its size counted in the metrics under `api`, and the time since
@@ -117,4 +126,32 @@ pub async fn messages_route(
     response.chunk = found.chunk.iter().map(to_raw).collect::<Result<_>>()?;
     response.state = found.state.iter().map(to_raw).collect::<Result<_>>()?;
     Ok(response.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::Handler;
+
+    /// The size of the future a handler returns (allocated once per request), without calling
+    /// it.
+    fn future_size<F: Handler<Args>, Args>(_: F) -> usize {
+        std::mem::size_of::<F::Future>()
+    }
+
+    /// A parked sync keeps its handler's future for as long as it waits (ten thousand parked
+    /// clients, ten thousand of these): the request is taken apart before the wait, so the
+    /// future holds the owned request and the wait's own state, not the parsed request and
+    /// the steps before the wait. Debug builds, at the time of writing: `/sync` 1,968 bytes
+    /// (3,096 with the parsed request inline, 4,104 before either), sliding sync 1,424
+    /// (3,160 with the connection's load and save inline).
+    #[test]
+    fn a_parked_sync_keeps_a_small_future() {
+        let sync = future_size(super::sync_route);
+        assert!(sync <= 2_560, "the /sync handler's future is {sync} bytes");
+        let sliding = future_size(super::super::sliding_sync::sliding_sync_route);
+        assert!(
+            sliding <= 2_048,
+            "the sliding sync handler's future is {sliding} bytes"
+        );
+    }
 }

@@ -56,6 +56,21 @@ impl PollTiming {
     }
 }
 
+/// The positions a sync waits to see persisted before it trusts an empty read: those of its
+/// first read after a wake-up (`fresh`) while some were held back, until a later read covers
+/// them. Takes the read's positions, so that they are not kept while the sync is parked.
+fn still_held_back(
+    held: Option<streams::Positions>,
+    read: streams::Positions,
+    fresh: bool,
+) -> Option<streams::Positions> {
+    if fresh {
+        read.held_back().then_some(read)
+    } else {
+        held.filter(|taken| !read.covers(taken))
+    }
+}
+
 impl Sync {
     /// Computes a response, and while it is empty (and `at_once` is false) computes it again
     /// whenever something of the user's changes, until the timeout or a shutdown (which
@@ -99,25 +114,25 @@ impl Sync {
             woken.as_mut().enable();
             // Boxed (here and below): the computation's state, many KiB, would otherwise be
             // part of this future's, and so of every parked sync's memory while it waits.
-            let computed = match timing.build(Box::pin(compute())).await {
+            // Taken apart: only the (empty) response is kept while parked, for a shutdown.
+            let Computed {
+                response,
+                empty,
+                positions,
+            } = match timing.build(Box::pin(compute())).await {
                 Ok(computed) => computed,
                 Err(err) => break Err(err),
             };
-            if !computed.empty {
-                break Ok((computed.response, resumed));
+            if !empty {
+                break Ok((response, resumed));
             }
             if at_once || tokio::time::Instant::now() >= deadline {
-                break Ok((computed.response, Resumed::none()));
+                break Ok((response, Resumed::none()));
             }
             if fresh {
-                held_below = computed.positions.held_back().then_some(computed.positions);
                 recheck = HELD_BACK_RECHECK_FIRST;
-            } else if held_below
-                .as_ref()
-                .is_some_and(|taken| computed.positions.covers(taken))
-            {
-                held_below = None;
             }
+            held_below = still_held_back(held_below, positions, fresh);
             let wake_at = match held_below {
                 Some(_) => (tokio::time::Instant::now() + recheck).min(deadline),
                 None => deadline,
@@ -141,7 +156,7 @@ impl Sync {
                 // nothing.
                 _ = shutdown.wait_for(|stopping| *stopping) => {
                     timing.waited += parked.elapsed();
-                    break Ok((computed.response, Resumed::none()));
+                    break Ok((response, Resumed::none()));
                 }
                 _ = tokio::time::sleep_until(wake_at) => {
                     if wake_at >= deadline {

@@ -18,9 +18,9 @@ use std::{
 
 use diesel_async::AsyncPgConnection;
 use futures_util::{FutureExt, StreamExt, TryStreamExt};
-use ruma::{push::Ruleset, UserId};
+use ruma::{push::Ruleset, OwnedDeviceId, OwnedUserId};
 use serde::Serialize;
-use serde_json::{json, value::RawValue, Map, Value};
+use serde_json::{json, value::RawValue, Value};
 
 pub use self::filter::{keep_fields, EventFilter, SyncFilter};
 use self::{
@@ -48,12 +48,12 @@ use crate::{
     },
 };
 
-/// One `/sync` call.
-pub struct SyncRequest<'a> {
+/// One `/sync` call, owned: it lives as long as the sync waits.
+pub struct SyncRequest {
     /// The syncing user.
-    pub user_id: &'a UserId,
+    pub user_id: OwnedUserId,
     /// Their device (for the remote echo's `transaction_id`).
-    pub device_id: &'a str,
+    pub device_id: OwnedDeviceId,
     /// Where the previous sync ended.
     pub since: Option<SyncToken>,
     /// Send the full state of every room.
@@ -179,7 +179,7 @@ impl Sync {
     pub async fn sync(
         &self,
         rooms: &Rooms,
-        request: &SyncRequest<'_>,
+        request: &SyncRequest,
     ) -> Result<(SyncResponse, Resumed)> {
         let at_once = request.since.is_none() || request.full_state;
         let (response, resumed) = self
@@ -202,7 +202,7 @@ impl Sync {
     async fn compute(
         &self,
         rooms: &Rooms,
-        request: &SyncRequest<'_>,
+        request: &SyncRequest,
     ) -> Result<Computed<SyncResponse>> {
         let pooled = self.db.conn().await?;
         // Shared: independent queries are pipelined (one round trip for many).
@@ -287,7 +287,7 @@ impl Sync {
                 .allows(PUSH_RULES_TYPE, user, None)
             && !global_data.iter().any(|e| e["type"] == PUSH_RULES_TYPE)
         {
-            global_data.push(push_rules_event(&Ruleset::server_default(request.user_id)));
+            global_data.push(push_rules_event(&Ruleset::server_default(&request.user_id)));
         }
 
         let joined_rooms: Vec<String> = memberships
@@ -477,7 +477,7 @@ impl Sync {
             to_device::take_for_sync(
                 conn,
                 user,
-                request.device_id,
+                request.device_id.as_str(),
                 request.since.map_or(0, |s| s.to_device),
                 to_device_position,
             ),
@@ -501,12 +501,14 @@ impl Sync {
                     None => Ok((Vec::new(), Vec::new())),
                 }
             },
-            one_time_key_counts(conn, user, request.device_id),
+            one_time_key_counts(conn, user, request.device_id.as_str()),
             async {
-                Ok(
-                    e2ee_store::get_unused_fallback_algorithms(conn, user, request.device_id)
-                        .await?,
+                Ok(e2ee_store::get_unused_fallback_algorithms(
+                    conn,
+                    user,
+                    request.device_id.as_str(),
                 )
+                .await?)
             },
         )?;
         let presence: Vec<Value> = presence
@@ -527,22 +529,20 @@ impl Sync {
             && to_device.is_empty()
             && changed_devices.is_empty()
             && left_devices.is_empty();
-        let rest = json!({
-            "next_batch": next.to_string(),
-            "account_data": { "events": global_data },
-            "presence": { "events": presence },
-            "to_device": { "events": to_device },
-            "device_lists": { "changed": changed_devices, "left": left_devices },
-            "device_one_time_keys_count": one_time_keys_count,
-            "device_unused_fallback_key_types": unused_fallback,
-        });
-        let Value::Object(rest) = rest else {
-            unreachable!("json! of an object literal is an object")
-        };
         Ok(Computed {
             response: SyncResponse {
+                next_batch: next.to_string(),
                 rooms: sync_rooms,
-                rest,
+                account_data: to_raw_value(&Events {
+                    events: &global_data,
+                })?,
+                presence: to_raw_value(&Events { events: &presence })?,
+                to_device: to_raw_value(&Events { events: &to_device })?,
+                device_lists: to_raw_value(
+                    &json!({ "changed": changed_devices, "left": left_devices }),
+                )?,
+                device_one_time_keys_count: to_raw_value(&one_time_keys_count)?,
+                device_unused_fallback_key_types: to_raw_value(&unused_fallback)?,
             },
             empty,
             positions,
@@ -616,15 +616,20 @@ fn to_raw_value(section: &impl Serialize) -> Result<Box<RawValue>> {
     serde_json::value::to_raw_value(section).map_err(Error::internal)
 }
 
-/// A `/sync` response. Each room's section is serialised as soon as it is built, so a big
-/// initial sync never holds every room's JSON tree at once (measured: 500 rooms with full
-/// member state peaked at 116 MiB when they were all held).
+/// A `/sync` response. Each section is serialised as soon as it is built: a big initial sync
+/// never holds every room's JSON tree at once (measured: 500 rooms with full member state
+/// peaked at 116 MiB when they were all held), and an empty response kept while its sync is
+/// parked is a few hundred bytes rather than a tree of maps.
 #[derive(Serialize)]
 pub struct SyncResponse {
+    next_batch: String,
     rooms: SyncRooms,
-    /// `next_batch` and the other top-level sections.
-    #[serde(flatten)]
-    rest: Map<String, Value>,
+    account_data: Box<RawValue>,
+    presence: Box<RawValue>,
+    to_device: Box<RawValue>,
+    device_lists: Box<RawValue>,
+    device_one_time_keys_count: Box<RawValue>,
+    device_unused_fallback_key_types: Box<RawValue>,
 }
 
 impl SyncResponse {
@@ -633,6 +638,12 @@ impl SyncResponse {
         let rooms = &self.rooms;
         rooms.join.len() + rooms.invite.len() + rooms.leave.len() + rooms.knock.len()
     }
+}
+
+/// A section of events: `{"events": [...]}`.
+#[derive(Serialize)]
+struct Events<'a, T> {
+    events: &'a T,
 }
 
 #[derive(Serialize, Default)]

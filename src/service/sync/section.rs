@@ -241,7 +241,7 @@ impl Sync {
         rooms: &Rooms,
         conn: &AsyncPgConnection,
         ignored: &HashSet<String>,
-        request: &SyncRequest<'_>,
+        request: &SyncRequest,
         batch: Vec<RoomJob<'r>>,
         joined_facts: impl Future<Output = Result<Arc<JoinedFacts>, String>> + Clone,
     ) -> Result<Vec<Option<Section<'r>>>> {
@@ -261,7 +261,7 @@ impl Sync {
         let (mut newest, extras) = read_newest(
             conn,
             request.user_id.as_str(),
-            request.device_id,
+            request.device_id.as_str(),
             &windows,
             !request.filter.federation_format,
         )
@@ -310,7 +310,7 @@ impl Sync {
         rooms: &Rooms,
         conn: &AsyncPgConnection,
         ignored: &HashSet<String>,
-        request: &SyncRequest<'_>,
+        request: &SyncRequest,
         job: &RoomJob<'_>,
         range: &Range,
         mut rows: Vec<EventRow>,
@@ -334,7 +334,7 @@ impl Sync {
         };
         let start = rows.first().map_or(range.up_to, |r| r.stream_ordering - 1);
 
-        let mut visibility = Visibility::new(request.user_id);
+        let mut visibility = Visibility::new(&request.user_id);
         visibility.know_membership(job.room_id, job.membership, job.membership_position);
         let mut timeline = Vec::new();
         for row in rows {
@@ -371,7 +371,7 @@ impl Sync {
         &self,
         rooms: &Rooms,
         conn: &AsyncPgConnection,
-        request: &SyncRequest<'_>,
+        request: &SyncRequest,
         batch: &[RoomJob<'_>],
         drafts: &[Option<Draft>],
     ) -> Result<Vec<Option<SectionState>>> {
@@ -426,7 +426,7 @@ impl Sync {
         rooms: &Rooms,
         conn: &AsyncPgConnection,
         ignored: &HashSet<String>,
-        request: &SyncRequest<'_>,
+        request: &SyncRequest,
         job: RoomJob<'r>,
         drafted: Option<(Draft, Option<SectionState>)>,
         extras: &TimelineExtras,
@@ -523,7 +523,7 @@ impl Sync {
         &self,
         rooms: &Rooms,
         conn: &AsyncPgConnection,
-        request: &SyncRequest<'_>,
+        request: &SyncRequest,
         room_id: &str,
         range: &Range,
         draft: Draft,
@@ -584,7 +584,7 @@ impl Sync {
                 rooms.render_with_bundled(
                     conn,
                     &rules,
-                    request.user_id,
+                    &request.user_id,
                     &timeline,
                     &extras.bundled
                 ),

@@ -70,7 +70,9 @@ impl Sync {
     ) -> Result<(Value, Resumed)> {
         let pos = request.pos.as_deref().map(Pos::parse).transpose()?;
         let stateful = !request.lists.is_empty() || !request.subscriptions.is_empty();
-        let connection = connection::open(
+        // Boxed (as is the save below): this future stays allocated while the sync is parked,
+        // and would otherwise be as large as theirs.
+        let connection = Box::pin(connection::open(
             &self.db,
             &self.connections,
             (
@@ -80,7 +82,7 @@ impl Sync {
             ),
             pos.as_ref(),
             stateful,
-        )
+        ))
         .await?;
         let (computed, resumed) = self
             .long_poll(
@@ -91,8 +93,13 @@ impl Sync {
                 || self.compute_sliding(rooms, request, pos.as_ref(), &connection),
             )
             .await?;
-        let version =
-            connection::save(&self.db, &self.connections, &connection, computed.changes).await?;
+        let version = Box::pin(connection::save(
+            &self.db,
+            &self.connections,
+            &connection,
+            computed.changes,
+        ))
+        .await?;
         let mut body = computed.body;
         let rooms = body
             .get("rooms")
