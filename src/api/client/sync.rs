@@ -40,18 +40,24 @@ pub async fn sync_route(
     services: Data<Services>,
     body: Box<Ruma<sync_events::Request>>,
 ) -> Result<HttpResponse> {
-    let sync = Box::pin(prepare_sync(&services, *body)).await?;
+    let sync = Box::pin(prepare_sync(&services, body)).await?;
     let (response, resumed) = services.sync.sync(&services.rooms, &sync).await?;
     json_counted(&response, "v3", resumed)
 }
 
 /// Reads the request's filter and token, and marks the user as syncing (their presence).
+/// Takes the box itself: a box moved out of is freed only when it goes out of scope, and the
+/// handler's argument is in scope until the handler ends.
 async fn prepare_sync(
     services: &Services,
-    body: Ruma<sync_events::Request>,
+    body: Box<Ruma<sync_events::Request>>,
 ) -> Result<SyncRequest> {
-    let caller = body.caller()?.clone();
-    let request = body.body;
+    let Ruma {
+        body: request,
+        caller,
+        ..
+    } = *body;
+    let caller = caller.ok_or_else(Error::missing_token)?;
     let filter = match request.filter {
         None => SyncFilter::from_definition(&FilterDefinition::default()),
         Some(Filter::FilterDefinition(definition)) => SyncFilter::from_definition(&definition),
