@@ -25,7 +25,7 @@ use serde_json::{json, value::RawValue, Value};
 pub use self::filter::{keep_fields, EventFilter, SyncFilter};
 use self::{
     room_index::RoomIndex,
-    section::{state_at, JoinedFacts},
+    section::{state_at, Events, JoinedFacts},
     token::SyncToken,
 };
 use super::{
@@ -534,10 +534,10 @@ impl Sync {
                 next_batch: next.to_string(),
                 rooms: sync_rooms,
                 account_data: to_raw_value(&Events {
-                    events: &global_data,
+                    events: global_data,
                 })?,
-                presence: to_raw_value(&Events { events: &presence })?,
-                to_device: to_raw_value(&Events { events: &to_device })?,
+                presence: to_raw_value(&Events { events: presence })?,
+                to_device: to_raw_value(&Events { events: to_device })?,
                 device_lists: to_raw_value(
                     &json!({ "changed": changed_devices, "left": left_devices }),
                 )?,
@@ -638,12 +638,6 @@ impl SyncResponse {
         let rooms = &self.rooms;
         rooms.join.len() + rooms.invite.len() + rooms.leave.len() + rooms.knock.len()
     }
-}
-
-/// A section of events: `{"events": [...]}`.
-#[derive(Serialize)]
-struct Events<'a, T> {
-    events: &'a T,
 }
 
 #[derive(Serialize, Default)]
