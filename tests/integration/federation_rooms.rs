@@ -6,9 +6,7 @@ use serde_json::{json, Value};
 
 use crate::support::{
     client::{enc, timeline},
-    federation::{
-        federated_options, free_port, join_over_federation, quick_retries, state_ids, FakeServer,
-    },
+    federation::{federated_options, free_port, join_over_federation, state_ids, FakeServer},
     TestServer,
 };
 
@@ -410,109 +408,6 @@ async fn a_user_joins_a_room_on_another_myelin() {
             .any(|e| e["type"] == "m.room.topic" && e["content"]["topic"] == "far away");
         assert!(has_topic, "{synced}");
     }
-}
-
-/// A server that was down gets only the newest of what it missed (the sender keeps a bounded
-/// backlog, as Synapse's catch-up sends only the newest event per room); it fills the gap by
-/// asking for the missing events and ends up with the whole history, in order.
-#[tokio::test]
-async fn a_server_back_from_an_outage_fills_the_gap_with_get_missing_events() {
-    missed_messages_arrive_in_order(15).await;
-}
-
-/// A gap wider than `get_missing_events` answers (20): the newest event is taken with the state
-/// before it as the sender gives it (`/state`), and what lies between is backfilled.
-#[tokio::test]
-async fn a_gap_too_wide_for_get_missing_events_is_bridged_by_state_and_backfill() {
-    missed_messages_arrive_in_order(45).await;
-}
-
-/// Alice sends `missed` messages while Bob's server is down; once it is back, Bob's history
-/// holds every one of them, in order.
-async fn missed_messages_arrive_in_order(missed: usize) {
-    let (a, mut b) = tokio::join!(
-        TestServer::start_with(
-            quick_retries(federated_options(free_port()))
-                .env("MYELIN_FEDERATION_MAX_QUEUED_PDUS", "5")
-        ),
-        TestServer::start_with(quick_retries(federated_options(free_port()))),
-    );
-    let alice = a.register("alice").await;
-    let bob = b.register("bob").await;
-    let room = alice
-        .create_room(json!({ "preset": "public_chat", "room_version": "11" }))
-        .await;
-    join_over_federation(&bob, &a, &room).await;
-
-    b.kill();
-    let mut sent = Vec::new();
-    for n in 0..missed {
-        let body = format!("while away {n}");
-        let answer = alice
-            .send_text(&room, &format!("away{n}"), &body)
-            .await
-            .ok();
-        sent.push(answer["event_id"].as_str().unwrap().to_owned());
-    }
-    crate::support::wait_until(
-        "every message is queued for the server that is down",
-        std::time::Duration::from_secs(30),
-        || async {
-            a.count(
-                "SELECT count(*) AS n FROM federation_pdu_cursor \
-                 WHERE stream_ordering >= (SELECT persisted FROM myelin_stream_positions() \
-                                           WHERE stream = 'events')",
-            )
-            .await
-                == 1
-        },
-    )
-    .await;
-    b.relaunch().await;
-    let mut bob = bob;
-    bob.base = b.base_url.clone();
-    crate::support::wait_until(
-        "bob's server has every message",
-        std::time::Duration::from_secs(30),
-        || {
-            let bob = bob.clone();
-            let room = room.clone();
-            let sent = sent.clone();
-            async move {
-                let page = bob
-                    .get(&format!(
-                        "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=100",
-                        enc(&room)
-                    ))
-                    .await;
-                page.status == 200
-                    && page.ok()["chunk"].as_array().is_some_and(|c| {
-                        sent.iter()
-                            .all(|id| c.iter().any(|e| e["event_id"] == id.as_str()))
-                    })
-            }
-        },
-    )
-    .await;
-    let page = bob
-        .get(&format!(
-            "/_matrix/client/v3/rooms/{}/messages?dir=b&limit=100",
-            enc(&room)
-        ))
-        .await
-        .ok();
-    let mut seen: Vec<String> = page["chunk"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "m.room.message")
-        .map(|e| e["event_id"].as_str().unwrap().to_owned())
-        .collect();
-    seen.reverse();
-    assert_eq!(
-        seen, sent,
-        "bob's server is missing some of the history, or has it out of order"
-    );
 }
 
 /// A user of one Myelin invites a user of another into a private room: the invitee's server

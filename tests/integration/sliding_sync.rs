@@ -75,12 +75,12 @@ fn state_keys(room: &Value, kind: &str) -> Vec<String> {
 
 /// The rooms of a list's window as a new connection (`conn_id` "window check") sees them:
 /// only a connection's first response carries `ops`.
-async fn fresh_window(client: &Client, mut body: Value, name: &str) -> Vec<String> {
+pub async fn fresh_window(client: &Client, mut body: Value, name: &str) -> Vec<String> {
     body["conn_id"] = json!("window check");
     window(&sss(client, None, 0, body).await.ok(), name)
 }
 
-fn window(response: &Value, name: &str) -> Vec<String> {
+pub fn window(response: &Value, name: &str) -> Vec<String> {
     response["lists"][name]["ops"][0]["room_ids"]
         .as_array()
         .map(|ids| {
@@ -813,132 +813,4 @@ async fn long_poll_wakes_and_keeps_counts() {
         "woken, not timed out: {took:?}"
     );
     assert_eq!(bodies(&response["rooms"][&room]), vec!["wake up"]);
-}
-
-#[tokio::test]
-async fn leaving_kicks_and_rejoining() {
-    let server = TestServer::start().await;
-    let alice = server.register("alice").await;
-    let bob = server.register("bob").await;
-    let left = bob.create_room(json!({ "preset": "public_chat" })).await;
-    let kicked = bob.create_room(json!({ "preset": "public_chat" })).await;
-    alice.join(&left).await.ok();
-    alice.join(&kicked).await.ok();
-    let body = list(9, 3, json!([["m.room.member", "$ME"]]));
-    let first = sss(&alice, None, 0, body.clone()).await.ok();
-    assert_eq!(first["lists"]["all"]["count"], 2);
-    alice.room_action(&left, "leave", json!({})).await.ok();
-    bob.room_action(&kicked, "kick", json!({ "user_id": alice.user_id }))
-        .await
-        .ok();
-    let after = sss(&alice, Some(&pos(&first)), 0, body.clone()).await.ok();
-    for room in [&left, &kicked] {
-        let result = &after["rooms"][room];
-        let own = result["required_state"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["state_key"] == alice.user_id.as_str())
-            .unwrap_or_else(|| panic!("own member in {result}"));
-        assert_eq!(own["content"]["membership"], "leave");
-        assert!(result["timeline"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["type"] == "m.room.member" && e["state_key"] == alice.user_id.as_str()));
-    }
-    assert_eq!(
-        after["lists"]["all"]["count"], 2,
-        "the leave is listed once"
-    );
-    let later = sss(&alice, Some(&pos(&after)), 0, body.clone()).await.ok();
-    assert_eq!(later["lists"]["all"]["count"], 1, "the kick stays listed");
-    assert_eq!(
-        fresh_window(&alice, body.clone(), "all").await,
-        vec![kicked.clone()]
-    );
-    alice.join(&left).await.ok();
-    let rejoined = sss(&alice, Some(&pos(&later)), 0, body).await.ok();
-    assert_eq!(rejoined["rooms"][&left]["initial"], true, "{rejoined}");
-}
-
-/// Rooms are built in batches of 32 whose newest events, relations and transaction IDs are
-/// read together: over two lists with different timeline limits, every room of either batch
-/// gets its own newest events up to its own list's limit, the remote echo of its own
-/// messages and only its own events' relations.
-#[tokio::test]
-async fn every_room_of_a_big_window_gets_its_own_timeline() {
-    let server = TestServer::start().await;
-    let alice = server.register("alice").await;
-    // More rooms than one batch (32), with zero to three messages each.
-    let rooms = alice.rooms_with_messages(34).await;
-    // An edit of the newest room's message (the first room of the first window).
-    let edited = &rooms[33];
-    let original = alice.send_text(edited, "original", "original").await.ok()["event_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let path = format!(
-        "/_matrix/client/v3/rooms/{}/send/m.room.message/edit",
-        enc(edited)
-    );
-    let edit = alice
-        .put(
-            &path,
-            json!({
-                "msgtype": "m.text",
-                "body": "* edited",
-                "m.new_content": { "msgtype": "m.text", "body": "edited" },
-                "m.relates_to": { "rel_type": "m.replace", "event_id": original },
-            }),
-        )
-        .await
-        .ok()["event_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-
-    let lists = json!({ "lists": {
-        "newer": { "ranges": [[0, 16]], "timeline_limit": 2, "required_state": [] },
-        "older": { "ranges": [[17, 33]], "timeline_limit": 5, "required_state": [] },
-    } });
-    let response = sss(&alice, None, 0, lists).await.ok();
-    let results = response["rooms"].as_object().unwrap();
-    assert_eq!(results.len(), rooms.len());
-    let (newer, older) = (window(&response, "newer"), window(&response, "older"));
-    assert_eq!((newer.len(), older.len()), (17, 17));
-    assert_eq!(newer[0], *edited);
-    for (room, limit) in newer
-        .iter()
-        .map(|room| (room, 2))
-        .chain(older.iter().map(|room| (room, 5)))
-    {
-        let result = &results[room];
-        let history = alice.page_back(room, None, None, 50).await;
-        let ids = |events: &[Value]| -> Vec<String> {
-            events
-                .iter()
-                .map(|e| e["event_id"].as_str().unwrap().to_owned())
-                .collect()
-        };
-        let timeline = result["timeline"].as_array().unwrap();
-        assert_eq!(
-            ids(timeline),
-            ids(&history[history.len() - limit..]),
-            "{room}"
-        );
-        assert_eq!(result["limited"], history.len() > limit, "{room}");
-        for event in timeline {
-            let echo = &event["unsigned"]["transaction_id"];
-            match event["type"] == "m.room.message" {
-                true => assert!(echo.is_string(), "{event}"),
-                false => assert!(echo.is_null(), "{event}"),
-            }
-            let relations = &event["unsigned"]["m.relations"];
-            match event["event_id"] == original.as_str() {
-                true => assert_eq!(relations["m.replace"]["event_id"], edit.as_str()),
-                false => assert!(relations.is_null(), "{event}"),
-            }
-        }
-    }
 }
