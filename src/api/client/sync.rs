@@ -52,12 +52,8 @@ async fn prepare_sync(
     services: &Services,
     body: Box<Ruma<sync_events::Request>>,
 ) -> Result<SyncRequest> {
-    let Ruma {
-        body: request,
-        caller,
-        ..
-    } = *body;
-    let caller = caller.ok_or_else(Error::missing_token)?;
+    let caller = body.caller()?.clone();
+    let Ruma { body: request, .. } = *body;
     let filter = match request.filter {
         None => SyncFilter::from_definition(&FilterDefinition::default()),
         Some(Filter::FilterDefinition(definition)) => SyncFilter::from_definition(&definition),
