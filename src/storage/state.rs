@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use diesel::{
     prelude::*,
-    sql_types::{Array, BigInt, Integer, Text},
+    sql_types::{Array, BigInt, Bool, Integer, Nullable, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
@@ -518,6 +518,67 @@ async fn insert_state_delta(
     .execute(&mut conn)
     .await?;
     Ok(Some((group, place)))
+}
+
+#[derive(QueryableByName)]
+struct MemberChange {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    parent_group: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    user_id: Option<String>,
+    #[diesel(sql_type = Bool)]
+    joined: bool,
+    #[diesel(sql_type = Bool)]
+    was_joined: bool,
+}
+
+/// What a delta group changed of its parent's memberships.
+#[derive(Debug, Default)]
+pub struct MemberChanges {
+    /// The group it is a delta on; `None` for a snapshot (whose changes are not read).
+    pub parent: Option<i64>,
+    /// `(user, joined in the group, joined in its parent)` for each member entry of the delta.
+    pub members: Vec<(String, bool, bool)>,
+}
+
+/// The member entries of `group`'s own delta, each with whether the user is joined in the
+/// group and whether they were in its parent's state (the nearest of the parent's chain
+/// holding their entry). Reads only the delta's entries and one lookup per entry up the
+/// chain, so a join into a big room reads a handful of rows rather than every member.
+pub async fn get_member_changes(
+    mut conn: &AsyncPgConnection,
+    group: i64,
+) -> QueryResult<MemberChanges> {
+    let rows: Vec<MemberChange> = crate::storage::cached_sql(with_chain!(
+        " SELECT c.parent_group, d.state_key AS user_id, COALESCE(d.joined, false) AS joined, \
+                COALESCE(d.was_joined, false) AS was_joined \
+         FROM chain c LEFT JOIN LATERAL ( \
+             SELECT m.state_key, \
+                    (SELECT ev.pdu->'content'->>'membership' = 'join' FROM events ev \
+                     WHERE ev.event_id = m.event_id LIMIT 1) AS joined, \
+                    (SELECT (SELECT ev.pdu->'content'->>'membership' = 'join' FROM events ev \
+                             WHERE ev.event_id = e.event_id LIMIT 1) \
+                     FROM chain p CROSS JOIN LATERAL ( \
+                         SELECT event_id FROM state_group_entries \
+                         WHERE state_group = p.state_group AND event_type = 'm.room.member' \
+                           AND state_key = m.state_key \
+                     ) e \
+                     WHERE p.level > 0 ORDER BY p.level LIMIT 1) AS was_joined \
+             FROM state_group_entries m \
+             WHERE m.state_group = c.state_group AND m.event_type = 'm.room.member' \
+               AND c.parent_group IS NOT NULL \
+         ) d ON true \
+         WHERE c.level = 0"
+    ))
+    .bind::<BigInt, _>(group)
+    .load(&mut conn)
+    .await?;
+    let parent = rows.iter().find_map(|row| row.parent_group);
+    let members = rows
+        .into_iter()
+        .filter_map(|row| Some((row.user_id?, row.joined, row.was_joined)))
+        .collect();
+    Ok(MemberChanges { parent, members })
 }
 
 #[derive(QueryableByName)]
