@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use diesel::{
     prelude::*,
-    sql_types::{Array, BigInt, Bool, Jsonb, Text},
+    sql_types::{Array, BigInt, Bool, Jsonb, Nullable, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
@@ -60,6 +60,37 @@ pub struct PushActionRow {
 pub(super) const STORED_ACTIONS: &str =
     "COALESCE(a.actions, myelin_implied_push_actions(a.notify, a.highlight, a.default_sound))";
 
+/// A new event's push actions: rows evaluated member by member, and the members whose row
+/// is one of those but for the user (the default rules, evaluated once for all of them).
+#[derive(Debug, Default)]
+pub struct NewPushActions<'a> {
+    /// Rows evaluated one by one.
+    pub rows: Vec<PushActionRow>,
+    /// Members sharing another member's outcome.
+    pub shared: Option<SharedPushAction<'a>>,
+}
+
+/// Members whose push action is `like` but for the user.
+#[derive(Debug)]
+pub struct SharedPushAction<'a> {
+    /// The outcome, as evaluated for one member (whose own row is among the event's rows).
+    pub like: PushActionRow,
+    /// The other members whose action it is too.
+    pub members: Vec<&'a str>,
+}
+
+impl NewPushActions<'_> {
+    /// Puts every row at `position` (createRoom's provisional positions).
+    pub fn set_position(&mut self, position: i64) {
+        for row in &mut self.rows {
+            row.stream_ordering = position;
+        }
+        if let Some(shared) = &mut self.shared {
+            shared.like.stream_ordering = position;
+        }
+    }
+}
+
 /// Stores push actions at the positions in their rows.
 pub async fn insert_push_actions(
     conn: &AsyncPgConnection,
@@ -69,16 +100,84 @@ pub async fn insert_push_actions(
     insert_push_actions_with(conn, &SQL, rows).await
 }
 
-/// Stores a new event's push actions at the position its transaction just took (their rows'
-/// `stream_ordering` is not used: see [`super::streams::TAKEN_EVENT_POSITION`]).
-pub async fn insert_push_actions_at_taken_position(
+/// Stores a new event's push actions: at the position in their rows when `provisional`, else
+/// at the position its transaction just took (their rows' `stream_ordering` is not used: see
+/// [`super::streams::TAKEN_EVENT_POSITION`]). The rows evaluated one by one and the shared
+/// ones are two statements of one pipeline, with the announcement when one notifies.
+pub async fn insert_new_push_actions(
     conn: &AsyncPgConnection,
-    rows: &[PushActionRow],
+    actions: &NewPushActions<'_>,
+    provisional: bool,
 ) -> QueryResult<()> {
     // The array of positions is still bound (and ignored), so both forms bind alike.
-    static SQL: LazyLock<String> =
+    static AT_TAKEN: LazyLock<String> =
         LazyLock::new(|| insert_push_actions_sql(super::streams::TAKEN_EVENT_POSITION));
-    insert_push_actions_with(conn, &SQL, rows).await
+    static AT_ROWS: LazyLock<String> =
+        LazyLock::new(|| insert_push_actions_sql("x.stream_ordering"));
+    let rows_sql: &'static str = if provisional { &AT_ROWS } else { &AT_TAKEN };
+    let shared = actions.shared.as_ref().filter(|s| !s.members.is_empty());
+    let notifies =
+        actions.rows.iter().any(|row| row.notify) || shared.is_some_and(|s| s.like.notify);
+    tokio::try_join!(
+        async {
+            match actions.rows.is_empty() {
+                true => Ok(()),
+                false => insert_rows(conn, rows_sql, &actions.rows).await,
+            }
+        },
+        async {
+            match shared {
+                Some(shared) => insert_shared(conn, shared, provisional).await,
+                None => Ok(()),
+            }
+        },
+        async {
+            match notifies {
+                true => super::rooms::notify(conn, PUSH_CHANNEL, "").await,
+                false => Ok(()),
+            }
+        },
+    )
+    .map(drop)
+}
+
+/// Stores one outcome for many members: the outcome's fields bound once, the members as one
+/// array, each member's number looked up by primary key (a member with no account gets no
+/// row, as in [`insert_push_actions_sql`]). A position bound as NULL is the one the
+/// transaction just took (`COALESCE` evaluates `currval` only then).
+async fn insert_shared(
+    mut conn: &AsyncPgConnection,
+    shared: &SharedPushAction<'_>,
+    provisional: bool,
+) -> QueryResult<()> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "INSERT INTO event_push_actions \
+             (user_nid, room_nid, stream_ordering, notify, highlight, unread, default_sound, \
+              thread_id, actions) \
+             SELECT u.nid, r.nid, COALESCE($8::int8, {taken}), $3, $4, $5, s.default_sound, $6, \
+                    NULLIF($7::jsonb, myelin_implied_push_actions($3, $4, s.default_sound)) \
+             FROM (SELECT nid FROM rooms WHERE room_id = $2 LIMIT 1) r \
+             CROSS JOIN (SELECT $7::jsonb @> '[{{\"set_tweak\": \"sound\", \"value\": \"default\"}}]' \
+                 AS default_sound) s \
+             CROSS JOIN unnest($1::text[]) AS x (user_id) \
+             CROSS JOIN LATERAL (SELECT nid FROM users WHERE user_id = x.user_id LIMIT 1) u",
+            taken = super::streams::TAKEN_EVENT_POSITION,
+        )
+    });
+    let like = &shared.like;
+    super::cached_sql(SQL.as_str())
+        .bind::<Array<Text>, _>(&shared.members)
+        .bind::<Text, _>(like.room_id.as_str())
+        .bind::<Bool, _>(like.notify)
+        .bind::<Bool, _>(like.highlight)
+        .bind::<Bool, _>(like.unread)
+        .bind::<Text, _>(like.thread_id.as_str())
+        .bind::<Jsonb, _>(&like.actions)
+        .bind::<Nullable<BigInt>, _>(provisional.then_some(like.stream_ordering))
+        .execute(&mut conn)
+        .await
+        .map(drop)
 }
 
 /// One array per column, so the statement text is the same for any number of rows and stays
@@ -117,11 +216,25 @@ async fn insert_push_actions_with(
     if rows.is_empty() {
         return Ok(());
     }
+    let announce = async {
+        match rows.iter().any(|row| row.notify) {
+            true => super::rooms::notify(conn, PUSH_CHANNEL, "").await,
+            false => Ok(()),
+        }
+    };
+    tokio::try_join!(insert_rows(conn, sql, rows), announce).map(drop)
+}
+
+/// Inserts the rows with `sql` (from [`insert_push_actions_sql`]).
+async fn insert_rows(
+    mut conn: &AsyncPgConnection,
+    sql: &'static str,
+    rows: &[PushActionRow],
+) -> QueryResult<()> {
     fn column<'r, T>(rows: &'r [PushActionRow], field: impl Fn(&'r PushActionRow) -> T) -> Vec<T> {
         rows.iter().map(field).collect()
     }
-    let mut insert_conn = conn;
-    let insert = super::cached_sql(sql)
+    super::cached_sql(sql)
         .bind::<Array<Text>, _>(column(rows, |r| r.user_id.as_str()))
         .bind::<Array<Text>, _>(column(rows, |r| r.room_id.as_str()))
         .bind::<Array<BigInt>, _>(column(rows, |r| r.stream_ordering))
@@ -130,14 +243,9 @@ async fn insert_push_actions_with(
         .bind::<Array<Bool>, _>(column(rows, |r| r.highlight))
         .bind::<Array<Bool>, _>(column(rows, |r| r.unread))
         .bind::<Array<Jsonb>, _>(column(rows, |r| &r.actions))
-        .execute(&mut insert_conn);
-    let announce = async {
-        match rows.iter().any(|row| row.notify) {
-            true => super::rooms::notify(conn, PUSH_CHANNEL, "").await,
-            false => Ok(()),
-        }
-    };
-    tokio::try_join!(insert, announce).map(drop)
+        .execute(&mut conn)
+        .await
+        .map(drop)
 }
 
 /// A redacted event stops counting for everyone.

@@ -317,6 +317,54 @@ async fn a_mention_highlights_exactly_the_members_it_names() {
     assert_eq!(counts(&alice, &room).await, (0, 0, 0), "the sender");
 }
 
+/// The default rules are evaluated once for the members an event does not name, and their
+/// rows stored as that one outcome: each member must still count every message in its
+/// thread, and read up to their own receipt.
+#[tokio::test]
+async fn members_on_the_default_rules_each_count_the_one_evaluation() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let mut members = vec![bob];
+    for name in ["carol", "dave"] {
+        let member = server.register(name).await;
+        member.join(&room).await.ok();
+        members.push(member);
+    }
+    let root = text(&alice, &room, "root", "a thread").await;
+    let reply = json!({
+        "msgtype": "m.text",
+        "body": "in it",
+        "m.relates_to": { "rel_type": "m.thread", "event_id": root },
+    });
+    send(&alice, &room, "reply", reply).await;
+    let notice = json!({ "msgtype": "m.notice", "body": "a bot says" });
+    send(&alice, &room, "notice", notice).await;
+    let last = text(&alice, &room, "last", "plain").await;
+    let by_thread = json!({ "room": { "timeline": { "unread_thread_notifications": true } } });
+    for member in &members {
+        let who = &member.user_id;
+        assert_eq!(counts(member, &room).await, (3, 0, 3), "{who}");
+        let sync = member.sync(None, 0, Some(&by_thread.to_string())).await;
+        let section = &sync["rooms"]["join"][room.as_str()];
+        assert_eq!(
+            section["unread_notifications"]["notification_count"], 2,
+            "{who}"
+        );
+        assert_eq!(
+            section["unread_thread_notifications"][root.as_str()]["notification_count"],
+            1,
+            "{who}"
+        );
+    }
+    let [bob, carol, dave] = members.as_slice() else {
+        unreachable!()
+    };
+    receipt(carol, &room, "m.read", &last, None).await;
+    assert_eq!(counts(carol, &room).await, (0, 0, 0));
+    assert_eq!(counts(bob, &room).await, (3, 0, 3));
+    assert_eq!(counts(dave, &room).await, (3, 0, 3));
+}
+
 #[tokio::test]
 async fn a_muted_room_keeps_unread_messages_but_stops_notifying() {
     let server = TestServer::start().await;

@@ -42,7 +42,9 @@ use crate::{
     error::{Error, Result},
     service::{federation::pdus::CheckedPdu, notifier},
     storage::{
-        dag, event_graph, push as push_store, relations as relations_store, rooms as store,
+        dag, event_graph,
+        push::{self as push_store, NewPushActions},
+        relations as relations_store, rooms as store,
         state::{self as state_store, StateIds},
         streams,
     },
@@ -387,9 +389,9 @@ impl Rooms {
                 .await?,
             ),
         };
-        let push_rows = match &audience {
+        let push_actions = match &audience {
             Some(audience) => audience.rows_for(room_id, event_id, json).await,
-            None => Vec::new(),
+            None => NewPushActions::default(),
         };
         // A malformed relation from another server is not a reason to refuse its event: it is
         // just not indexed as one.
@@ -453,7 +455,7 @@ impl Rooms {
             streams::next_position(conn, streams::EVENTS),
             store::insert_event(conn, &new_event, None),
             dag::set_soft_failed(conn, event_id, soft_failed),
-            push_store::insert_push_actions_at_taken_position(conn, &push_rows),
+            push_store::insert_new_push_actions(conn, &push_actions, false),
             insert_relation,
         )?;
         if soft_failed {

@@ -30,7 +30,7 @@ use crate::{
     service::push_rules::{load_rulesets, PUSH_RULES_TYPE},
     storage::{
         memberships as membership_store,
-        push::{self as store, PushActionRow},
+        push::{self as store, NewPushActions, PushActionRow, SharedPushAction},
         rooms as rooms_store, state as state_store, summaries as summaries_store,
     },
 };
@@ -402,52 +402,57 @@ impl Audience {
         self.other_servers_joined
     }
 
-    /// The push action rows of a new event: one per member it notifies or counts as unread
+    /// The push actions of a new event: one row per member it notifies or counts as unread
     /// for. The caller stores them in the event's transaction, at the position it takes then
     /// (the rows' `stream_ordering` is 0 until stored).
     ///
     /// Under the server-default rules, only the mention rules depend on who the member is.
     /// So the rules are evaluated one by one for members with rules of their own and for
     /// members the event may name, and once for all the other members (in a room of 20,000,
-    /// evaluating every member took most of a send's 0.75 s).
+    /// evaluating every member took most of a send's 0.75 s), whose rows are then stored as
+    /// that one outcome and a list of members.
     pub async fn rows_for(
         &self,
         room_id: &RoomId,
         event_id: &str,
         pdu: &Value,
-    ) -> Vec<PushActionRow> {
+    ) -> NewPushActions<'_> {
+        let mut actions = NewPushActions::default();
         if self.on_defaults.is_empty() && self.with_own_rules.is_empty() {
-            return Vec::new();
+            return actions;
         }
         let event = EventToEvaluate::new(room_id, event_id, 0, pdu);
-        let mut rows = Vec::new();
         for (user, name, rules) in &self.with_own_rules {
             if let Some(row) = evaluate(rules, &self.room, &event, user, name.as_deref()).await {
-                rows.push(row);
+                actions.rows.push(row);
             }
         }
         let names = MayName::new(pdu);
         // The outcome for a member the event does not name, once one has been evaluated.
-        let mut unnamed: Option<Option<PushActionRow>> = None;
+        let mut unnamed: Option<Option<SharedPushAction<'_>>> = None;
         for (user, name) in &self.on_defaults {
             let named = names.may_name(user);
-            let row = match &unnamed {
-                Some(outcome) if !named => outcome.as_ref().map(|row| PushActionRow {
-                    user_id: user.to_string(),
-                    ..row.clone()
-                }),
+            match &mut unnamed {
+                Some(outcome) if !named => {
+                    if let Some(shared) = outcome {
+                        shared.members.push(user.as_str());
+                    }
+                }
                 _ => {
                     let rules = Ruleset::server_default(user);
                     let row = evaluate(&rules, &self.room, &event, user, name.as_deref()).await;
                     if !named {
-                        unnamed = Some(row.clone());
+                        unnamed = Some(row.clone().map(|like| SharedPushAction {
+                            like,
+                            members: Vec::new(),
+                        }));
                     }
-                    row
+                    actions.rows.extend(row);
                 }
-            };
-            rows.extend(row);
+            }
         }
-        rows
+        actions.shared = unnamed.flatten();
+        actions
     }
 }
 

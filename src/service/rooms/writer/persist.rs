@@ -11,7 +11,9 @@ use crate::{
         deferred::DeferredPositions, members::record_member_event, push_actions::Audience,
     },
     storage::{
-        dag, now_ms, push as push_store, relations as relations_store, rooms as store, streams,
+        dag, now_ms,
+        push::{self as push_store, NewPushActions},
+        relations as relations_store, rooms as store, streams,
     },
 };
 
@@ -47,14 +49,12 @@ impl RoomWriter<'_> {
         let for_other_servers = self.is_for_other_servers(audience, member_target);
         let prev_ids: Vec<&str> = built.prev_events.iter().map(|id| id.as_str()).collect();
         let provisional = self.deferred.map(DeferredPositions::take);
-        let mut push_rows = match audience {
+        let mut push_actions = match audience {
             Some(audience) => audience.rows_for(room_id, event_id, &built.json).await,
-            None => Vec::new(),
+            None => NewPushActions::default(),
         };
         if let Some(position) = provisional {
-            for row in &mut push_rows {
-                row.stream_ordering = position;
-            }
+            push_actions.set_position(position);
         }
         let (stream_ordering, ..) = tokio::try_join!(
             async {
@@ -72,14 +72,7 @@ impl RoomWriter<'_> {
                     None => Ok(()),
                 }
             },
-            async {
-                match provisional {
-                    Some(_) => push_store::insert_push_actions(conn, &push_rows).await,
-                    None => {
-                        push_store::insert_push_actions_at_taken_position(conn, &push_rows).await
-                    }
-                }
-            },
+            push_store::insert_new_push_actions(conn, &push_actions, provisional.is_some()),
             dag::update_forward_extremities(
                 conn,
                 room_id.as_str(),
