@@ -544,7 +544,8 @@ pub struct MemberChanges {
 /// The member entries of `group`'s own delta, each with whether the user is joined in the
 /// group and whether they were in its parent's state (the nearest of the parent's chain
 /// holding their entry). Reads only the delta's entries and one lookup per entry up the
-/// chain, so a join into a big room reads a handful of rows rather than every member.
+/// chain: a skip delta at depth d holds at most d's lowest set bit of changes, a handful for
+/// most groups, so a join into a big room reads a few rows rather than every member.
 pub async fn get_member_changes(
     mut conn: &AsyncPgConnection,
     group: i64,
