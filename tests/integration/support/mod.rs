@@ -3,6 +3,7 @@
 pub mod appservice;
 pub mod client;
 pub mod federation;
+pub mod remote_members;
 
 use std::{
     io::{BufRead, BufReader},
