@@ -91,30 +91,26 @@ impl NewPushActions<'_> {
     }
 }
 
-/// Stores push actions at the positions in their rows.
-pub async fn insert_push_actions(
-    conn: &AsyncPgConnection,
-    rows: &[PushActionRow],
-) -> QueryResult<()> {
-    static SQL: LazyLock<String> = LazyLock::new(|| insert_push_actions_sql("x.stream_ordering"));
-    insert_push_actions_with(conn, &SQL, rows).await
-}
-
-/// Stores a new event's push actions: at the position in their rows when `provisional`, else
-/// at the position its transaction just took (their rows' `stream_ordering` is not used: see
+/// Stores push actions: at the positions in their rows when `at_row_positions` (createRoom's
+/// provisional positions, a recomputation's rows), else at the position the event's
+/// transaction just took (their rows' `stream_ordering` is not used: see
 /// [`super::streams::TAKEN_EVENT_POSITION`]). The rows evaluated one by one and the shared
 /// ones are two statements of one pipeline, with the announcement when one notifies.
 pub async fn insert_new_push_actions(
     conn: &AsyncPgConnection,
     actions: &NewPushActions<'_>,
-    provisional: bool,
+    at_row_positions: bool,
 ) -> QueryResult<()> {
     // The array of positions is still bound (and ignored), so both forms bind alike.
     static AT_TAKEN: LazyLock<String> =
         LazyLock::new(|| insert_push_actions_sql(super::streams::TAKEN_EVENT_POSITION));
     static AT_ROWS: LazyLock<String> =
         LazyLock::new(|| insert_push_actions_sql("x.stream_ordering"));
-    let rows_sql: &'static str = if provisional { &AT_ROWS } else { &AT_TAKEN };
+    let rows_sql: &'static str = if at_row_positions {
+        &AT_ROWS
+    } else {
+        &AT_TAKEN
+    };
     let shared = actions.shared.as_ref().filter(|s| !s.members.is_empty());
     let notifies =
         actions.rows.iter().any(|row| row.notify) || shared.is_some_and(|s| s.like.notify);
@@ -127,7 +123,7 @@ pub async fn insert_new_push_actions(
         },
         async {
             match shared {
-                Some(shared) => insert_shared(conn, shared, provisional).await,
+                Some(shared) => insert_shared(conn, shared, at_row_positions).await,
                 None => Ok(()),
             }
         },
@@ -148,7 +144,7 @@ pub async fn insert_new_push_actions(
 async fn insert_shared(
     mut conn: &AsyncPgConnection,
     shared: &SharedPushAction<'_>,
-    provisional: bool,
+    at_row_position: bool,
 ) -> QueryResult<()> {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
@@ -174,7 +170,7 @@ async fn insert_shared(
         .bind::<Bool, _>(like.unread)
         .bind::<Text, _>(like.thread_id.as_str())
         .bind::<Jsonb, _>(&like.actions)
-        .bind::<Nullable<BigInt>, _>(provisional.then_some(like.stream_ordering))
+        .bind::<Nullable<BigInt>, _>(at_row_position.then_some(like.stream_ordering))
         .execute(&mut conn)
         .await
         .map(drop)
@@ -205,24 +201,6 @@ fn insert_push_actions_sql(position: &str) -> String {
                  AS default_sound \
          ) s"
     )
-}
-
-/// Inserts the rows, announcing on [`PUSH_CHANNEL`] in the same pipeline when one notifies.
-async fn insert_push_actions_with(
-    conn: &AsyncPgConnection,
-    sql: &'static str,
-    rows: &[PushActionRow],
-) -> QueryResult<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let announce = async {
-        match rows.iter().any(|row| row.notify) {
-            true => super::rooms::notify(conn, PUSH_CHANNEL, "").await,
-            false => Ok(()),
-        }
-    };
-    tokio::try_join!(insert_rows(conn, sql, rows), announce).map(drop)
 }
 
 /// Inserts the rows with `sql` (from [`insert_push_actions_sql`]).

@@ -544,7 +544,11 @@ pub async fn check_user_room(
     };
     if fix && !report.is_consistent() {
         store::delete_for_user_room(conn, user_id.as_str(), room_id.as_str()).await?;
-        store::insert_push_actions(conn, &expected).await?;
+        let actions = NewPushActions {
+            rows: expected,
+            shared: None,
+        };
+        store::insert_new_push_actions(conn, &actions, true).await?;
     }
     Ok(report)
 }
