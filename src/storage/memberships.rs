@@ -287,13 +287,31 @@ pub async fn get_membership_stretch_start(
     Ok(start.map(|s| (s.stream_ordering, s.state_group)))
 }
 
-/// SQL: whether the user in `$1` shares a joined room with the user in column `other`.
+/// SQL: whether the user in `$1` shares a joined room with the user in column `other`, probed
+/// row by row: the other user's joined rooms, each with `$1`'s membership looked up by key.
+/// Its cost follows the rows probed and their rooms, never the size of `$1`'s rooms. An
+/// `EXISTS` join here ran as a hashed subplan (with or without statistics), which first reads
+/// every member of every room of `$1`: 20,000 in a big room, for each sync a presence change
+/// woke. Scalar subqueries are never hashed, so the shape holds whatever the statistics say.
 pub(super) fn shares_joined_room(other: &str) -> String {
     format!(
-        "EXISTS (SELECT 1 FROM room_memberships mine
-                 JOIN room_memberships theirs ON theirs.room_id = mine.room_id
-                 WHERE mine.user_id = $1 AND mine.membership = 'join'
-                   AND theirs.user_id = {other} AND theirs.membership = 'join')"
+        "COALESCE((SELECT true FROM room_memberships theirs
+                   WHERE theirs.user_id = {other} AND theirs.membership = 'join'
+                     AND (SELECT mine.membership FROM room_memberships mine
+                          WHERE mine.room_id = theirs.room_id AND mine.user_id = $1) = 'join'
+                   LIMIT 1), false)"
+    )
+}
+
+/// SQL: whether the user in column `other` is among those sharing a joined room with the user
+/// in `$1`, read as one set: for a filter over more rows than `$1`'s rooms have members (an
+/// initial sync's presence), where probing each row costs more than reading the set once.
+pub(super) fn among_joined_room_peers(other: &str) -> String {
+    format!(
+        "{other} IN (SELECT theirs.user_id FROM room_memberships mine
+                     JOIN room_memberships theirs ON theirs.room_id = mine.room_id
+                     WHERE mine.user_id = $1 AND mine.membership = 'join'
+                       AND theirs.membership = 'join')"
     )
 }
 

@@ -103,6 +103,70 @@ async fn presence_reaches_those_who_share_a_room_and_no_one_else() {
         .assert_error(400, "M_INVALID_PARAM");
 }
 
+/// An initial sync matches every user's presence against the set of the syncing user's fellow
+/// members; an incremental one probes each change for a shared room. Either way, the members
+/// of a room the user is not in stay out.
+#[tokio::test]
+async fn initial_and_incremental_syncs_carry_presence_of_fellow_members_only() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let eve = server.register("eve").await;
+    let carol = server.register("carol").await;
+    let shared = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&shared).await.ok();
+    let elsewhere = eve.create_room(json!({ "preset": "public_chat" })).await;
+    carol.join(&elsewhere).await.ok();
+    for client in [&bob, &eve, &carol] {
+        put_presence(client, json!({ "presence": "online" }))
+            .await
+            .ok();
+    }
+
+    let initial = alice
+        .get("/_matrix/client/v3/sync?set_presence=offline")
+        .await
+        .ok();
+    assert_eq!(
+        presence_of(&initial, &user_id("bob")).unwrap()["presence"],
+        "online"
+    );
+    for outsider in ["eve", "carol"] {
+        assert!(
+            presence_of(&initial, &user_id(outsider)).is_none(),
+            "{outsider}"
+        );
+    }
+
+    // The outsiders change first, Bob last: every sync up to the one with Bob's change has
+    // seen theirs go by, had it been shared.
+    for client in [&eve, &carol, &bob] {
+        put_presence(client, json!({ "presence": "unavailable" }))
+            .await
+            .ok();
+    }
+    let mut since = initial["next_batch"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(Instant::now() < deadline, "Bob's change never came");
+        let path = format!(
+            "/_matrix/client/v3/sync?timeout=5000&set_presence=offline&since={}",
+            enc(&since)
+        );
+        let sync = alice.get(&path).await.ok();
+        for outsider in ["eve", "carol"] {
+            assert!(
+                presence_of(&sync, &user_id(outsider)).is_none(),
+                "{outsider}"
+            );
+        }
+        since = sync["next_batch"].as_str().unwrap().to_owned();
+        if presence_of(&sync, &user_id("bob")).is_some_and(|c| c["presence"] == "unavailable") {
+            break;
+        }
+    }
+}
+
 #[tokio::test]
 async fn syncing_keeps_a_user_online_and_silence_takes_them_offline() {
     let server = TestServer::start().await;
