@@ -1,7 +1,8 @@
 //! Which servers are in a room: the members of one server, found by the server part of their
-//! user IDs. The SQL narrows by the suffix `:{server}`; callers confirm each user ID's server
-//! with ruma's parser, because a suffix is not a server name (`@a:host:8448` ends in `:8448`,
-//! and `8448` is a valid server name too).
+//! user IDs. The SQL narrows by the text after an ID's first `:`, or by the suffix `:{server}`
+//! where no index holds the former (an event's state key); callers confirm each user ID's
+//! server with ruma's parser, because a suffix is not a server name (`@a:host:8448` ends in
+//! `:8448`, and `8448` is a valid server name too).
 
 use diesel::{
     prelude::*,
@@ -18,25 +19,36 @@ pub(super) fn suffix_pattern(server: &str) -> String {
     format!("%:{escaped}")
 }
 
+/// SQL for the text after the first `:` of a user ID: the server name, as a localpart never
+/// holds a colon. Only a grouping key: callers read each server from a parsed user ID.
+macro_rules! server_part {
+    ($column:literal) => {
+        concat!("substr(", $column, ", strpos(", $column, ", ':') + 1)")
+    };
+}
+
 #[derive(QueryableByName)]
 struct Member {
     #[diesel(sql_type = Text)]
     user_id: String,
 }
 
-/// The users whose current membership of the room is `join` and whose ID ends in
-/// `:{server}` (to be confirmed by the caller).
+/// The users whose current membership of the room is `join` and whose ID's text after the
+/// first `:` is `server` (to be confirmed by the caller): a range of
+/// `room_memberships_joined_server_idx`, not every member's ID matched against a suffix.
 pub async fn get_joined_users_like_server(
     mut conn: &AsyncPgConnection,
     room_id: &str,
     server: &str,
 ) -> QueryResult<Vec<String>> {
-    let rows: Vec<Member> = super::cached_sql(
+    let rows: Vec<Member> = super::cached_sql(concat!(
         "SELECT user_id FROM room_memberships \
-         WHERE room_id = $1 AND membership = 'join' AND user_id LIKE $2",
-    )
+         WHERE room_id = $1 AND membership = 'join' AND ",
+        server_part!("user_id"),
+        " = $2"
+    ))
     .bind::<Text, _>(room_id)
-    .bind::<Text, _>(suffix_pattern(server))
+    .bind::<Text, _>(server)
     .load(&mut conn)
     .await?;
     Ok(rows.into_iter().map(|m| m.user_id).collect())
@@ -73,28 +85,52 @@ pub async fn get_last_joins_like_server(
         .collect())
 }
 
-/// SQL for the text after the first `:` of a user ID: the server name, as a localpart never
-/// holds a colon. Only a grouping key: callers read each server from a parsed user ID.
-macro_rules! server_part {
-    ($column:literal) => {
-        concat!("substr(", $column, ", strpos(", $column, ", ':') + 1)")
+/// SQL: one joined member per server of the rooms the seed query (`room_id`) names, by
+/// skipping through `room_memberships_joined_server_idx` from each room's first server to its
+/// next (a few index probes per server, whatever the room's size), then one per server over
+/// all the rooms.
+macro_rules! one_joined_member_per_server {
+    ($seed:literal) => {
+        concat!(
+            "WITH RECURSIVE seed AS (",
+            $seed,
+            "), servers(room_id, server, user_id) AS ( \
+                 SELECT first.* FROM seed, LATERAL ( \
+                     SELECT room_id, ",
+            server_part!("user_id"),
+            ", user_id FROM room_memberships \
+                     WHERE room_id = seed.room_id AND membership = 'join' \
+                     ORDER BY ",
+            server_part!("user_id"),
+            " LIMIT 1) first \
+                 UNION ALL \
+                 SELECT next.* FROM servers s, LATERAL ( \
+                     SELECT room_id, ",
+            server_part!("user_id"),
+            ", user_id FROM room_memberships \
+                     WHERE room_id = s.room_id AND membership = 'join' AND ",
+            server_part!("user_id"),
+            " > s.server ORDER BY ",
+            server_part!("user_id"),
+            " LIMIT 1) next \
+             ) \
+             SELECT DISTINCT ON (server) user_id FROM servers"
+        )
     };
 }
 
 /// One joined member of the room per server: whose servers hear of what happens in it. A
-/// room of 20,000 members from a few servers answers a few rows, not 20,000 IDs to parse.
+/// room of 20,000 members from a few servers answers a few rows, and reads a few index
+/// entries per server.
 pub async fn get_one_joined_member_per_server(
     mut conn: &AsyncPgConnection,
     room_id: &str,
 ) -> QueryResult<Vec<String>> {
-    let rows: Vec<Member> = super::cached_sql(concat!(
-        "SELECT DISTINCT ON (",
-        server_part!("user_id"),
-        ") user_id FROM room_memberships WHERE room_id = $1 AND membership = 'join'"
-    ))
-    .bind::<Text, _>(room_id)
-    .load(&mut conn)
-    .await?;
+    let rows: Vec<Member> =
+        super::cached_sql(one_joined_member_per_server!("SELECT $1::text AS room_id"))
+            .bind::<Text, _>(room_id)
+            .load(&mut conn)
+            .await?;
     Ok(rows.into_iter().map(|m| m.user_id).collect())
 }
 
@@ -105,12 +141,8 @@ pub async fn get_one_sharing_user_per_server(
     mut conn: &AsyncPgConnection,
     user_id: &str,
 ) -> QueryResult<Vec<String>> {
-    let rows: Vec<Member> = super::cached_sql(concat!(
-        "SELECT DISTINCT ON (",
-        server_part!("theirs.user_id"),
-        ") theirs.user_id FROM room_memberships mine \
-         JOIN room_memberships theirs ON theirs.room_id = mine.room_id \
-         WHERE mine.user_id = $1 AND mine.membership = 'join' AND theirs.membership = 'join'"
+    let rows: Vec<Member> = super::cached_sql(one_joined_member_per_server!(
+        "SELECT room_id FROM room_memberships WHERE user_id = $1 AND membership = 'join'"
     ))
     .bind::<Text, _>(user_id)
     .load(&mut conn)

@@ -11,7 +11,7 @@ use crate::{
     presence::{presence_of, put_presence},
     support::{
         client::{enc, timeline},
-        federation::{join_remote, pair, FakeServer},
+        federation::{join_remote, pair, put_remote_member, FakeServer},
         wait_until, Client, TestServer,
     },
     typing::{set_typing, typing_users},
@@ -396,6 +396,87 @@ async fn only_public_receipts_leave_the_server() {
             .contains("m.read.private"),
         "{edus:?}"
     );
+}
+
+/// The EDU types `fake` has received in delivered transactions.
+fn edu_types(fake: &FakeServer) -> Vec<String> {
+    fake.send_attempts()
+        .iter()
+        .filter(|attempt| attempt.delivered())
+        .flat_map(|attempt| attempt.body["edus"].as_array().cloned().unwrap_or_default())
+        .filter_map(|edu| edu["edu_type"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Typing goes to every server with a joined member in the room, however many members each
+/// has, and presence to every server sharing any room with the user; a server whose only
+/// member of the room left hears the room's typing no more.
+#[tokio::test]
+async fn typing_and_presence_reach_every_server_with_a_member_and_no_other() {
+    let server = crate::support::federation::federated_server().await;
+    let fakes = [
+        FakeServer::start().await,
+        FakeServer::start().await,
+        FakeServer::start().await,
+    ];
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    for name in ["carol", "dave", "erin"] {
+        join_remote(&server, &room, &fakes[0].user_id(name)).await;
+    }
+    for name in ["frank", "grace"] {
+        join_remote(&server, &room, &fakes[1].user_id(name)).await;
+    }
+    let gone = fakes[2].user_id("heidi");
+    join_remote(&server, &room, &gone).await;
+    put_remote_member(&server, &room, &gone, &gone, "leave").await;
+    // The third server still shares another room with Alice.
+    let other_room = alice.create_room(json!({ "preset": "public_chat" })).await;
+    join_remote(&server, &other_room, &fakes[2].user_id("ivan")).await;
+
+    assert_eq!(set_typing(&alice, &room, true, 30_000).await, 200);
+    put_presence(&alice, json!({ "presence": "online" }))
+        .await
+        .ok();
+    wait_until(
+        "every sharing server got the presence",
+        CROSSING,
+        || async {
+            fakes
+                .iter()
+                .all(|fake| edu_types(fake).iter().any(|t| t == "m.presence"))
+        },
+    )
+    .await;
+    wait_until(
+        "both servers in the room got the typing",
+        CROSSING,
+        || async {
+            fakes[..2]
+                .iter()
+                .all(|fake| edu_types(fake).iter().any(|t| t == "m.typing"))
+        },
+    )
+    .await;
+    // Queued in the transaction that queued the others: by now delivered or still waiting.
+    assert!(!edu_types(&fakes[2]).iter().any(|t| t == "m.typing"));
+    let waiting: i64 = diesel_async::RunQueryDsl::get_result(
+        diesel::sql_query(
+            "SELECT count(*) AS n FROM federation_outbox WHERE destination = $1 AND edu_type = 'm.typing'",
+        )
+        .bind::<diesel::sql_types::Text, _>(fakes[2].name()),
+        &mut server.db().await,
+    )
+    .await
+    .map(|row: Count| row.n)
+    .unwrap();
+    assert_eq!(waiting, 0);
+}
+
+#[derive(diesel::QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
 }
 
 /// A local user's new device keys and cross-signing keys go to a server sharing a room with

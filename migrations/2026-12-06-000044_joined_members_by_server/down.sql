@@ -1,0 +1,1 @@
+DROP INDEX room_memberships_joined_server_idx;
