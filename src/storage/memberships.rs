@@ -314,26 +314,3 @@ pub(super) fn among_joined_room_peers(other: &str) -> String {
                        AND theirs.membership = 'join')"
     )
 }
-
-/// How many users of `server_name` are joined to a room (whether this server is in it).
-pub async fn count_local_joined(
-    mut conn: &AsyncPgConnection,
-    room_id: &str,
-    server_name: &str,
-) -> QueryResult<i64> {
-    #[derive(QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    // A user ID ends with ':' and the server name (which may itself hold a ':port').
-    let count: Count = crate::storage::cached_sql(
-        "SELECT count(*) AS n FROM room_memberships \
-         WHERE room_id = $1 AND membership = 'join' AND right(user_id, length($2) + 1) = ':' || $2",
-    )
-    .bind::<diesel::sql_types::Text, _>(room_id)
-    .bind::<diesel::sql_types::Text, _>(server_name)
-    .get_result(&mut conn)
-    .await?;
-    Ok(count.n)
-}

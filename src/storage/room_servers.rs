@@ -54,6 +54,33 @@ pub async fn get_joined_users_like_server(
     Ok(rows.into_iter().map(|m| m.user_id).collect())
 }
 
+/// Whether any user whose ID's text after the first `:` is `server` is joined to the room
+/// (for our own server: whether it is in the room). One probe of
+/// `room_memberships_joined_server_idx`; counting the members instead read all 20,000 of a big
+/// room on every join.
+pub async fn has_joined_member_of_server(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    server: &str,
+) -> QueryResult<bool> {
+    #[derive(QueryableByName)]
+    struct Found {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        found: bool,
+    }
+    let found: Found = super::cached_sql(concat!(
+        "SELECT EXISTS (SELECT 1 FROM room_memberships \
+         WHERE room_id = $1 AND membership = 'join' AND ",
+        server_part!("user_id"),
+        " = $2) AS found"
+    ))
+    .bind::<Text, _>(room_id)
+    .bind::<Text, _>(server)
+    .get_result(&mut conn)
+    .await?;
+    Ok(found.found)
+}
+
 #[derive(QueryableByName)]
 struct LastJoin {
     #[diesel(sql_type = Text)]

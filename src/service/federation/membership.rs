@@ -30,7 +30,7 @@ use crate::{
         writer::choose_prev_events,
         Rooms,
     },
-    storage::{dag, memberships as membership_store, now_ms, rooms as store},
+    storage::{dag, now_ms, room_servers, rooms as store},
 };
 
 /// An unsigned `m.room.member` event of `sender` about `target` with `content`, on the
@@ -415,17 +415,17 @@ impl Federation {
         origin: &ServerName,
         room_id: &RoomId,
     ) -> Result<ResidentRoom> {
-        let (room, acl, local_members) = tokio::try_join!(
+        let (room, acl, resident) = tokio::try_join!(
             store::get_room(conn, room_id.as_str()),
             store::get_current_state_event(conn, room_id.as_str(), "m.room.server_acl", ""),
-            membership_store::count_local_joined(
+            room_servers::has_joined_member_of_server(
                 conn,
                 room_id.as_str(),
                 self.config.server_name.as_str()
             ),
         )?;
         let room = room
-            .filter(|_| local_members > 0)
+            .filter(|_| resident)
             .ok_or_else(|| Error::not_found("This server is not in that room"))?;
         if acl.is_some_and(|acl| !acl_allows(&acl.pdu["content"], origin)) {
             return Err(Error::forbidden("The room's server ACL denies your server"));

@@ -11,7 +11,7 @@ use crate::{
     error::{Error, Result},
     service::notifier,
     storage::{
-        dag, memberships as membership_store, now_ms, rooms as store,
+        dag, memberships as membership_store, now_ms, room_servers, rooms as store,
         state::{self as state_store},
         streams,
     },
@@ -46,13 +46,12 @@ impl Rooms {
     /// takes part in it).
     pub async fn is_resident(&self, room_id: &RoomId) -> Result<bool> {
         let conn = self.db.conn().await?;
-        let joined = membership_store::count_local_joined(
+        Ok(room_servers::has_joined_member_of_server(
             &conn,
             room_id.as_str(),
             self.config.server_name.as_str(),
         )
-        .await?;
-        Ok(joined > 0)
+        .await?)
     }
 
     /// Stores a room joined through another server, and our join as the first event of its
