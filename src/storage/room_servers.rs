@@ -27,6 +27,18 @@ macro_rules! server_part {
     };
 }
 
+/// SQL: the rows of the joined members of room `$1` whose IDs' server part is `$2`, a range of
+/// `room_memberships_joined_server_idx`.
+macro_rules! joined_of_server {
+    () => {
+        concat!(
+            "FROM room_memberships WHERE room_id = $1 AND membership = 'join' AND ",
+            server_part!("user_id"),
+            " = $2"
+        )
+    };
+}
+
 #[derive(QueryableByName)]
 struct Member {
     #[diesel(sql_type = Text)]
@@ -41,16 +53,11 @@ pub async fn get_joined_users_like_server(
     room_id: &str,
     server: &str,
 ) -> QueryResult<Vec<String>> {
-    let rows: Vec<Member> = super::cached_sql(concat!(
-        "SELECT user_id FROM room_memberships \
-         WHERE room_id = $1 AND membership = 'join' AND ",
-        server_part!("user_id"),
-        " = $2"
-    ))
-    .bind::<Text, _>(room_id)
-    .bind::<Text, _>(server)
-    .load(&mut conn)
-    .await?;
+    let rows: Vec<Member> = super::cached_sql(concat!("SELECT user_id ", joined_of_server!()))
+        .bind::<Text, _>(room_id)
+        .bind::<Text, _>(server)
+        .load(&mut conn)
+        .await?;
     Ok(rows.into_iter().map(|m| m.user_id).collect())
 }
 
@@ -69,10 +76,9 @@ pub async fn has_joined_member_of_server(
         found: bool,
     }
     let found: Found = super::cached_sql(concat!(
-        "SELECT EXISTS (SELECT 1 FROM room_memberships \
-         WHERE room_id = $1 AND membership = 'join' AND ",
-        server_part!("user_id"),
-        " = $2) AS found"
+        "SELECT EXISTS (SELECT 1 ",
+        joined_of_server!(),
+        ") AS found"
     ))
     .bind::<Text, _>(room_id)
     .bind::<Text, _>(server)
