@@ -362,13 +362,7 @@ async fn only_public_receipts_leave_the_server() {
     set_receipt(&alice, &room, "m.read", &first, json!({})).await;
     assert_eq!(set_typing(&alice, &room, true, 30_000).await, 200);
 
-    let edus = || {
-        fake.send_attempts()
-            .iter()
-            .filter(|attempt| attempt.delivered())
-            .flat_map(|attempt| attempt.body["edus"].as_array().cloned().unwrap_or_default())
-            .collect::<Vec<Value>>()
-    };
+    let edus = || delivered_edus(&fake);
     wait_until("the fake server got the typing", CROSSING, || async {
         edus().iter().any(|edu| edu["edu_type"] == "m.typing")
     })
@@ -398,14 +392,20 @@ async fn only_public_receipts_leave_the_server() {
     );
 }
 
-/// The EDU types `fake` has received in delivered transactions.
-fn edu_types(fake: &FakeServer) -> Vec<String> {
+/// The EDUs of the transactions `fake` accepted.
+fn delivered_edus(fake: &FakeServer) -> Vec<Value> {
     fake.send_attempts()
         .iter()
         .filter(|attempt| attempt.delivered())
         .flat_map(|attempt| attempt.body["edus"].as_array().cloned().unwrap_or_default())
-        .filter_map(|edu| edu["edu_type"].as_str().map(str::to_owned))
         .collect()
+}
+
+/// Whether `fake` accepted an EDU of type `edu_type`.
+fn got_edu(fake: &FakeServer, edu_type: &str) -> bool {
+    delivered_edus(fake)
+        .iter()
+        .any(|edu| edu["edu_type"] == edu_type)
 }
 
 /// Typing goes to every server with a joined member in the room, however many members each
@@ -441,42 +441,25 @@ async fn typing_and_presence_reach_every_server_with_a_member_and_no_other() {
     wait_until(
         "every sharing server got the presence",
         CROSSING,
-        || async {
-            fakes
-                .iter()
-                .all(|fake| edu_types(fake).iter().any(|t| t == "m.presence"))
-        },
+        || async { fakes.iter().all(|fake| got_edu(fake, "m.presence")) },
     )
     .await;
     wait_until(
         "both servers in the room got the typing",
         CROSSING,
-        || async {
-            fakes[..2]
-                .iter()
-                .all(|fake| edu_types(fake).iter().any(|t| t == "m.typing"))
-        },
+        || async { fakes[..2].iter().all(|fake| got_edu(fake, "m.typing")) },
     )
     .await;
     // Queued in the transaction that queued the others: by now delivered or still waiting.
-    assert!(!edu_types(&fakes[2]).iter().any(|t| t == "m.typing"));
-    let waiting: i64 = diesel_async::RunQueryDsl::get_result(
-        diesel::sql_query(
-            "SELECT count(*) AS n FROM federation_outbox WHERE destination = $1 AND edu_type = 'm.typing'",
-        )
-        .bind::<diesel::sql_types::Text, _>(fakes[2].name()),
-        &mut server.db().await,
-    )
-    .await
-    .map(|row: Count| row.n)
-    .unwrap();
+    assert!(!got_edu(&fakes[2], "m.typing"));
+    let waiting = server
+        .count(&format!(
+            "SELECT count(*) AS n FROM federation_outbox \
+             WHERE destination = '{}' AND edu_type = 'm.typing'",
+            fakes[2].name()
+        ))
+        .await;
     assert_eq!(waiting, 0);
-}
-
-#[derive(diesel::QueryableByName)]
-struct Count {
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    n: i64,
 }
 
 /// A local user's new device keys and cross-signing keys go to a server sharing a room with
@@ -491,13 +474,7 @@ async fn device_and_signing_key_updates_reach_servers_sharing_a_room() {
     join_remote(&server, &room, &fake.user_id("carol")).await;
     let cross = crate::e2ee::set_up_cross_signing(&alice).await;
 
-    let edus = || {
-        fake.send_attempts()
-            .iter()
-            .filter(|attempt| attempt.delivered())
-            .flat_map(|attempt| attempt.body["edus"].as_array().cloned().unwrap_or_default())
-            .collect::<Vec<Value>>()
-    };
+    let edus = || delivered_edus(&fake);
     wait_until("the fake server got the signing keys", CROSSING, || async {
         edus()
             .iter()
