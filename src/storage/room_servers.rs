@@ -119,23 +119,16 @@ pub async fn get_last_joins_like_server(
 }
 
 /// SQL: one joined member per server of the rooms the seed query (`room_id`) names, by
-/// skipping through `room_memberships_joined_server_idx` from each room's first server to its
+/// skipping through `room_memberships_joined_server_idx` from each server of a room to the
 /// next (a few index probes per server, whatever the room's size), then one per server over
-/// all the rooms.
+/// all the rooms. Each room starts from the empty server part, below every real one.
 macro_rules! one_joined_member_per_server {
     ($seed:literal) => {
         concat!(
             "WITH RECURSIVE seed AS (",
             $seed,
             "), servers(room_id, server, user_id) AS ( \
-                 SELECT first.* FROM seed, LATERAL ( \
-                     SELECT room_id, ",
-            server_part!("user_id"),
-            ", user_id FROM room_memberships \
-                     WHERE room_id = seed.room_id AND membership = 'join' \
-                     ORDER BY ",
-            server_part!("user_id"),
-            " LIMIT 1) first \
+                 SELECT room_id, '', NULL::text FROM seed \
                  UNION ALL \
                  SELECT next.* FROM servers s, LATERAL ( \
                      SELECT room_id, ",
@@ -147,7 +140,7 @@ macro_rules! one_joined_member_per_server {
             server_part!("user_id"),
             " LIMIT 1) next \
              ) \
-             SELECT DISTINCT ON (server) user_id FROM servers"
+             SELECT DISTINCT ON (server) user_id FROM servers WHERE user_id IS NOT NULL"
         )
     };
 }
