@@ -27,8 +27,12 @@ pub struct Window<'a> {
 }
 
 /// The newest served events of each room in its window, newest first, by room, for many rooms
-/// in one statement. The plan is an index range per room whatever the planner's statistics
-/// say (a sync reads this for every room it sends).
+/// in one statement (a sync reads this for every room it sends).
+///
+/// Read through `myelin_newest_events` (migration 000045), whose only plan is a walk of
+/// `(room_id, stream_ordering)` back from each window's end: as a plain statement on tables
+/// never analysed, a room could be read through the topological index and all its events
+/// sorted, for every sync.
 pub async fn get_newest_events_of_rooms(
     mut conn: &AsyncPgConnection,
     windows: &[Window<'_>],
@@ -37,15 +41,7 @@ pub async fn get_newest_events_of_rooms(
         return Ok(HashMap::new());
     }
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT e.* FROM unnest($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::BIGINT[]) \
-                 AS w(room, after_pos, up_to_pos, lim) \
-             CROSS JOIN LATERAL ( \
-                 SELECT {EVENT_COLUMNS} FROM events \
-                 WHERE room_id = w.room AND {SERVED_TO_CLIENTS} \
-                   AND stream_ordering > w.after_pos AND stream_ordering <= w.up_to_pos \
-                 ORDER BY stream_ordering DESC LIMIT w.lim) e"
-        )
+        format!("SELECT {EVENT_COLUMNS} FROM myelin_newest_events($1, $2, $3, $4)")
     });
     let rooms: Vec<&str> = windows.iter().map(|w| w.room_id).collect();
     let after: Vec<i64> = windows.iter().map(|w| w.after).collect();

@@ -1,0 +1,1 @@
+DROP FUNCTION myelin_newest_events(TEXT[], BIGINT[], BIGINT[], BIGINT[]);
