@@ -8,12 +8,14 @@
 //! database, so a lost notification delays a response but never loses an event.
 //!
 //! Whom a room's events wake is kept per room between events (a room of 20,000 members was
-//! read whole for every message), and forgotten when a trigger announces a membership change
-//! on `myelin_members`; while notifications are not being received, it is read every time.
+//! read whole for every message), and kept current by the membership changes a trigger
+//! announces on `myelin_members` ([`audience`]); while notifications are not being received,
+//! it is read every time.
+
+mod audience;
 
 use std::{
     collections::HashMap,
-    num::NonZeroUsize,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, LazyLock, Mutex,
@@ -22,10 +24,10 @@ use std::{
 };
 
 use futures_util::{stream, StreamExt};
-use lru::LruCache;
-use tokio::sync::{Notify, OnceCell};
+use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
+use self::audience::{MemberChange, RoomAudiences, Snapshot, AUDIENCE};
 use super::{delayed_events::DELAYED_CHANNEL, sessions::Sessions, typing::Typing};
 use crate::storage::{
     memberships::{self as store, MEMBERS_CHANNEL},
@@ -49,62 +51,6 @@ pub const SHARERS_CHANNEL: &str = "myelin_sharers";
 pub const FEDERATION_CHANNEL: &str = "myelin_federation";
 /// Channel telling the appservice sender that an appservice is back (a successful ping).
 pub const APPSERVICE_CHANNEL: &str = "myelin_appservice";
-
-/// The memberships a room's events wake: a member's syncs, and those of users invited or
-/// knocking (their invite or knock shows in their syncs).
-const AUDIENCE: [&str; 3] = ["join", "invite", "knock"];
-/// Most rooms whose audience is kept.
-const AUDIENCE_ROOMS: usize = 1_000;
-/// Most members kept over all rooms: beyond it the least recently woken rooms are forgotten
-/// (the room being added is kept whatever its size).
-const AUDIENCE_MEMBERS: usize = 100_000;
-
-/// A room's audience, read by the first wake-up that needs it; the wake-ups that come while it
-/// is read wait for that read rather than make their own.
-type AudienceCell = Arc<OnceCell<Arc<[String]>>>;
-
-/// The audiences of the rooms woken lately.
-struct RoomAudiences {
-    rooms: LruCache<String, AudienceCell>,
-}
-
-impl Default for RoomAudiences {
-    fn default() -> Self {
-        RoomAudiences {
-            rooms: LruCache::new(NonZeroUsize::new(AUDIENCE_ROOMS).expect("non-zero")),
-        }
-    }
-}
-
-impl RoomAudiences {
-    /// The room's cell, made (empty) when the room has none.
-    fn cell(&mut self, room_id: &str) -> AudienceCell {
-        if let Some(cell) = self.rooms.get(room_id) {
-            return cell.clone();
-        }
-        let mut held: usize = self
-            .rooms
-            .iter()
-            .filter_map(|(_, c)| c.get())
-            .map(|m| m.len())
-            .sum();
-        while held > AUDIENCE_MEMBERS {
-            match self.rooms.pop_lru() {
-                Some((_, cell)) => held -= cell.get().map_or(0, |members| members.len()),
-                None => break,
-            }
-        }
-        let cell = AudienceCell::default();
-        self.rooms.put(room_id.to_owned(), cell.clone());
-        cell
-    }
-
-    /// Forgets a room's audience; says whether one was kept. A read still under way fills a
-    /// cell nobody will find.
-    fn forget(&mut self, room_id: &str) -> bool {
-        self.rooms.pop(room_id).is_some()
-    }
-}
 
 /// What a notification's arrival time is counted from (an `Instant` as a number, so a waiter
 /// keeps it in an atomic).
@@ -213,14 +159,14 @@ impl Notifier {
 
     /// Wakes one user's waiting syncs for a notification that `arrived` at this process.
     fn wake_user(&self, user_id: &str, arrived: Instant) {
-        self.wake_users(std::slice::from_ref(&user_id), arrived);
+        self.wake_users([user_id], arrived);
     }
 
     /// Wakes the waiting syncs of each of `users`.
-    fn wake_users(&self, users: &[impl AsRef<str>], arrived: Instant) {
+    fn wake_users<'u>(&self, users: impl IntoIterator<Item = &'u str>, arrived: Instant) {
         let waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
         for user in users {
-            if let Some(waiter) = waiters.get(user.as_ref()) {
+            if let Some(waiter) = waiters.get(user) {
                 waiter.wake(arrived);
             }
         }
@@ -231,31 +177,37 @@ impl Notifier {
         waiters.values().for_each(|waiter| waiter.wake(arrived));
     }
 
-    /// Wakes the syncs of everyone joined to, invited to or knocking on a room.
+    /// Wakes the syncs of everyone joined to, invited to or knocking on a room ([`AUDIENCE`]):
+    /// whom its events wake is kept from an earlier wake-up while notifications are being
+    /// received (the membership changes they announce keep it current), read anew while they
+    /// are not (a change could be missed).
     async fn wake_room(&self, room_id: &str, arrived: Instant) {
-        match self.room_audience(room_id).await {
-            Ok(users) => self.wake_users(&users, arrived),
-            Err(err) => {
-                tracing::warn!("could not look up room members to wake: {err}");
-                self.wake_all(arrived);
-            }
-        }
-    }
-
-    /// Whom the room's events wake ([`AUDIENCE`]): kept from an earlier wake-up while
-    /// notifications are being received (a membership change is announced and forgets it),
-    /// read anew while they are not (one could be missed).
-    async fn room_audience(&self, room_id: &str) -> crate::error::Result<Arc<[String]>> {
         let read = || async {
             let conn = self.db.conn().await?;
-            let users = store::get_room_members_in(&conn, room_id, &AUDIENCE).await?;
-            Ok::<_, crate::error::Error>(Arc::from(users))
+            let (users, snapshot) = store::get_room_audience(&conn, room_id, &AUDIENCE).await?;
+            let snapshot = Snapshot::parse(&snapshot).ok_or_else(|| {
+                crate::error::Error::internal(format!("unreadable snapshot {snapshot}"))
+            })?;
+            Ok::<_, crate::error::Error>((users, snapshot))
         };
-        if !self.is_listening() {
-            return read().await;
+        let woken = match self.is_listening() {
+            false => read()
+                .await
+                .map(|(users, _)| self.wake_users(users.iter().map(String::as_str), arrived)),
+            true => {
+                let room = self.audiences().room(room_id);
+                room.wake(read, |users| {
+                    self.wake_users(users.iter().map(String::as_str), arrived)
+                })
+                .await
+            }
+        };
+        if let Err(err) = woken {
+            tracing::warn!("could not look up room members to wake: {err}");
+            // Changes announced meanwhile were kept for the read: start again.
+            self.audiences().forget(room_id);
+            self.wake_all(arrived);
         }
-        let cell = self.audiences().cell(room_id);
-        cell.get_or_try_init(read).await.cloned()
     }
 
     fn audiences(&self) -> std::sync::MutexGuard<'_, RoomAudiences> {
@@ -360,7 +312,7 @@ impl Notifier {
             ))
             .await?;
         // Memberships may have changed unannounced while nothing was listening.
-        self.audiences().rooms.clear();
+        self.audiences().clear();
         self.listening.store(true, Ordering::Relaxed);
         while let Some((channel, payload, arrived)) = receiver.recv().await {
             let notifier = self.clone();
@@ -371,10 +323,17 @@ impl Notifier {
                 notifier.appservice_wake.notify_one();
                 tokio::spawn(async move { notifier.wake_room(&payload, arrived).await });
             } else if channel == MEMBERS_CHANNEL {
-                // The room's event of the same commit may have been announced first and woken
-                // the audience from before it: wake the new one too.
-                if notifier.audiences().forget(&payload) {
-                    tokio::spawn(async move { notifier.wake_room(&payload, arrived).await });
+                // Applied here, in commit order. The room's event of the same commit may have
+                // been announced first and woken the audience from before it: wake a member
+                // who is new to it too.
+                match MemberChange::parse(&payload) {
+                    Some(change) => {
+                        if change.enters_audience() {
+                            notifier.wake_user(&change.user, arrived);
+                        }
+                        notifier.audiences().change(change);
+                    }
+                    None => notifier.audiences().forget(&payload),
                 }
             } else if channel == PUSH_CHANNEL {
                 notifier.push_wake.notify_one();

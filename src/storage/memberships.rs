@@ -8,8 +8,9 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use super::rooms::{served, SERVED_TO_CLIENTS};
 use super::schema::{events, room_memberships, user_membership_versions};
 
-/// Channel on which a trigger announces (at commit) a room whose memberships changed, the room
-/// ID as payload, whatever wrote them (migration 000042).
+/// Channel on which a trigger announces (at commit) each membership written, whatever wrote it
+/// (migrations 000042 and 000046): as JSON with the room, the user, the membership and the
+/// writing transaction's ID; a deleted row as its bare room ID.
 pub const MEMBERS_CHANNEL: &str = "myelin_members";
 
 /// Records a user's current membership in a room, with the display name and avatar URL its
@@ -97,6 +98,33 @@ pub async fn get_room_members_in(
         .select(room_memberships::user_id)
         .load(&mut conn)
         .await
+}
+
+/// The users whose membership in a room is one of `memberships`, and the snapshot they were
+/// read in (`pg_current_snapshot()` as text): which membership changes the read saw.
+pub async fn get_room_audience(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+    memberships: &[&str],
+) -> QueryResult<(Vec<String>, String)> {
+    use diesel::sql_types::{Array, Text};
+    #[derive(QueryableByName)]
+    struct Audience {
+        #[diesel(sql_type = Array<Text>)]
+        users: Vec<String>,
+        #[diesel(sql_type = Text)]
+        snapshot: String,
+    }
+    let found: Audience = crate::storage::cached_sql(
+        "SELECT ARRAY(SELECT user_id FROM room_memberships \
+                      WHERE room_id = $1 AND membership = ANY($2)) AS users, \
+                pg_current_snapshot()::TEXT AS snapshot",
+    )
+    .bind::<Text, _>(room_id)
+    .bind::<Array<Text>, _>(memberships)
+    .get_result(&mut conn)
+    .await?;
+    Ok((found.users, found.snapshot))
 }
 
 /// How many users have one membership in a room, and the first few of them by user ID

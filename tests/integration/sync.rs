@@ -282,9 +282,10 @@ async fn parked_long_poll(
 }
 
 /// Each process keeps whom a room's events wake between events. A member who joins after
-/// that (here through each process) is woken by the room's next event on both: the
-/// membership change is announced at its commit and each process forgets what it kept.
-/// Presence is off: a member's syncs would wake the others with it.
+/// that (here through each process, one of them leaving and joining again) is woken by the
+/// room's next event on both: each membership change is announced at its commit and each
+/// process applies it, in order, to what it kept. Presence is off: a member's syncs would
+/// wake the others with it.
 #[tokio::test]
 async fn members_who_join_after_the_room_was_woken_are_woken_by_its_next_event() {
     let server =
@@ -310,6 +311,11 @@ async fn members_who_join_after_the_room_was_woken_are_woken_by_its_next_event()
         assert_eq!(bodies(&timeline(&woken, &room)), vec!["before the joins"]);
     }
 
+    bob.join(&room).await.ok();
+    let left = bob
+        .post(&format!("/_matrix/client/v3/rooms/{room}/leave"), json!({}))
+        .await;
+    assert_eq!(left.status, 200);
     bob.join(&room).await.ok();
     carol.join(&room).await.ok();
     let bob_waiting = parked_long_poll(&server, &bob, &bob.next_batch().await).await;
