@@ -27,7 +27,7 @@ use futures_util::{stream, StreamExt};
 use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
-use self::audience::{MemberChange, RoomAudiences, Snapshot, AUDIENCE};
+use self::audience::{Announcement, RoomAudiences, Snapshot, AUDIENCE};
 use super::{delayed_events::DELAYED_CHANNEL, sessions::Sessions, typing::Typing};
 use crate::storage::{
     memberships::{self as store, MEMBERS_CHANNEL},
@@ -326,14 +326,18 @@ impl Notifier {
                 // Applied here, in commit order. The room's event of the same commit may have
                 // been announced first and woken the audience from before it: wake a member
                 // who is new to it too.
-                match MemberChange::parse(&payload) {
-                    Some(change) => {
+                match Announcement::parse(&payload) {
+                    Announcement::Change(change) => {
                         if change.enters_audience() {
                             notifier.wake_user(&change.user, arrived);
                         }
                         notifier.audiences().change(change);
                     }
-                    None => notifier.audiences().forget(&payload),
+                    Announcement::Forget(room_id) => notifier.audiences().forget(&room_id),
+                    Announcement::Unreadable => {
+                        tracing::warn!("unreadable membership announcement: {payload}");
+                        notifier.audiences().clear();
+                    }
                 }
             } else if channel == PUSH_CHANNEL {
                 notifier.push_wake.notify_one();

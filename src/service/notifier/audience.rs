@@ -63,26 +63,55 @@ impl Snapshot {
     }
 }
 
-/// One membership row written, as the trigger announces it.
-#[derive(Debug, Deserialize)]
+/// What the trigger announces on `myelin_members`.
+pub(crate) enum Announcement {
+    /// A membership row written.
+    Change(MemberChange),
+    /// A row deleted (a purge), announced as the bare room ID: the room's audience is
+    /// forgotten.
+    Forget(String),
+    /// JSON this process cannot read: no kept audience can be trusted.
+    Unreadable,
+}
+
+impl Announcement {
+    pub(crate) fn parse(payload: &str) -> Announcement {
+        #[derive(Deserialize)]
+        struct Announced {
+            room: String,
+            user: String,
+            membership: String,
+            xid: String,
+        }
+        if !payload.starts_with('{') {
+            return Announcement::Forget(payload.to_owned());
+        }
+        let Ok(announced) = serde_json::from_str::<Announced>(payload) else {
+            return Announcement::Unreadable;
+        };
+        match announced.xid.parse() {
+            Ok(xid) => Announcement::Change(MemberChange {
+                room: announced.room,
+                user: announced.user,
+                membership: announced.membership,
+                xid,
+            }),
+            Err(_) => Announcement::Unreadable,
+        }
+    }
+}
+
+/// One membership row written.
+#[derive(Debug)]
 pub(crate) struct MemberChange {
     pub room: String,
     pub user: String,
     pub membership: String,
-    /// The writing transaction's ID (`pg_current_xact_id()`), as text.
-    xid: String,
+    /// The writing transaction's ID (`pg_current_xact_id()`).
+    xid: u64,
 }
 
 impl MemberChange {
-    /// A change announced as JSON; `None` for a bare room ID (a row deleted: the room's
-    /// audience is forgotten).
-    pub(crate) fn parse(payload: &str) -> Option<MemberChange> {
-        payload
-            .starts_with('{')
-            .then(|| serde_json::from_str(payload).ok())
-            .flatten()
-    }
-
     /// Whether the user is now among those the room's events wake.
     pub(crate) fn enters_audience(&self) -> bool {
         AUDIENCE.contains(&self.membership.as_str())
@@ -175,10 +204,7 @@ impl RoomAudience {
 
 /// Applies a change the snapshot did not see.
 fn apply(members: &mut HashSet<String>, snapshot: &Snapshot, change: MemberChange) {
-    let Ok(xid) = change.xid.parse() else {
-        return;
-    };
-    if snapshot.saw(xid) {
+    if snapshot.saw(change.xid) {
         return;
     }
     match change.enters_audience() {
@@ -245,7 +271,7 @@ mod tests {
             room: "!r:example.org".into(),
             user: user.into(),
             membership: membership.into(),
-            xid: xid.to_string(),
+            xid,
         }
     }
 
@@ -296,13 +322,26 @@ mod tests {
     }
 
     #[test]
-    fn a_bare_room_id_is_no_change() {
-        assert!(MemberChange::parse("!r:example.org").is_none());
-        let parsed = MemberChange::parse(
+    fn announcements_are_changes_forgotten_rooms_or_unreadable() {
+        assert!(matches!(
+            Announcement::parse("!r:example.org"),
+            Announcement::Forget(room) if room == "!r:example.org"
+        ));
+        let Announcement::Change(parsed) = Announcement::parse(
             r#"{"room":"!r:example.org","user":"@a:x","membership":"knock","xid":"5"}"#,
-        )
-        .expect("parses");
+        ) else {
+            panic!("a change");
+        };
         assert!(parsed.enters_audience());
-        assert_eq!(parsed.user, "@a:x");
+        assert_eq!((parsed.user.as_str(), parsed.xid), ("@a:x", 5));
+        for unreadable in [
+            r#"{"room":"!r:example.org","user":"@a:x","membership":"join","xid":"x"}"#,
+            r#"{"room":"!r:example.org"}"#,
+        ] {
+            assert!(matches!(
+                Announcement::parse(unreadable),
+                Announcement::Unreadable
+            ));
+        }
     }
 }
