@@ -331,6 +331,15 @@ pub(super) fn shares_joined_room(other: &str) -> String {
     )
 }
 
+/// SQL: one row, `peers`, the members of every room the user in `$1` has joined, added up
+/// from the rooms' member counts (a member of two of them counted twice): a bound on how many
+/// fellow members [`among_joined_room_peers`] would read. Each count is a lookup by key.
+pub(super) fn joined_room_peers_bound() -> &'static str {
+    "SELECT COALESCE(sum((SELECT c.members FROM room_member_counts c
+                          WHERE c.room_id = mine.room_id AND c.membership = 'join')), 0) AS peers
+     FROM room_memberships mine WHERE mine.user_id = $1 AND mine.membership = 'join'"
+}
+
 /// SQL: whether the user in column `other` is among those sharing a joined room with the user
 /// in `$1`, read as one set: for a filter over more rows than `$1`'s rooms have members (an
 /// initial sync's presence), where probing each row costs more than reading the set once.

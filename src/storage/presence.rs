@@ -133,8 +133,13 @@ pub async fn get_presence_changed(
 }
 
 /// Up to this many presence changes are each probed for a room shared with the syncing user
-/// (about 5 µs each); past it the user's fellow members are read as one set instead.
+/// (about 5 µs each); past it the statement chooses for itself (see [`PEERS_PER_PROBE`]).
 const PROBED_CHANGES: i64 = 1_000;
+
+/// Reading the user's fellow members as one set costs about this many members per presence
+/// row probed for a shared room: probing wins while the range holds fewer rows than the
+/// members of the user's rooms add up to, divided by this.
+const PEERS_PER_PROBE: i64 = 3;
 
 /// Presence changes in `(after, up_to]` of the user and of everyone sharing a joined room
 /// with them.
@@ -145,23 +150,41 @@ pub async fn get_presence_changed_for(
     up_to: i64,
 ) -> QueryResult<Vec<PresenceRow>> {
     // Each change has its own position, so the range holds at most `up_to - after` rows. An
-    // incremental sync's few are each probed for a shared room; an initial sync's (every
-    // user's presence) are matched against the set of the user's fellow members, read once.
-    let shares = if after > 0 && up_to - after <= PROBED_CHANGES {
-        super::memberships::shares_joined_room("p.user_id")
+    // incremental sync's few are each probed for a shared room. For more (an initial sync's:
+    // every user's presence) the statement decides once, before any row: it probes each row
+    // while there are fewer of them than the members of the user's rooms (their counts,
+    // summed) over PEERS_PER_PROBE, and otherwise matches them against the set of fellow
+    // members, read once (built only when that branch runs). A member of a room of 20,000
+    // on a server where a few hundred users have presence no longer reads the 20,000.
+    let sql = if after > 0 && up_to - after <= PROBED_CHANGES {
+        format!(
+            "SELECT p.* FROM presence p \
+             WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3 \
+               AND (p.user_id = $1 OR {probe})",
+            probe = super::memberships::shares_joined_room("p.user_id"),
+        )
     } else {
-        super::memberships::among_joined_room_peers("p.user_id")
+        format!(
+            "WITH bound AS MATERIALIZED (SELECT peers / {PEERS_PER_PROBE} AS probes FROM ({peers}) s) \
+             SELECT p.* FROM presence p \
+             WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3 \
+               AND (p.user_id = $1 OR CASE \
+                   WHEN (SELECT count(*) FROM ( \
+                             SELECT 1 FROM presence \
+                             WHERE stream_ordering > $2 AND stream_ordering <= $3 \
+                             LIMIT (SELECT probes FROM bound)) x) < (SELECT probes FROM bound) \
+                   THEN {probe} ELSE {set} END)",
+            peers = super::memberships::joined_room_peers_bound(),
+            probe = super::memberships::shares_joined_room("p.user_id"),
+            set = super::memberships::among_joined_room_peers("p.user_id"),
+        )
     };
-    diesel::sql_query(format!(
-        "SELECT p.* FROM presence p
-         WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3
-           AND (p.user_id = $1 OR {shares})"
-    ))
-    .bind::<Text, _>(user_id)
-    .bind::<BigInt, _>(after)
-    .bind::<BigInt, _>(up_to)
-    .load(&mut conn)
-    .await
+    diesel::sql_query(sql)
+        .bind::<Text, _>(user_id)
+        .bind::<BigInt, _>(after)
+        .bind::<BigInt, _>(up_to)
+        .load(&mut conn)
+        .await
 }
 
 /// Whether two users share a joined room.

@@ -167,6 +167,38 @@ async fn initial_and_incremental_syncs_carry_presence_of_fellow_members_only() {
     }
 }
 
+/// An initial sync finds whose presence it carries one of two ways: when the rows with
+/// presence are few against the members of the user's rooms (here a room of 32 whose 30
+/// other members never had presence) each row is probed for a shared room; otherwise the
+/// fellow members are read as one set (the test above). Either way, only theirs.
+#[tokio::test]
+async fn an_initial_sync_beside_many_silent_members_carries_presence_of_fellow_members_only() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let bob = server.register("bob").await;
+    let eve = server.register("eve").await;
+    let shared = alice.create_room(json!({ "preset": "public_chat" })).await;
+    bob.join(&shared).await.ok();
+    server.register_joined(&shared, "silent", 30).await;
+    eve.create_room(json!({ "preset": "public_chat" })).await;
+    for client in [&bob, &eve] {
+        put_presence(client, json!({ "presence": "online" }))
+            .await
+            .ok();
+    }
+    assert!(server.count("SELECT count(*) AS n FROM presence").await <= 4);
+
+    let initial = alice
+        .get("/_matrix/client/v3/sync?set_presence=offline")
+        .await
+        .ok();
+    assert_eq!(
+        presence_of(&initial, &user_id("bob")).unwrap()["presence"],
+        "online"
+    );
+    assert!(presence_of(&initial, &user_id("eve")).is_none());
+}
+
 #[tokio::test]
 async fn syncing_keeps_a_user_online_and_silence_takes_them_offline() {
     let server = TestServer::start().await;
