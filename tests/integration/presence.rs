@@ -168,7 +168,7 @@ async fn initial_and_incremental_syncs_carry_presence_of_fellow_members_only() {
 }
 
 /// An initial sync finds whose presence it carries one of two ways: when the rows with
-/// presence are few against the members of the user's rooms (here a room of 32 whose 30
+/// presence are few against the members of the user's rooms (here a room of 62 whose 60
 /// other members never had presence) each row is probed for a shared room; otherwise the
 /// fellow members are read as one set (the test above). Either way, only theirs.
 #[tokio::test]
@@ -179,7 +179,7 @@ async fn an_initial_sync_beside_many_silent_members_carries_presence_of_fellow_m
     let eve = server.register("eve").await;
     let shared = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&shared).await.ok();
-    server.register_joined(&shared, "silent", 30).await;
+    server.register_joined(&shared, "silent", 60).await;
     eve.create_room(json!({ "preset": "public_chat" })).await;
     for client in [&bob, &eve] {
         put_presence(client, json!({ "presence": "online" }))
