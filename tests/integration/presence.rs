@@ -50,14 +50,33 @@ pub(crate) async fn put_presence(client: &Client, body: Value) -> crate::support
     client.put(&path, body).await
 }
 
-#[tokio::test]
-async fn presence_reaches_those_who_share_a_room_and_no_one_else() {
+/// Alice's initial sync (her own presence left as it is), checked to carry Bob's as online.
+async fn initial_sync_with_bob_online(alice: &Client) -> Value {
+    let initial = alice
+        .get("/_matrix/client/v3/sync?set_presence=offline")
+        .await
+        .ok();
+    assert_eq!(
+        presence_of(&initial, &user_id("bob")).unwrap()["presence"],
+        "online"
+    );
+    initial
+}
+
+/// A server where Alice and Bob share a public room of Alice's and Eve is registered outside it.
+async fn alice_and_bob_in_a_room_eve_outside() -> (TestServer, Client, Client, Client, String) {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
     let bob = server.register("bob").await;
     let eve = server.register("eve").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
+    (server, alice, bob, eve, room)
+}
+
+#[tokio::test]
+async fn presence_reaches_those_who_share_a_room_and_no_one_else() {
+    let (_server, alice, bob, eve, _room) = alice_and_bob_in_a_room_eve_outside().await;
     let bob_since = quiet_sync(&bob).await;
     let eve_since = quiet_sync(&eve).await;
 
@@ -123,14 +142,7 @@ async fn initial_and_incremental_syncs_carry_presence_of_fellow_members_only() {
             .ok();
     }
 
-    let initial = alice
-        .get("/_matrix/client/v3/sync?set_presence=offline")
-        .await
-        .ok();
-    assert_eq!(
-        presence_of(&initial, &user_id("bob")).unwrap()["presence"],
-        "online"
-    );
+    let initial = initial_sync_with_bob_online(&alice).await;
     for outsider in ["eve", "carol"] {
         assert!(
             presence_of(&initial, &user_id(outsider)).is_none(),
@@ -173,12 +185,7 @@ async fn initial_and_incremental_syncs_carry_presence_of_fellow_members_only() {
 /// fellow members are read as one set (the test above). Either way, only theirs.
 #[tokio::test]
 async fn an_initial_sync_beside_many_silent_members_carries_presence_of_fellow_members_only() {
-    let server = TestServer::start().await;
-    let alice = server.register("alice").await;
-    let bob = server.register("bob").await;
-    let eve = server.register("eve").await;
-    let shared = alice.create_room(json!({ "preset": "public_chat" })).await;
-    bob.join(&shared).await.ok();
+    let (server, alice, bob, eve, shared) = alice_and_bob_in_a_room_eve_outside().await;
     server.register_joined(&shared, "silent", 60).await;
     eve.create_room(json!({ "preset": "public_chat" })).await;
     for client in [&bob, &eve] {
@@ -188,14 +195,7 @@ async fn an_initial_sync_beside_many_silent_members_carries_presence_of_fellow_m
     }
     assert!(server.count("SELECT count(*) AS n FROM presence").await <= 4);
 
-    let initial = alice
-        .get("/_matrix/client/v3/sync?set_presence=offline")
-        .await
-        .ok();
-    assert_eq!(
-        presence_of(&initial, &user_id("bob")).unwrap()["presence"],
-        "online"
-    );
+    let initial = initial_sync_with_bob_online(&alice).await;
     assert!(presence_of(&initial, &user_id("eve")).is_none());
 }
 
