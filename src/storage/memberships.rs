@@ -333,10 +333,13 @@ pub(super) fn shares_joined_room(other: &str) -> String {
 
 /// SQL: one row, `peers`, the members of every room the user in `$1` has joined, added up
 /// from the rooms' member counts (a member of two of them counted twice): a bound on how many
-/// fellow members [`among_joined_room_peers`] would read. Each count is a lookup by key.
+/// fellow members [`among_joined_room_peers`] would read. Each count is a lookup by key; the
+/// sum is a `BIGINT`, so dividing it divides whole numbers (a `numeric` sum's fraction made a
+/// `LIMIT` that rounds compare with a bound that does not).
 pub(super) fn joined_room_peers_bound() -> &'static str {
     "SELECT COALESCE(sum((SELECT c.members FROM room_member_counts c
-                          WHERE c.room_id = mine.room_id AND c.membership = 'join')), 0) AS peers
+                          WHERE c.room_id = mine.room_id AND c.membership = 'join')), 0)::BIGINT
+            AS peers
      FROM room_memberships mine WHERE mine.user_id = $1 AND mine.membership = 'join'"
 }
 
