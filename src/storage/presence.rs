@@ -157,35 +157,36 @@ pub async fn get_presence_changed_for(
     // summed) over PEERS_PER_PROBE, and otherwise matches them against the set of fellow
     // members, read once (built only when that branch runs). A member of a room of 20,000
     // on a server where a few hundred users have presence no longer reads the 20,000.
-    let sql = if after > 0 && up_to - after <= PROBED_CHANGES {
-        format!(
-            "SELECT p.* FROM presence p \
-             WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3 \
-               AND (p.user_id = $1 OR {probe})",
-            probe = super::memberships::shares_joined_room("p.user_id"),
-        )
+    let probe = super::memberships::shares_joined_room("p.user_id");
+    let (bound, shares) = if after > 0 && up_to - after <= PROBED_CHANGES {
+        (String::new(), probe)
     } else {
-        format!(
-            "WITH bound AS MATERIALIZED (SELECT peers / {PEERS_PER_PROBE} AS probes FROM ({peers}) s) \
-             SELECT p.* FROM presence p \
-             WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3 \
-               AND (p.user_id = $1 OR CASE \
-                   WHEN (SELECT count(*) FROM ( \
-                             SELECT 1 FROM presence \
-                             WHERE stream_ordering > $2 AND stream_ordering <= $3 \
-                             LIMIT (SELECT probes FROM bound)) x) < (SELECT probes FROM bound) \
-                   THEN {probe} ELSE {set} END)",
-            peers = super::memberships::joined_room_peers_bound(),
-            probe = super::memberships::shares_joined_room("p.user_id"),
-            set = super::memberships::among_joined_room_peers("p.user_id"),
+        (
+            format!(
+                "WITH bound AS MATERIALIZED \
+                 (SELECT peers / {PEERS_PER_PROBE} AS probes FROM ({peers}) s)",
+                peers = super::memberships::joined_room_peers_bound(),
+            ),
+            format!(
+                "CASE WHEN (SELECT count(*) FROM ( \
+                                SELECT 1 FROM presence \
+                                WHERE stream_ordering > $2 AND stream_ordering <= $3 \
+                                LIMIT (SELECT probes FROM bound)) x) < (SELECT probes FROM bound) \
+                      THEN {probe} ELSE {set} END",
+                set = super::memberships::among_joined_room_peers("p.user_id"),
+            ),
         )
     };
-    diesel::sql_query(sql)
-        .bind::<Text, _>(user_id)
-        .bind::<BigInt, _>(after)
-        .bind::<BigInt, _>(up_to)
-        .load(&mut conn)
-        .await
+    diesel::sql_query(format!(
+        "{bound} SELECT p.* FROM presence p \
+         WHERE p.stream_ordering > $2 AND p.stream_ordering <= $3 \
+           AND (p.user_id = $1 OR {shares})"
+    ))
+    .bind::<Text, _>(user_id)
+    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(up_to)
+    .load(&mut conn)
+    .await
 }
 
 /// Whether two users share a joined room.
