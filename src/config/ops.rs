@@ -29,7 +29,8 @@ pub struct OpsConfig {
     pub shutdown_grace: Duration,
     /// Whether the server refreshes the planner statistics of tables that changed.
     pub statistics_refresh: bool,
-    /// About how many bytes of state events' client parts each process keeps in memory.
+    /// About how many bytes of state events each process keeps in memory, by event ID and by
+    /// state group (each bounded by it).
     pub state_cache_bytes: usize,
 }
 

@@ -386,6 +386,20 @@ pub async fn set_redacted(
         .map(drop)
 }
 
+/// How many redactions the room has had (`None` for a room not stored): what tells the state
+/// events a process keeps in memory apart from stale ones.
+pub async fn get_redaction_count(
+    mut conn: &AsyncPgConnection,
+    room_id: &str,
+) -> QueryResult<Option<i64>> {
+    rooms::table
+        .filter(rooms::room_id.eq(room_id))
+        .select(rooms::redactions)
+        .first(&mut conn)
+        .await
+        .optional()
+}
+
 /// The event a client transaction produced, if any.
 pub async fn get_txn_event(
     mut conn: &AsyncPgConnection,

@@ -222,12 +222,27 @@ impl Rooms {
         room_id: &str,
         group: i64,
     ) -> Result<SectionState> {
+        if let Some((events, kept_at)) = self.state_parts.find_group(group) {
+            if store::get_redaction_count(conn, room_id).await? == Some(kept_at) {
+                return Ok(SectionState {
+                    kept: events.to_vec(),
+                    read: Vec::new(),
+                });
+            }
+        }
         let state = state_store::get_counted_state_ids(conn, group).await?;
-        Ok(self
+        let room_redactions = state.room_redactions;
+        let state = self
             .section_states(conn, vec![(room_id, state)])
             .await?
             .pop()
-            .unwrap_or_default())
+            .unwrap_or_default();
+        // Kept whole only when every event is kept: redacted ones are read each time.
+        if state.read.is_empty() {
+            self.state_parts
+                .keep_group(group, &state.kept, room_redactions);
+        }
+        Ok(state)
     }
 
     /// The state of each `(room, group)` for a lazy-loading sync's sections, in no order
