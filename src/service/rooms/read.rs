@@ -229,6 +229,8 @@ impl Rooms {
                     read: Vec::new(),
                 });
             }
+            // Redacted since: kept again below unless a redacted event is in its state now.
+            self.state_parts.forget_group(group);
         }
         let state = state_store::get_counted_state_ids(conn, group).await?;
         let room_redactions = state.room_redactions;

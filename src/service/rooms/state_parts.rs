@@ -175,6 +175,14 @@ impl StatePartsCache {
         found
     }
 
+    /// Lets group `group` go (its room had a redaction since it was kept).
+    pub fn forget_group(&self, group: i64) {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = groups.map.pop(&group) {
+            groups.bytes -= old.bytes;
+        }
+    }
+
     /// Keeps state group `group` whole: its events `events` (every event of its state), each
     /// kept at the room's redaction count `room_redactions`. A group with an event kept at
     /// another count is left out.
@@ -360,6 +368,8 @@ mod tests {
         let orderings: Vec<i64> = events.iter().map(|e| e.stream_ordering).collect();
         assert_eq!(orderings, [7, 9]);
         assert!(cache.find_group(6).is_none());
+        cache.forget_group(5);
+        assert!(cache.find_group(5).is_none());
 
         // An event kept at another count than the group's: the group is not kept.
         let (newer, _) = cache.keep(vec![member("$c", "@carol:example.org", "{}")], 4);
