@@ -22,6 +22,7 @@
 
 use std::{
     fmt::Write,
+    hash::Hash,
     sync::{Arc, Mutex},
 };
 
@@ -117,14 +118,45 @@ struct KeptGroup {
     bytes: usize,
 }
 
-struct Entries {
-    map: LruCache<Box<str>, Arc<KeptEvent>>,
+/// A map whose least recently used entries go first once the estimate of its bytes (each
+/// entry's by `weigh`) is over `budget`.
+struct Bounded<K, V> {
+    map: LruCache<K, V>,
     bytes: usize,
+    budget: usize,
+    weigh: fn(&K, &V) -> usize,
 }
 
-struct Groups {
-    map: LruCache<i64, KeptGroup>,
-    bytes: usize,
+impl<K: Hash + Eq, V> Bounded<K, V> {
+    fn new(budget: usize, weigh: fn(&K, &V) -> usize) -> Self {
+        Bounded {
+            map: LruCache::unbounded(),
+            bytes: 0,
+            budget,
+            weigh,
+        }
+    }
+
+    /// Puts `value` at `key` (the most recently used), then lets the least recently used go
+    /// while over the budget.
+    fn put(&mut self, key: K, value: V) {
+        self.bytes += (self.weigh)(&key, &value);
+        if let Some((key, old)) = self.map.push(key, value) {
+            self.bytes -= (self.weigh)(&key, &old);
+        }
+        while self.bytes > self.budget {
+            match self.map.pop_lru() {
+                Some((key, old)) => self.bytes -= (self.weigh)(&key, &old),
+                None => break,
+            }
+        }
+    }
+
+    fn pop(&mut self, key: &K) {
+        if let Some((key, old)) = self.map.pop_entry(key) {
+            self.bytes -= (self.weigh)(&key, &old);
+        }
+    }
 }
 
 /// The cache (one per process).
@@ -132,9 +164,8 @@ struct Groups {
 /// A kept group holds its events even after the events' cache lets them go, so the two
 /// together hold at most twice the budget; mostly they hold the same events.
 pub struct StatePartsCache {
-    entries: Mutex<Entries>,
-    groups: Mutex<Groups>,
-    budget: usize,
+    entries: Mutex<Bounded<Box<str>, Arc<KeptEvent>>>,
+    groups: Mutex<Bounded<i64, KeptGroup>>,
 }
 
 /// What [`StatePartsCache::find`] found of a state.
@@ -149,15 +180,10 @@ impl StatePartsCache {
     /// A cache of at most about `budget` bytes.
     pub fn new(budget: usize) -> Self {
         StatePartsCache {
-            entries: Mutex::new(Entries {
-                map: LruCache::unbounded(),
-                bytes: 0,
-            }),
-            groups: Mutex::new(Groups {
-                map: LruCache::unbounded(),
-                bytes: 0,
-            }),
-            budget,
+            entries: Mutex::new(Bounded::new(budget, |event_id, event| {
+                event.bytes(event_id)
+            })),
+            groups: Mutex::new(Bounded::new(budget, |_, group| group.bytes)),
         }
     }
 
@@ -178,9 +204,7 @@ impl StatePartsCache {
     /// Lets group `group` go (its room had a redaction since it was kept).
     pub fn forget_group(&self, group: i64) {
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = groups.map.pop(&group) {
-            groups.bytes -= old.bytes;
-        }
+        groups.pop(&group);
     }
 
     /// Keeps state group `group` whole: its events `events` (every event of its state), each
@@ -199,16 +223,7 @@ impl StatePartsCache {
             bytes,
         };
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = groups.map.put(group, kept) {
-            groups.bytes -= old.bytes;
-        }
-        groups.bytes += bytes;
-        while groups.bytes > self.budget {
-            match groups.map.pop_lru() {
-                Some((_, old)) => groups.bytes -= old.bytes,
-                None => break,
-            }
-        }
+        groups.put(group, kept);
     }
 
     /// The room's events `event_ids` that are kept and still right at the room's redaction
@@ -255,17 +270,7 @@ impl StatePartsCache {
         }
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for (event_id, event) in &kept {
-            let bytes = event.bytes(event_id);
-            if let Some(old) = entries.map.put(event_id.as_str().into(), event.clone()) {
-                entries.bytes -= old.bytes(event_id);
-            }
-            entries.bytes += bytes;
-        }
-        while entries.bytes > self.budget {
-            match entries.map.pop_lru() {
-                Some((event_id, old)) => entries.bytes -= old.bytes(&event_id),
-                None => break,
-            }
+            entries.put(event_id.as_str().into(), event.clone());
         }
         drop(entries);
         (kept.into_iter().map(|(_, event)| event).collect(), not_kept)
