@@ -3,10 +3,25 @@ loopback, PostgreSQL, registration open with cheap password hashing (set-up, not
 rate limits out of the way, no federation, and the benchmark's application service.
 
 Usage: python synapse_config.py HOMESERVER_YAML PORT PGUSER PGHOST DATABASE REGISTRATION_YAML
+       python synapse_config.py --workers HOMESERVER_YAML REPLICATION_PORT
+The second form makes a configuration written by the first one the main process of a
+scale-out: a replication listener on loopback and Redis at 127.0.0.1:6379, which Synapse's
+generic workers need (tests/bench/scale_out.sh writes the workers' own files).
 """
 import sys
 
 import yaml
+
+if sys.argv[1] == "--workers":
+    path, replication_port = sys.argv[2:4]
+    config = yaml.safe_load(open(path))
+    config["listeners"].append({"port": int(replication_port), "bind_addresses": ["127.0.0.1"],
+                                "type": "http", "tls": False,
+                                "resources": [{"names": ["replication"], "compress": False}]})
+    config["instance_map"] = {"main": {"host": "127.0.0.1", "port": int(replication_port)}}
+    config["redis"] = {"enabled": True, "host": "127.0.0.1", "port": 6379}
+    yaml.safe_dump(config, open(path, "w"))
+    sys.exit(0)
 
 path, port, user, host, database, registration = sys.argv[1:7]
 config = yaml.safe_load(open(path))
