@@ -13,6 +13,10 @@
 # Usage: tests/bench/loaded.sh long_history|big_room|big_account|start_up [smoke|full] [OUT_DIR]
 #        (default: full, a scratch directory)
 #        BENCH_ARGS adds myelin-bench arguments for both servers (e.g. "--big-account-members 30").
+#        MORE_JOINS=N (big_room): after each server's measures of the same room, N more members
+#        join it through that server's API (myelin-bench's --big-room-more-joins): at the end of
+#        Synapse's run, and for Myelin in a second run on its database once the loader has
+#        copied the room as measured.
 # Needs: a PostgreSQL superuser at PGHOST/PGUSER (default 127.0.0.1, postgres).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -64,6 +68,9 @@ restarts "$work/myelin-restart.sh"
     --database-url "postgres://$PGUSER@$PGHOST/$myelin_db" --label Myelin \
     --out "$work/myelin.json" --plot "$work/myelin.svg" --set-up-save "$work/set-up.json"
 stop
+myelin_port=$port
+more_joins=()
+[ -n "${MORE_JOINS:-}" ] && more_joins=(--big-room-more-joins "$MORE_JOINS")
 
 echo "== Synapse $synapse_version: its schema, Myelin's set-up loaded into it, then the measures"
 port=$(free_port)
@@ -82,14 +89,28 @@ start_synapse
 restarts "$work/synapse-restart.sh"
 "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" "${bench_args[@]}" \
     --appservice-token "$as_token" --pid "$pid" "${restart_args[@]}" \
-    --database-url "postgres://$PGUSER@$PGHOST/$synapse_db" --label Synapse \
+    --database-url "postgres://$PGUSER@$PGHOST/$synapse_db" --label Synapse "${more_joins[@]}" \
     --out "$work/synapse.json" --plot "$work/synapse.svg" --set-up-from "$work/set-up.json"
 stop
 
-"$venv/bin/python" - "$scenario" "$work/myelin.json" "$work/synapse.json" "$synapse_version" <<'PY'
-import json, sys
+if [ ${#more_joins[@]} -gt 0 ]; then
+    echo "== Myelin again on its database: the measures, then the more joins"
+    pid=$(bash "$work/myelin-restart.sh")
+    wait_up "http://127.0.0.1:$myelin_port"
+    "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$myelin_port" "${bench_args[@]}" \
+        --appservice-token "$as_token" --pid "$pid" "${more_joins[@]}" \
+        --database-url "postgres://$PGUSER@$PGHOST/$myelin_db" --label Myelin \
+        --out "$work/myelin-more.json" --plot "$work/myelin-more.svg" --set-up-from "$work/set-up.json"
+    stop
+fi
+
+"$venv/bin/python" - "$scenario" "$work/myelin.json" "$work/synapse.json" "$synapse_version" "$work/myelin-more.json" <<'PY'
+import json, os, sys
 scenario, version = sys.argv[1], sys.argv[4]
 myelin, synapse = (json.load(open(p))[scenario] for p in sys.argv[2:4])
+# The more joins are from Myelin's second run (MORE_JOINS).
+if os.path.exists(sys.argv[5]):
+    myelin["more_joins"] = json.load(open(sys.argv[5]))[scenario].get("more_joins")
 def ratio(m, s):
     return f"{s / m:.1f}x" if m and s else "—"
 def measured(v):
@@ -101,7 +122,7 @@ for key, m in myelin.items():
         continue
     print(f"| {key}, p50 ms (max) | {m['p50_ms']:,} ({m['max_ms']:,}) | "
           f"{s['p50_ms']:,} ({s['max_ms']:,}) | {ratio(m['p50_ms'], s['p50_ms'])} |")
-    for extra in ("response_bytes", "peak_rss_mib", "member_events", "pollers"):
+    for extra in ("response_bytes", "peak_rss_mib", "member_events", "pollers", "db_bytes_per_member"):
         if extra in m:
             theirs = f"{s[extra]:,}" if isinstance(s.get(extra), (int, float)) else "—"
             mine = f"{m[extra]:,}" if isinstance(m[extra], (int, float)) else "—"

@@ -55,6 +55,7 @@ pub async fn big_room(
     appservice_token: Option<&str>,
     members: usize,
     pollers: usize,
+    more_joins: usize,
     files: SetUpFiles<'_>,
 ) -> Result<Value, Failure> {
     let Some(as_token) = appservice_token else {
@@ -78,7 +79,49 @@ pub async fn big_room(
     if let (Value::Object(report), Value::Object(joins)) = (&mut report, set_up.report) {
         report.extend(joins);
     }
+    if more_joins > 0 {
+        report["more_joins"] = join_more(bench, as_token, &set_up.room_id, more_joins).await?;
+    }
     Ok(report)
+}
+
+/// `count` new members join the full room through the API, as many at a time as the set-up's
+/// joins: each join's time, their rate and the database's growth per member.
+async fn join_more(
+    bench: &Bench,
+    as_token: &str,
+    room: &str,
+    count: usize,
+) -> Result<Value, Failure> {
+    let users = bench.appservice_users(as_token, "more", count).await?;
+    let db_before = database_size(bench.loader_url.as_deref()).await;
+    let (join_times, joining) = timed_joins(&users, room).await?;
+    let db_after = database_size(bench.loader_url.as_deref()).await;
+    let mut samples = Samples::default();
+    join_times.iter().for_each(|elapsed| samples.push(*elapsed));
+    let mut report = samples.summary();
+    report["members"] = json!(count);
+    report["per_s"] = json!(round(count as f64 / joining.as_secs_f64()));
+    report["db_bytes_per_member"] = json!(db_before
+        .zip(db_after)
+        .map(|(before, after)| (after - before) / count.max(1) as i64));
+    Ok(report)
+}
+
+/// Each user joins the room, as many at a time as the set-up allows: each join's time, and
+/// the time for all of them.
+async fn timed_joins(users: &[User], room: &str) -> Result<(Vec<Duration>, Duration), Failure> {
+    let started = Instant::now();
+    let join_times = futures_util::stream::iter(users)
+        .map(|user| async {
+            let t = Instant::now();
+            user.join(room).await?;
+            Ok::<_, Failure>(t.elapsed())
+        })
+        .buffered(SET_UP_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    Ok((join_times, started.elapsed()))
 }
 
 /// The room and its joins through the client API, each join timed.
@@ -95,17 +138,7 @@ async fn set_up_through_api(
     let db_before = database_size(bench.loader_url.as_deref()).await;
 
     // The joins, timed one by one; the last tenth is the room near its full size.
-    let started = Instant::now();
-    let join_times: Vec<Duration> = futures_util::stream::iter(&users)
-        .map(|user| async {
-            let t = Instant::now();
-            user.join(&room).await?;
-            Ok::<_, Failure>(t.elapsed())
-        })
-        .buffered(SET_UP_IN_FLIGHT)
-        .try_collect()
-        .await?;
-    let joining = started.elapsed();
+    let (join_times, joining) = timed_joins(&users, &room).await?;
     let db_after = database_size(bench.loader_url.as_deref()).await;
     let mut all_joins = Samples::default();
     let mut last_joins = Samples::default();

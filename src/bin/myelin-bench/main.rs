@@ -112,6 +112,11 @@ struct Cli {
     /// Scenario 12's long-polling members, instead of the scale's count.
     #[arg(long)]
     big_room_pollers: Option<usize>,
+    /// Scenario 12: this many more members join the full room through the API after the
+    /// measures, timed with the database's growth. A server whose room was loaded
+    /// (`--set-up-from`) then still measures joins of its own at the room's size.
+    #[arg(long, default_value_t = 0)]
+    big_room_more_joins: usize,
     /// Scenario 14: a shell command that stops the server, starts it again in the background
     /// and prints the new process's ID (run with `sh -c` after the big database is loaded).
     #[arg(long)]
@@ -424,6 +429,7 @@ fn print_table(label: &str, report: &Value) {
     for (name, key) in [
         ("12 big room, one join", "joins"),
         ("12 big room, last tenth of joins", "last_tenth_of_joins"),
+        ("12 big room, more joins when full", "more_joins"),
         ("12 big room, send", "send"),
         ("12 big room, fan-out, all pollers", "fan_out"),
         ("12 big room, /members", "members"),
@@ -595,6 +601,7 @@ async fn main() -> ExitCode {
                 cli.appservice_token.as_deref(),
                 counts.big_room_members,
                 counts.big_room_pollers,
+                cli.big_room_more_joins,
                 set_up_files,
             )
             .await?;
