@@ -47,6 +47,18 @@ restarts() {
     [ "$scenario" != start_up ] || restart_args=(--restart-command "bash $1")
 }
 
+# myelin-bench with the scenario's arguments against the server on loopback port $1, whose
+# database is $2 and process $pid, labelled $3, its report and plot $work/$4.json and .svg;
+# then any further arguments.
+run_bench() {
+    local port="$1" db="$2" label="$3" name="$4"
+    shift 4
+    "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" "${bench_args[@]}" \
+        --appservice-token "$as_token" --pid "$pid" --label "$label" \
+        --database-url "postgres://$PGUSER@$PGHOST/$db" \
+        --out "$work/$name.json" --plot "$work/$name.svg" "$@"
+}
+
 echo "== build Myelin (release), install Synapse"
 cargo build --release --locked --bins
 install_synapse "$venv"
@@ -63,10 +75,7 @@ restart_script "$work/myelin-restart.sh" "$work/myelin.log" "${MYELIN_COMMAND[@]
 pid=$(bash "$work/myelin-restart.sh")
 wait_up "http://127.0.0.1:$port"
 restarts "$work/myelin-restart.sh"
-"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" "${bench_args[@]}" \
-    --appservice-token "$as_token" --pid "$pid" "${restart_args[@]}" \
-    --database-url "postgres://$PGUSER@$PGHOST/$myelin_db" --label Myelin \
-    --out "$work/myelin.json" --plot "$work/myelin.svg" --set-up-save "$work/set-up.json"
+run_bench "$port" "$myelin_db" Myelin myelin "${restart_args[@]}" --set-up-save "$work/set-up.json"
 stop
 myelin_port=$port
 more_joins=()
@@ -87,20 +96,16 @@ stop
     "postgres://$PGUSER@$PGHOST/$synapse_db" "$work/bench-registration.yaml"
 start_synapse
 restarts "$work/synapse-restart.sh"
-"$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$port" "${bench_args[@]}" \
-    --appservice-token "$as_token" --pid "$pid" "${restart_args[@]}" \
-    --database-url "postgres://$PGUSER@$PGHOST/$synapse_db" --label Synapse "${more_joins[@]}" \
-    --out "$work/synapse.json" --plot "$work/synapse.svg" --set-up-from "$work/set-up.json"
+run_bench "$port" "$synapse_db" Synapse synapse "${restart_args[@]}" "${more_joins[@]}" \
+    --set-up-from "$work/set-up.json"
 stop
 
 if [ ${#more_joins[@]} -gt 0 ]; then
     echo "== Myelin again on its database: the measures, then the more joins"
     pid=$(bash "$work/myelin-restart.sh")
     wait_up "http://127.0.0.1:$myelin_port"
-    "$CARGO_TARGET_DIR/release/myelin-bench" --url "http://127.0.0.1:$myelin_port" "${bench_args[@]}" \
-        --appservice-token "$as_token" --pid "$pid" "${more_joins[@]}" \
-        --database-url "postgres://$PGUSER@$PGHOST/$myelin_db" --label Myelin \
-        --out "$work/myelin-more.json" --plot "$work/myelin-more.svg" --set-up-from "$work/set-up.json"
+    run_bench "$myelin_port" "$myelin_db" Myelin myelin-more "${more_joins[@]}" \
+        --set-up-from "$work/set-up.json"
     stop
 fi
 
