@@ -21,11 +21,12 @@ fresh_databases() {
     done
 }
 
-# Installs Synapse from PyPI into the virtual environment $1 unless it is there.
+# Installs Synapse from PyPI, with the Redis client its workers need (tests/bench/scale_out.sh),
+# into the virtual environment $1 unless it is there.
 install_synapse() {
-    if ! "$1/bin/python" -c "import synapse" 2>/dev/null; then
+    if ! "$1/bin/python" -c "import synapse, txredisapi" 2>/dev/null; then
         python3 -m venv "$1"
-        "$1/bin/pip" install --quiet --disable-pip-version-check psycopg2-binary matrix-synapse
+        "$1/bin/pip" install --quiet --disable-pip-version-check psycopg2-binary 'matrix-synapse[redis]'
     fi
 }
 

@@ -109,12 +109,13 @@ if [ ${#more_joins[@]} -gt 0 ]; then
     stop
 fi
 
-"$venv/bin/python" - "$scenario" "$work/myelin.json" "$work/synapse.json" "$synapse_version" "$work/myelin-more.json" <<'PY'
-import json, os, sys
+"$venv/bin/python" - "$scenario" "$work/myelin.json" "$work/synapse.json" "$synapse_version" \
+    ${more_joins[0]:+"$work/myelin-more.json"} <<'PY'
+import json, sys
 scenario, version = sys.argv[1], sys.argv[4]
 myelin, synapse = (json.load(open(p))[scenario] for p in sys.argv[2:4])
-# The more joins are from Myelin's second run (MORE_JOINS).
-if os.path.exists(sys.argv[5]):
+# With MORE_JOINS, the more joins are from Myelin's second run.
+if len(sys.argv) > 5:
     myelin["more_joins"] = json.load(open(sys.argv[5]))[scenario].get("more_joins")
 def ratio(m, s):
     return f"{s / m:.1f}x" if m and s else "—"

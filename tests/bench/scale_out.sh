@@ -16,7 +16,7 @@
 #        (default: full, "1 2 4", a scratch directory)
 #        SERVERS="myelin synapse": the servers to run, in that order for each count (default:
 #        myelin); Synapse is installed from PyPI into SYNAPSE_VENV (default
-#        /var/tmp/synapse-venv) with its Redis extra
+#        /var/tmp/synapse-venv)
 #        RECEIVERS=N: that many long-polling receivers instead of the scale's (0: the concurrent
 #        sends alone, each sender reading its room back for the completeness check)
 #        NO_ANALYZE=1: no `VACUUM ANALYZE` after the set-up (a server just filled); with
@@ -48,8 +48,6 @@ cargo build --release --locked --bins
 if [[ " $servers " == *" synapse "* ]]; then
     echo "== install Synapse"
     install_synapse "$venv"
-    "$venv/bin/python" -c "import txredisapi" 2>/dev/null ||
-        "$venv/bin/pip" install --quiet --disable-pip-version-check 'matrix-synapse[redis]'
     # The configuration names an application service; the scenarios run here do not use it.
     bash tests/bench/bench-registration.sh unused-token >"$work/bench-registration.yaml"
 fi

@@ -94,25 +94,54 @@ async fn join_more(
     count: usize,
 ) -> Result<Value, Failure> {
     let users = bench.appservice_users(as_token, "more", count).await?;
-    let db_before = database_size(bench.loader_url.as_deref()).await;
-    let (join_times, joining) = timed_joins(&users, room).await?;
-    let db_after = database_size(bench.loader_url.as_deref()).await;
-    let mut samples = Samples::default();
-    join_times.iter().for_each(|elapsed| samples.push(*elapsed));
-    let mut report = samples.summary();
-    report["members"] = json!(count);
-    report["per_s"] = json!(round(count as f64 / joining.as_secs_f64()));
-    report["db_bytes_per_member"] = json!(db_before
-        .zip(db_after)
-        .map(|(before, after)| (after - before) / count.max(1) as i64));
+    let joins = timed_joins(bench, &users, room).await?;
+    let mut report = joins.summary();
+    report["db_bytes_per_member"] = json!(joins.db_bytes_per_member());
     Ok(report)
 }
 
-/// Each user joins the room, as many at a time as the set-up allows: each join's time, and
-/// the time for all of them.
-async fn timed_joins(users: &[User], room: &str) -> Result<(Vec<Duration>, Duration), Failure> {
+/// Joins through the API, as timed by [`timed_joins`].
+struct TimedJoins {
+    /// Each join's time, in the order the users were given.
+    times: Vec<Duration>,
+    /// The time for all of them.
+    elapsed: Duration,
+    /// How much the database grew, when `--database-url` was given.
+    db_growth: Option<i64>,
+}
+
+impl TimedJoins {
+    /// The times of the joins from the `from`th on.
+    fn samples(&self, from: usize) -> Samples {
+        let mut samples = Samples::default();
+        self.times[from..]
+            .iter()
+            .for_each(|elapsed| samples.push(*elapsed));
+        samples
+    }
+
+    /// Every join's percentiles, with their count, total time and rate.
+    fn summary(&self) -> Value {
+        let mut summary = self.samples(0).summary();
+        let members = self.times.len();
+        summary["members"] = json!(members);
+        summary["total_s"] = json!(round(self.elapsed.as_secs_f64()));
+        summary["per_s"] = json!(round(members as f64 / self.elapsed.as_secs_f64()));
+        summary
+    }
+
+    fn db_bytes_per_member(&self) -> Option<i64> {
+        self.db_growth
+            .map(|growth| growth / self.times.len().max(1) as i64)
+    }
+}
+
+/// Each user joins the room, as many at a time as the set-up allows, with the database's size
+/// read before and after.
+async fn timed_joins(bench: &Bench, users: &[User], room: &str) -> Result<TimedJoins, Failure> {
+    let db_before = database_size(bench.loader_url.as_deref()).await;
     let started = Instant::now();
-    let join_times = futures_util::stream::iter(users)
+    let times = futures_util::stream::iter(users)
         .map(|user| async {
             let t = Instant::now();
             user.join(room).await?;
@@ -121,7 +150,15 @@ async fn timed_joins(users: &[User], room: &str) -> Result<(Vec<Duration>, Durat
         .buffered(SET_UP_IN_FLIGHT)
         .try_collect()
         .await?;
-    Ok((join_times, started.elapsed()))
+    let elapsed = started.elapsed();
+    let db_after = database_size(bench.loader_url.as_deref()).await;
+    Ok(TimedJoins {
+        times,
+        elapsed,
+        db_growth: db_before
+            .zip(db_after)
+            .map(|(before, after)| after - before),
+    })
 }
 
 /// The room and its joins through the client API, each join timed.
@@ -135,23 +172,8 @@ async fn set_up_through_api(
     let room = owner
         .create_room(json!({ "preset": "public_chat", "name": "big room" }))
         .await?;
-    let db_before = database_size(bench.loader_url.as_deref()).await;
-
     // The joins, timed one by one; the last tenth is the room near its full size.
-    let (join_times, joining) = timed_joins(&users, &room).await?;
-    let db_after = database_size(bench.loader_url.as_deref()).await;
-    let mut all_joins = Samples::default();
-    let mut last_joins = Samples::default();
-    for (i, elapsed) in join_times.iter().enumerate() {
-        all_joins.push(*elapsed);
-        if i >= members - members / 10 {
-            last_joins.push(*elapsed);
-        }
-    }
-    let mut joins = all_joins.summary();
-    joins["members"] = json!(members);
-    joins["total_s"] = json!(round(joining.as_secs_f64()));
-    joins["per_s"] = json!(round(members as f64 / joining.as_secs_f64()));
+    let joins = timed_joins(bench, &users, &room).await?;
     let user_id = |user: &User| {
         user.appservice_user_id()
             .map(str::to_owned)
@@ -162,11 +184,9 @@ async fn set_up_through_api(
         owner: user_id(&owner)?,
         members: users.iter().map(user_id).collect::<Result<_, _>>()?,
         report: json!({
-            "joins": joins,
-            "last_tenth_of_joins": last_joins.summary(),
-            "db_bytes_per_member": db_before
-                .zip(db_after)
-                .map(|(before, after)| (after - before) / members.max(1) as i64),
+            "joins": joins.summary(),
+            "last_tenth_of_joins": joins.samples(members - members / 10).summary(),
+            "db_bytes_per_member": joins.db_bytes_per_member(),
         }),
     })
 }
