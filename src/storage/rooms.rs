@@ -75,6 +75,38 @@ pub struct EventRow {
     pub redacted_by: Option<String>,
 }
 
+impl EventRow {
+    /// Where the event is and what it is, as history visibility judges it.
+    pub fn placement(&self) -> Placement<'_> {
+        Placement {
+            room_id: &self.room_id,
+            stream_ordering: self.stream_ordering,
+            depth: self.depth,
+            event_type: &self.event_type,
+            state_key: self.state_key.as_deref(),
+            state_group: self.state_group,
+        }
+    }
+}
+
+/// An event's place in its room without its content: all history visibility needs, so a
+/// reader that only counts visible events need not load and parse their PDUs.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    /// Room ID.
+    pub room_id: &'a str,
+    /// Position in the event stream.
+    pub stream_ordering: i64,
+    /// Depth in the room DAG.
+    pub depth: i64,
+    /// Event type.
+    pub event_type: &'a str,
+    /// State key, for state events.
+    pub state_key: Option<&'a str>,
+    /// State after the event (`None` for an outlier).
+    pub state_group: Option<i64>,
+}
+
 /// Insert form for `events` (its position is the one the transaction just took).
 pub struct NewEvent<'a> {
     /// Event ID.

@@ -167,16 +167,12 @@ impl Rooms {
             hits.iter().map(|h| (h.event_id.as_str(), h.rank)).collect();
         let mut visibility = Visibility::new(user_id);
         let visible = visibility.filter_ids(&conn, &ids).await?;
-        let newest = SearchQuery {
-            by_rank: false,
-            ..query
-        };
-        let matching: Vec<String> = store::search(&conn, &newest, 0, MAX_COUNTED)
-            .await?
-            .into_iter()
-            .map(|hit| hit.event_id)
-            .collect();
-        let count = visibility.filter_ids(&conn, &matching).await?.len();
+        let mut count = 0;
+        for place in store::newest_matches(&conn, &query, MAX_COUNTED).await? {
+            if visibility.can_see_placed(&conn, place.placement()).await? {
+                count += 1;
+            }
+        }
         let mut rules_by_room = HashMap::new();
 
         let context_filter = EventFilter::default();

@@ -14,7 +14,7 @@ use crate::{
     storage::{
         dag::HistoryPosition,
         memberships as membership_store,
-        rooms::{self as store, EventRow},
+        rooms::{self as store, EventRow, Placement},
         state::{self as state_store, StateIds},
     },
 };
@@ -107,23 +107,32 @@ impl<'u> Visibility<'u> {
     /// sees their own membership events. An event without state of its own (an outlier) is
     /// never seen: the read queries leave those out already.
     pub async fn can_see(&mut self, conn: &AsyncPgConnection, event: &EventRow) -> Result<bool> {
+        self.can_see_placed(conn, event.placement()).await
+    }
+
+    /// [`Self::can_see`] judged on the event's place alone (what a count of matches reads).
+    pub async fn can_see_placed(
+        &mut self,
+        conn: &AsyncPgConnection,
+        event: Placement<'_>,
+    ) -> Result<bool> {
         let user = self.user_id.as_str();
         let Some(state_group) = event.state_group else {
             return Ok(false);
         };
-        if event.event_type == "m.room.member" && event.state_key.as_deref() == Some(user) {
+        if event.event_type == "m.room.member" && event.state_key == Some(user) {
             return Ok(true);
         }
-        if !self.joined_since.contains_key(&event.room_id) {
+        if !self.joined_since.contains_key(event.room_id) {
             let membership =
-                membership_store::get_membership_position(conn, &event.room_id, user).await?;
+                membership_store::get_membership_position(conn, event.room_id, user).await?;
             let joined = membership.and_then(|(m, position)| (m == "join").then_some(position));
-            self.joined_since.insert(event.room_id.clone(), joined);
+            self.joined_since.insert(event.room_id.to_owned(), joined);
         }
         // Fast path: joined without a break since before the event, so joined at the event.
         // Only for an event that arrived after the join: a backfilled one (negative position)
         // came later but belongs earlier, so it is judged on its own state below.
-        let joined_since = self.joined_since[&event.room_id];
+        let joined_since = self.joined_since[event.room_id];
         if joined_since
             .is_some_and(|position| event.stream_ordering > 0 && event.stream_ordering >= position)
         {
@@ -157,13 +166,16 @@ impl<'u> Visibility<'u> {
             if joined_since.is_some() {
                 return Ok(true);
             }
-            if !self.last_join.contains_key(&event.room_id) {
+            if !self.last_join.contains_key(event.room_id) {
                 let last =
-                    membership_store::get_last_join_position(conn, &event.room_id, user).await?;
-                self.last_join.insert(event.room_id.clone(), last);
+                    membership_store::get_last_join_position(conn, event.room_id, user).await?;
+                self.last_join.insert(event.room_id.to_owned(), last);
             }
-            if self.last_join[&event.room_id].is_some_and(|join| join > HistoryPosition::at(event))
-            {
+            let at_event = HistoryPosition {
+                depth: event.depth,
+                stream: event.stream_ordering,
+            };
+            if self.last_join[event.room_id].is_some_and(|join| join > at_event) {
                 return Ok(true);
             }
         }
