@@ -5,7 +5,8 @@
 //! all where an operator turned it off, so one process of a scale-out (it holds an advisory
 //! lock) checks every few seconds which tables changed by a tenth since their last `ANALYZE`
 //! and analyses those. The check reads PostgreSQL's per-table counters; it costs nothing when
-//! nothing changed.
+//! nothing changed. The same round merges the search index's pending list, which autovacuum
+//! would otherwise merge.
 
 use std::time::Duration;
 
@@ -50,6 +51,9 @@ async fn lead(db: &Db) -> Result<()> {
                 }
                 Err(err) => tracing::debug!("ANALYZE {table}: {err}"),
             }
+        }
+        if let Err(err) = store::merge_gin_pending_lists(conn).await {
+            tracing::debug!("merging GIN pending lists: {err}");
         }
         tokio::time::sleep(CHECK_EVERY).await;
     }

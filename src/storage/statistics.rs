@@ -46,6 +46,23 @@ pub async fn analyze(conn: &mut AsyncPgConnection, table: &str) -> diesel::Query
     Ok(())
 }
 
+/// Merges the pending lists of the current schema's GIN indexes (the search vectors') into
+/// the indexes. Rows inserted go to a GIN index's unsorted pending list first, and every
+/// search reads that list whole: up to 4 MB of it by default. `VACUUM` and autoanalyze merge
+/// it, but a plain `ANALYZE` ([`analyze`]) does not, so where autovacuum is off the list would
+/// stay full. Merging an empty list reads one page.
+pub async fn merge_gin_pending_lists(conn: &mut AsyncPgConnection) -> diesel::QueryResult<()> {
+    cached_sql(
+        "SELECT gin_clean_pending_list(i.indexrelid) \
+         FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+           JOIN pg_am a ON a.oid = c.relam \
+         WHERE a.amname = 'gin' AND c.relnamespace = current_schema()::regnamespace",
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Makes this session give up on a lock after a second instead of queueing behind it (an
 /// `ANALYZE` waits for a running autovacuum of the same table otherwise).
 pub async fn bound_lock_waits(conn: &mut AsyncPgConnection) -> diesel::QueryResult<()> {
