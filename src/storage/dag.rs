@@ -11,7 +11,7 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::rooms::{EventRow, EVENT_COLUMNS, SERVED_TO_CLIENTS};
+use super::rooms::{EventRow, Placement, EVENT_COLUMNS, SERVED_TO_CLIENTS};
 
 /// A point in a room's history in topological order: just after the event at
 /// `(depth, stream)` (the fields compare in that order).
@@ -37,9 +37,14 @@ impl HistoryPosition {
 
     /// Just after an event: it and everything before it lie at or before this point.
     pub fn at(row: &EventRow) -> Self {
+        Self::after(row.placement())
+    }
+
+    /// [`Self::at`] for an event known by its place alone.
+    pub fn after(event: Placement<'_>) -> Self {
         HistoryPosition {
-            depth: row.depth,
-            stream: row.stream_ordering,
+            depth: event.depth,
+            stream: event.stream_ordering,
         }
     }
 

@@ -171,11 +171,9 @@ impl<'u> Visibility<'u> {
                     membership_store::get_last_join_position(conn, event.room_id, user).await?;
                 self.last_join.insert(event.room_id.to_owned(), last);
             }
-            let at_event = HistoryPosition {
-                depth: event.depth,
-                stream: event.stream_ordering,
-            };
-            if self.last_join[event.room_id].is_some_and(|join| join > at_event) {
+            if self.last_join[event.room_id]
+                .is_some_and(|join| join > HistoryPosition::after(event))
+            {
                 return Ok(true);
             }
         }
