@@ -689,14 +689,37 @@ pub async fn get_txn_ids_for_device(
         .await
 }
 
-/// Sends a PostgreSQL notification; inside a transaction it is delivered at commit.
+/// Sends a PostgreSQL notification. Inside a [`super::transaction::transaction`] it is sent
+/// right after the commit; inside another transaction it is delivered at commit.
 pub async fn notify(mut conn: &AsyncPgConnection, channel: &str, payload: &str) -> QueryResult<()> {
+    if super::transaction::defer_notification(channel, payload) {
+        return Ok(());
+    }
     crate::storage::cached_sql("SELECT pg_notify($1, $2)")
         .bind::<diesel::sql_types::Text, _>(channel)
         .bind::<diesel::sql_types::Text, _>(payload)
         .execute(&mut conn)
         .await
         .map(drop)
+}
+
+/// Sends notifications, as (channel, payload), in one statement.
+pub async fn notify_all(
+    mut conn: &AsyncPgConnection,
+    notifications: &[(String, String)],
+) -> QueryResult<()> {
+    let (channels, payloads): (Vec<&str>, Vec<&str>) = notifications
+        .iter()
+        .map(|(channel, payload)| (channel.as_str(), payload.as_str()))
+        .unzip();
+    crate::storage::cached_sql(
+        "SELECT pg_notify(n.channel, n.payload) FROM unnest($1::TEXT[], $2::TEXT[]) AS n(channel, payload)",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(channels)
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(payloads)
+    .execute(&mut conn)
+    .await
+    .map(drop)
 }
 
 #[cfg(test)]

@@ -1,8 +1,18 @@
-//! A transaction whose `BEGIN` travels with its first statements.
+//! A transaction whose `BEGIN` travels with its first statements, and whose notifications
+//! travel with its `COMMIT`.
 //!
 //! Diesel's `transaction` sends `BEGIN` alone and waits for it: one round trip that carries
 //! nothing else. Here `BEGIN` is the first request of the body's first pipeline, so a send
 //! (whose first pipeline takes the room's lock and reads its state) saves that round trip.
+//!
+//! A `NOTIFY` inside a transaction makes its commit take a lock that every notifying commit of
+//! the cluster shares, held until the commit is on the disk: such commits reach the disk one
+//! at a time instead of together. So the notifications the body asks for
+//! ([`super::rooms::notify`]) are sent right after the `COMMIT`, in its round trip, as a
+//! statement of their own: a transaction that wrote nothing else, whose commit does not wait
+//! for the disk.
+
+use std::sync::{Arc, Mutex};
 
 use diesel::connection::TransactionDepthChange;
 use diesel_async::{
@@ -11,7 +21,29 @@ use diesel_async::{
 
 use crate::error::{Error, Result};
 
-/// Runs `body` in one transaction: commits when it succeeds, rolls back when it fails.
+/// Notifications asked for inside a body of [`transaction`], as (channel, payload).
+type Pending = Arc<Mutex<Vec<(String, String)>>>;
+
+tokio::task_local! {
+    static AFTER_COMMIT: Pending;
+}
+
+/// Keeps a notification for after the commit of the [`transaction`] this task is in; `false`
+/// when it is in none, and the caller sends it.
+pub(super) fn defer_notification(channel: &str, payload: &str) -> bool {
+    AFTER_COMMIT
+        .try_with(|pending| {
+            let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+            let notification = (channel.to_owned(), payload.to_owned());
+            if !pending.contains(&notification) {
+                pending.push(notification);
+            }
+        })
+        .is_ok()
+}
+
+/// Runs `body` in one transaction: commits when it succeeds, rolls back when it fails. The
+/// notifications the body asks for are sent once it has committed, and only then.
 ///
 /// The body's statements must go out on the connection it is given, concurrently polled
 /// futures included: `BEGIN` is sent first, so every one of them lands inside the
@@ -25,16 +57,22 @@ pub async fn transaction<T>(
     AnsiTransactionManager::transaction_manager_status_mut(conn)
         .transaction_state()?
         .change_transaction_depth(TransactionDepthChange::IncreaseDepth)?;
+    let pending = Pending::default();
     let (began, result) = {
         let shared: &AsyncPgConnection = conn;
         let mut begin_conn = shared;
         // `join!` polls in order, so `BEGIN` is on the wire before the body's first statement.
-        tokio::join!(begin_conn.batch_execute("BEGIN"), body(shared))
+        tokio::join!(
+            begin_conn.batch_execute("BEGIN"),
+            AFTER_COMMIT.scope(pending.clone(), body(shared))
+        )
     };
     // The body's error first: a `BEGIN` that failed failed the body's statements too.
     match result.and_then(|value| began.map(|()| value).map_err(Error::from)) {
         Ok(value) => {
-            AnsiTransactionManager::commit_transaction(conn).await?;
+            let notifications =
+                std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
+            commit_then_notify(conn, &notifications).await?;
             Ok(value)
         }
         Err(err) => {
@@ -42,6 +80,52 @@ pub async fn transaction<T>(
             // discards the connection: the body's error is the one worth reporting.
             let _ = AnsiTransactionManager::rollback_transaction(conn).await;
             Err(err)
+        }
+    }
+}
+
+/// `COMMIT`, and in the same round trip the notifications, which go out after it and so run
+/// as a transaction of their own. A notification that fails once the commit succeeded is
+/// logged, not returned: what it announces is stored.
+async fn commit_then_notify(
+    conn: &mut AsyncPgConnection,
+    notifications: &[(String, String)],
+) -> Result<()> {
+    if notifications.is_empty() {
+        AnsiTransactionManager::commit_transaction(conn).await?;
+        return Ok(());
+    }
+    // Until the `COMMIT` has answered, the transaction manager still counts the connection as
+    // inside the transaction: dropped before that, it is discarded by the pool.
+    let (committed, notified) = {
+        let shared: &AsyncPgConnection = conn;
+        let mut commit_conn = shared;
+        tokio::join!(
+            commit_conn.batch_execute("COMMIT"),
+            super::rooms::notify_all(shared, notifications)
+        )
+    };
+    match committed {
+        Ok(()) => {
+            match AnsiTransactionManager::transaction_manager_status_mut(conn)
+                .transaction_state()?
+                .change_transaction_depth(TransactionDepthChange::DecreaseDepth)
+            {
+                // As diesel's own commit: the connection may have seen the transaction end.
+                Ok(()) | Err(diesel::result::Error::NotInTransaction) => {}
+                Err(err) => return Err(err.into()),
+            }
+            if let Err(err) = notified {
+                tracing::warn!("notifications after a commit: {err}");
+            }
+            Ok(())
+        }
+        Err(err) => {
+            // PostgreSQL ends a transaction whose `COMMIT` failed; the rollback brings the
+            // transaction manager back to no transaction (or breaks it, and the pool then
+            // discards the connection).
+            let _ = AnsiTransactionManager::rollback_transaction(conn).await;
+            Err(err.into())
         }
     }
 }

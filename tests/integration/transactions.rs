@@ -1,6 +1,7 @@
 //! `storage::transaction`: the transaction whose `BEGIN` goes out with the body's first
 //! statements (every send runs in one). Its statements must land inside it, a failure must
 //! leave nothing, and a body dropped half-way must not hand an open transaction to the pool.
+//! The notifications its body asks for go out after its `COMMIT`, and only when it commits.
 
 use std::time::Duration;
 
@@ -8,7 +9,13 @@ use diesel::{sql_types::BigInt, QueryableByName};
 use diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager,
 };
-use myelin::{error::Error, storage::transaction::transaction};
+use futures_util::StreamExt;
+use myelin::{
+    error::Error,
+    storage::{rooms::notify, transaction::transaction},
+};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::support::TestDb;
 
@@ -110,4 +117,91 @@ async fn statements_commit_together_roll_back_together_and_a_dropped_body_is_nev
         2,
         "an unfinished transaction's row is visible"
     );
+}
+
+/// A connection listening on `channel`, and the payloads that arrive on it.
+async fn listen(url: &str, channel: &str) -> (tokio_postgres::Client, UnboundedReceiver<String>) {
+    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    let (arrived, payloads) = unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(notification) = message {
+                let _ = arrived.send(notification.payload().to_owned());
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {channel}"))
+        .await
+        .unwrap();
+    (client, payloads)
+}
+
+/// The next payload within `wait`, if one arrives.
+async fn next(payloads: &mut UnboundedReceiver<String>, wait: Duration) -> Option<String> {
+    tokio::time::timeout(wait, payloads.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+#[tokio::test]
+async fn notifications_go_out_once_committed_and_never_for_a_failed_body() {
+    let db = TestDb::new().await;
+    let mut conn = AsyncPgConnection::establish(&db.url).await.unwrap();
+    diesel::sql_query("CREATE TABLE probe (n BIGINT NOT NULL UNIQUE)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (_listening, mut payloads) = listen(&db.url, "probe_channel").await;
+
+    // Asked for among the body's writes, twice, and once more: sent once each, after the
+    // commit, when the rows are there to read.
+    let mut reader = AsyncPgConnection::establish(&db.url).await.unwrap();
+    transaction(&mut conn, async |conn| {
+        tokio::try_join!(
+            insert(conn, 1),
+            notify(conn, "probe_channel", "first"),
+            notify(conn, "probe_channel", "first"),
+        )?;
+        insert(conn, 2).await?;
+        notify(conn, "probe_channel", "second").await?;
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let wait = Duration::from_secs(5);
+    assert_eq!(next(&mut payloads, wait).await.as_deref(), Some("first"));
+    assert_eq!(rows(&mut reader).await, 2, "announced before its rows");
+    assert_eq!(next(&mut payloads, wait).await.as_deref(), Some("second"));
+    assert_eq!(depth(&mut conn), None, "committed: out of the transaction");
+
+    // A body that fails after asking: nothing is announced.
+    let refused: Result<(), Error> = transaction(&mut conn, async |conn| {
+        notify(conn, "probe_channel", "refused").await?;
+        insert(conn, 3).await?;
+        Err(Error::forbidden("refused after asking"))
+    })
+    .await;
+    assert!(refused.is_err());
+    // A failed statement after asking: nothing either.
+    let failed = transaction(&mut conn, async |conn| {
+        notify(conn, "probe_channel", "duplicate").await?;
+        insert(conn, 1).await?;
+        Ok(())
+    })
+    .await;
+    assert!(failed.is_err());
+    assert_eq!(
+        depth(&mut conn),
+        None,
+        "rolled back: out of the transaction"
+    );
+
+    // Outside such a transaction a notification goes out at once; the next one to arrive is
+    // that, not one of the failed bodies'.
+    notify(&conn, "probe_channel", "alone").await.unwrap();
+    assert_eq!(next(&mut payloads, wait).await.as_deref(), Some("alone"));
+    assert_eq!(next(&mut payloads, Duration::from_millis(500)).await, None);
 }
