@@ -48,14 +48,20 @@ async fn insert(mut conn: &AsyncPgConnection, n: i64) -> diesel::QueryResult<usi
         .await
 }
 
-#[tokio::test]
-async fn statements_commit_together_roll_back_together_and_a_dropped_body_is_never_reused() {
+/// A fresh database with an empty `probe` table, and a connection to it.
+async fn probe_database() -> (TestDb, AsyncPgConnection) {
     let db = TestDb::new().await;
     let mut conn = AsyncPgConnection::establish(&db.url).await.unwrap();
     diesel::sql_query("CREATE TABLE probe (n BIGINT NOT NULL UNIQUE)")
         .execute(&mut conn)
         .await
         .unwrap();
+    (db, conn)
+}
+
+#[tokio::test]
+async fn statements_commit_together_roll_back_together_and_a_dropped_body_is_never_reused() {
+    let (db, mut conn) = probe_database().await;
 
     // Two statements in one pipeline with `BEGIN`: both are committed.
     let value = transaction(&mut conn, async |conn| {
@@ -148,12 +154,7 @@ async fn next(payloads: &mut UnboundedReceiver<String>, wait: Duration) -> Optio
 
 #[tokio::test]
 async fn notifications_go_out_once_committed_and_never_for_a_failed_body() {
-    let db = TestDb::new().await;
-    let mut conn = AsyncPgConnection::establish(&db.url).await.unwrap();
-    diesel::sql_query("CREATE TABLE probe (n BIGINT NOT NULL UNIQUE)")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    let (db, mut conn) = probe_database().await;
     let (_listening, mut payloads) = listen(&db.url, "probe_channel").await;
 
     // Asked for among the body's writes, twice, and once more: sent once each, after the
