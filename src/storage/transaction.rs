@@ -12,7 +12,7 @@
 //! statement of their own: a transaction that wrote nothing else, whose commit does not wait
 //! for the disk.
 
-use std::sync::{Arc, Mutex};
+use std::cell::RefCell;
 
 use diesel::connection::TransactionDepthChange;
 use diesel_async::{
@@ -22,7 +22,7 @@ use diesel_async::{
 use crate::error::{Error, Result};
 
 /// Notifications asked for inside a body of [`transaction`], as (channel, payload).
-type Pending = Arc<Mutex<Vec<(String, String)>>>;
+type Pending = RefCell<Vec<(String, String)>>;
 
 tokio::task_local! {
     static AFTER_COMMIT: Pending;
@@ -33,7 +33,7 @@ tokio::task_local! {
 pub(super) fn defer_notification(channel: &str, payload: &str) -> bool {
     AFTER_COMMIT
         .try_with(|pending| {
-            let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pending = pending.borrow_mut();
             let notification = (channel.to_owned(), payload.to_owned());
             if !pending.contains(&notification) {
                 pending.push(notification);
@@ -57,21 +57,21 @@ pub async fn transaction<T>(
     AnsiTransactionManager::transaction_manager_status_mut(conn)
         .transaction_state()?
         .change_transaction_depth(TransactionDepthChange::IncreaseDepth)?;
-    let pending = Pending::default();
-    let (began, result) = {
+    let (began, (result, notifications)) = {
         let shared: &AsyncPgConnection = conn;
         let mut begin_conn = shared;
         // `join!` polls in order, so `BEGIN` is on the wire before the body's first statement.
         tokio::join!(
             begin_conn.batch_execute("BEGIN"),
-            AFTER_COMMIT.scope(pending.clone(), body(shared))
+            AFTER_COMMIT.scope(Pending::default(), async {
+                let result = body(shared).await;
+                (result, AFTER_COMMIT.with(Pending::take))
+            })
         )
     };
     // The body's error first: a `BEGIN` that failed failed the body's statements too.
     match result.and_then(|value| began.map(|()| value).map_err(Error::from)) {
         Ok(value) => {
-            let notifications =
-                std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
             commit_then_notify(conn, &notifications).await?;
             Ok(value)
         }
