@@ -121,6 +121,55 @@ async fn read_markers_set_fully_read_and_receipts() {
     assert_eq!(marker["event_id"], event.as_str());
 }
 
+/// `/read_markers` checks every event before it writes: a request naming an event the user
+/// cannot mark moves neither its fully-read marker nor its receipt.
+#[tokio::test]
+async fn read_markers_naming_an_unknown_event_change_nothing() {
+    let server = TestServer::start().await;
+    let alice = server.register("alice").await;
+    let room = alice.create_room(json!({})).await;
+    let first = alice.send_text(&room, "1", "one").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = alice.send_text(&room, "2", "two").await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/_matrix/client/v3/rooms/{}/read_markers", enc(&room));
+    alice
+        .post(&path, json!({ "m.fully_read": first, "m.read": first }))
+        .await
+        .ok();
+    for body in [
+        json!({ "m.fully_read": second, "m.read": "$unknown" }),
+        json!({ "m.fully_read": "$unknown", "m.read": second }),
+        json!({ "m.fully_read": second, "m.read.private": "$unknown" }),
+    ] {
+        alice
+            .post(&path, body)
+            .await
+            .assert_error(404, "M_NOT_FOUND");
+    }
+    let marker = alice
+        .get(&format!(
+            "/_matrix/client/v3/user/{}/rooms/{}/account_data/m.fully_read",
+            enc(&user_id("alice")),
+            enc(&room)
+        ))
+        .await
+        .ok();
+    assert_eq!(marker["event_id"], first.as_str());
+    let sync = alice.sync(None, 0, None).await;
+    let read = receipts(&sync, &room);
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert!(
+        read[0]["content"][&first]["m.read"][user_id("alice")].is_object(),
+        "{read:?}"
+    );
+    assert!(read[0]["content"].get(&second).is_none(), "{read:?}");
+}
+
 #[tokio::test]
 async fn bad_receipts_get_matrix_errors() {
     let server = TestServer::start().await;

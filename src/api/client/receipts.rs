@@ -12,7 +12,7 @@ use ruma::{
 use crate::{
     api::ruma::{Ruma, RumaResponse},
     error::{Error, Result},
-    service::Services,
+    service::{rooms::receipts::Receipt, Services},
 };
 
 /// `POST /_matrix/client/v3/rooms/{roomId}/receipt/{receiptType}/{eventId}`
@@ -29,40 +29,26 @@ pub async fn create_receipt_route(
         _ => return Err(Error::invalid_param("Unsupported thread_id")),
     };
     let event_id = request.event_id.as_str();
-    match &request.receipt_type {
+    let rooms = &services.rooms;
+    let receipt_type = match &request.receipt_type {
         ReceiptType::FullyRead => {
-            services
-                .rooms
+            rooms
                 .set_fully_read(&caller.user_id, &request.room_id, event_id)
-                .await?
+                .await?;
+            return Ok(create_receipt::Response::new().into());
         }
         // A shadow-banned user's read receipts stay their own.
-        ReceiptType::Read if caller.shadow_banned => {
-            services
-                .rooms
-                .set_receipt(
-                    &caller.user_id,
-                    &request.room_id,
-                    "m.read.private",
-                    event_id,
-                    thread.as_deref(),
-                )
-                .await?
-        }
-        other => {
-            let kind = other.to_string();
-            services
-                .rooms
-                .set_receipt(
-                    &caller.user_id,
-                    &request.room_id,
-                    &kind,
-                    event_id,
-                    thread.as_deref(),
-                )
-                .await?
-        }
-    }
+        ReceiptType::Read if caller.shadow_banned => "m.read.private".to_owned(),
+        other => other.to_string(),
+    };
+    let receipt = Receipt {
+        receipt_type: &receipt_type,
+        event_id,
+        thread_id: thread.as_deref(),
+    };
+    rooms
+        .set_receipt(&caller.user_id, &request.room_id, receipt)
+        .await?;
     Ok(create_receipt::Response::new().into())
 }
 
@@ -73,36 +59,32 @@ pub async fn read_markers_route(
 ) -> Result<RumaResponse<read_markers::Response>> {
     let caller = body.caller()?;
     let request = &body.body;
-    let rooms = &services.rooms;
-    if let Some(event_id) = &request.fully_read {
-        rooms
-            .set_fully_read(&caller.user_id, &request.room_id, event_id.as_str())
-            .await?;
-    }
-    if let Some(event_id) = &request.read_receipt {
-        rooms
-            .set_receipt(
-                &caller.user_id,
-                &request.room_id,
-                match caller.shadow_banned {
-                    true => "m.read.private",
-                    false => "m.read",
-                },
-                event_id.as_str(),
-                None,
-            )
-            .await?;
-    }
-    if let Some(event_id) = &request.private_read_receipt {
-        rooms
-            .set_receipt(
-                &caller.user_id,
-                &request.room_id,
-                "m.read.private",
-                event_id.as_str(),
-                None,
-            )
-            .await?;
-    }
+    // A shadow-banned user's read receipts stay their own.
+    let public = match caller.shadow_banned {
+        true => "m.read.private",
+        false => "m.read",
+    };
+    let receipts: Vec<Receipt> = [
+        (public, &request.read_receipt),
+        ("m.read.private", &request.private_read_receipt),
+    ]
+    .into_iter()
+    .filter_map(|(receipt_type, event_id)| {
+        Some(Receipt {
+            receipt_type,
+            event_id: event_id.as_ref()?.as_str(),
+            thread_id: None,
+        })
+    })
+    .collect();
+    services
+        .rooms
+        .set_read_markers(
+            &caller.user_id,
+            &request.room_id,
+            request.fully_read.as_ref().map(|id| id.as_str()),
+            &receipts,
+        )
+        .await?;
     Ok(read_markers::Response::new().into())
 }

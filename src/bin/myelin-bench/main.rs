@@ -19,6 +19,7 @@ mod delivery;
 mod long_history;
 mod parked;
 mod reads;
+mod receipts;
 mod saved;
 mod sends;
 mod sliding;
@@ -70,8 +71,8 @@ struct Cli {
     #[arg(long, default_value = "server")]
     label: String,
     /// Run only these scenarios (comma-separated: send, concurrent, delivery, sync, history,
-    /// fanout, sliding, parked, long_history, big_room, big_account, start_up), for profiling one of them; the
-    /// default runs all.
+    /// fanout, receipts, sliding, parked, long_history, big_room, big_account, start_up), for
+    /// profiling one of them; the default runs all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Leave planner statistics as the server keeps them: no `VACUUM ANALYZE` after each
@@ -149,6 +150,8 @@ struct Counts {
     /// Rooms and events of scenario 14's database.
     start_up_rooms: usize,
     start_up_events: usize,
+    /// Messages each reader of scenario 15 marks read while the others do too.
+    read_markers_each: usize,
 }
 
 impl Counts {
@@ -176,6 +179,7 @@ impl Counts {
                 big_account_members: 5,
                 start_up_rooms: 20,
                 start_up_events: 200,
+                read_markers_each: 5,
             },
             Scale::Full => Counts {
                 sequential: 1000,
@@ -199,6 +203,7 @@ impl Counts {
                 big_account_members: 300,
                 start_up_rooms: 100_000,
                 start_up_events: 10_000_000,
+                read_markers_each: 20,
             },
         }
     }
@@ -341,7 +346,8 @@ fn print_table(label: &str, report: &Value) {
             v["p99_ms"],
             v["max_ms"],
             v.get("messages_per_s")
-                .map(|r| format!("  {r} msg/s"))
+                .or(v.get("markers_per_s"))
+                .map(|r| format!("  {r}/s"))
                 .unwrap_or_default()
         );
     };
@@ -367,6 +373,14 @@ fn print_table(label: &str, report: &Value) {
     row("6 /messages page of 100", &report["history"]);
     row("7 fan-out, all pollers", &report["fanout"]);
     println!("  8 footprint: {}", report["footprint"]);
+    row(
+        "15 read markers, sequential",
+        &report["read_markers"]["sequential"],
+    );
+    row(
+        "15 read markers, concurrent",
+        &report["read_markers"]["concurrent"],
+    );
     for (name, key) in [
         ("9 sliding sync, first window of 20", "first_window_of_20"),
         ("9 sliding sync, each +100 step", "growing_by_100"),
@@ -569,6 +583,16 @@ async fn main() -> ExitCode {
         if runs("fanout") {
             eprintln!("7: fan-out");
             report["fanout"] = delivery::fanout(&bench, &counts).await?;
+        }
+        if runs("receipts") {
+            eprintln!("15: read markers");
+            report["read_markers"] = receipts::read_markers(
+                &bench,
+                counts.sequential,
+                counts.concurrent_users,
+                counts.read_markers_each,
+            )
+            .await?;
         }
         if runs("sliding") {
             eprintln!("9: sliding sync");
