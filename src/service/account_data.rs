@@ -1,6 +1,6 @@
 //! Account data (global and per room) and stored filters.
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use ruma::{api::client::filter::FilterDefinition, RoomId, UserId};
 use serde_json::{json, Map, Value};
 
@@ -66,7 +66,7 @@ impl AccountData {
         }
         let mut conn = self.db.conn().await?;
         let room = room_id.map_or(store::GLOBAL, |r| r.as_str());
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             write(conn, user_id, room, data_type, content).await
         })
         .await
@@ -125,7 +125,7 @@ impl AccountData {
     ) -> Result<()> {
         let (user, room) = (user_id.as_str(), room_id.as_str());
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             store::lock_account_data_row(conn, user, room, TAGS_TYPE).await?;
             let mut tags = tags_of(store::get_account_data(conn, user, room, TAGS_TYPE).await?);
             if change(&mut tags) {
@@ -148,7 +148,7 @@ impl AccountData {
     ) -> Result<()> {
         let user = user_id.as_str();
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             store::lock_account_data_row(conn, user, store::GLOBAL, DIRECT_TYPE).await?;
             let mut direct =
                 match store::get_account_data(conn, user, store::GLOBAL, DIRECT_TYPE).await? {

@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use diesel_async::AsyncConnection;
 use ruma::UserId;
 use serde_json::{json, Value};
 
@@ -107,7 +106,7 @@ impl DehydratedDevices {
             return Err(err);
         }
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             store::set(conn, user, device_id, &new.device_data, now_ms()).await?;
             if let Some(old) = old.filter(|old| old != device_id) {
                 let old = [old];
@@ -123,7 +122,7 @@ impl DehydratedDevices {
     pub async fn delete(&self, user_id: &UserId) -> Result<String> {
         let user = user_id.as_str();
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let device_id = store::delete(conn, user).await?.ok_or_else(none)?;
             let deleted = [device_id.clone()];
             devices::delete_devices(conn, user, &deleted).await?;

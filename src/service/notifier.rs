@@ -1,6 +1,6 @@
 //! Wake-ups for long-polling `/sync` requests.
 //!
-//! Writers send `NOTIFY` inside their transaction (delivered at commit): `myelin_room` with a
+//! Writers send `NOTIFY` once their transaction has committed (`storage::transaction`): `myelin_room` with a
 //! room ID, `myelin_user` with a user ID. Revoked tokens are announced on `myelin_token` so
 //! every process drops them from its token cache. Every server process LISTENs and wakes the waiting
 //! syncs of the users concerned, so a sync served by one process sees writes made through

@@ -8,7 +8,7 @@
 
 use std::{num::NonZeroUsize, sync::Arc, sync::Mutex, time::Duration};
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use lru::LruCache;
 use ruma::{presence::PresenceState, UserId};
 use serde_json::{json, Value};
@@ -125,7 +125,7 @@ impl Presence {
         }
         let mut conn = self.db.conn().await?;
         let now = now_ms();
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             store::lock_presence(conn, user_id.as_str()).await?;
             store::set_presence(conn, user_id.as_str(), state, status_msg, now, now).await?;
             self.announce(conn, user_id.as_str()).await?;
@@ -180,7 +180,7 @@ impl Presence {
             return Ok(());
         }
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             match store::lock_presence(conn, user_id.as_str()).await? {
                 Some(row) if row.state == state => {
                     store::touch_presence(conn, user_id.as_str(), now).await?;
@@ -261,7 +261,7 @@ impl Presence {
         let mut conn = self.db.conn().await?;
         let cutoff = now_ms() - OFFLINE_AFTER_MS;
         for user in store::get_silent_users(&conn, cutoff).await? {
-            conn.transaction::<_, Error, _>(async |conn| {
+            crate::storage::transaction::transaction(&mut conn, async |conn| {
                 let Some(row) = store::lock_presence(conn, &user).await? else {
                     return Ok(());
                 };

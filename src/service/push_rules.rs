@@ -7,7 +7,7 @@ use std::{
     sync::{Arc, LazyLock, Mutex},
 };
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use lru::LruCache;
 use ruma::{
     push::{InsertPushRuleError, RemovePushRuleError, Ruleset},
@@ -163,7 +163,7 @@ impl PushRules {
         change: impl FnOnce(&mut Ruleset) -> Result<()> + Send,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             store::lock_account_data_row(conn, user_id.as_str(), store::GLOBAL, PUSH_RULES_TYPE)
                 .await?;
             let mut rules = load_ruleset(conn, user_id).await?;

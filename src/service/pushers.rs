@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use actix_web::http::StatusCode;
-use diesel_async::AsyncConnection;
 use ruma::{
     api::client::push::{set_pusher::v3::PusherAction, Pusher},
     UserId,
@@ -97,7 +96,7 @@ impl Pushers {
         };
         let row = self.row(user_id, device_id, &post.pusher)?;
         let append = post.append;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let mut row = row;
             row.last_stream_ordering = streams::persisted(conn, streams::EVENTS).await?;
             if !append {

@@ -16,7 +16,6 @@ use std::{
 };
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
-use diesel_async::AsyncConnection;
 use lru::LruCache;
 use rand::RngCore;
 use ruma::{OwnedDeviceId, OwnedUserId};
@@ -273,15 +272,14 @@ impl Sessions {
     pub async fn refresh(&self, refresh_token: &str) -> Result<IssuedTokens> {
         let hash = hash_token(refresh_token);
         let mut conn = self.db.conn().await?;
-        let (issued, revoked) = conn
-            .transaction::<_, Error, _>(async |conn| {
-                let (user_id, device_id, revoked) = devices::take_refresh_token(conn, &hash)
-                    .await?
-                    .ok_or_else(|| Error::unknown_token(false))?;
-                let issued = self.issue_tokens(conn, &user_id, &device_id, true).await?;
-                Ok((issued, revoked))
-            })
-            .await?;
+        let (issued, revoked) = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            let (user_id, device_id, revoked) = devices::take_refresh_token(conn, &hash)
+                .await?
+                .ok_or_else(|| Error::unknown_token(false))?;
+            let issued = self.issue_tokens(conn, &user_id, &device_id, true).await?;
+            Ok((issued, revoked))
+        })
+        .await?;
         self.forget_cached(&revoked);
         Ok(issued)
     }

@@ -15,7 +15,7 @@ use std::sync::{
 };
 
 use actix_web::http::StatusCode;
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use ruma::{
     api::client::uiaa::{AuthData, UserIdentifier},
     UserId,
@@ -129,11 +129,10 @@ impl Uia {
         self.sweep_expired().await?;
         let mut conn = self.db.conn().await?;
         let flows = self.flows(&conn, purpose).await?;
-        let outcome = conn
-            .transaction::<_, Error, _>(async |conn| {
-                self.process(conn, auth, purpose, &flows).await
-            })
-            .await?;
+        let outcome = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            self.process(conn, auth, purpose, &flows).await
+        })
+        .await?;
         match outcome {
             Ok(completed) => Ok(completed),
             Err((session_id, done, failure)) => Err(uia_error(&flows, &session_id, &done, failure)),
@@ -340,7 +339,7 @@ impl Uia {
             return Ok(());
         }
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let Some(row) =
                 registration::get_uia_session_for_update(conn, &completed.session_id).await?
             else {
@@ -378,7 +377,7 @@ impl Uia {
             return Ok(());
         }
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let tokens =
                 registration::delete_expired_uia_sessions(conn, now - SESSION_LIFETIME_MS).await?;
             for token in tokens {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use rand::{distr::Alphanumeric, Rng};
 use ruma::{OwnedDeviceId, OwnedUserId, UserId};
 use serde_json::Value;
@@ -145,38 +145,37 @@ impl Users {
             None => None,
         };
         let mut conn = self.db.conn().await?;
-        let created = conn
-            .transaction::<_, Error, _>(async |conn| {
-                if let Some((uia, completed)) = uia {
-                    uia.finish(conn, completed).await?;
+        let created = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            if let Some((uia, completed)) = uia {
+                uia.finish(conn, completed).await?;
+            }
+            let new_user = users::NewUser {
+                user_id: user_id.as_str(),
+                localpart: user_id.localpart(),
+                password_hash: password_hash.as_deref(),
+                is_admin,
+                created_ts: now_ms(),
+            };
+            users::insert_user(conn, &new_user).await.map_err(|e| {
+                if is_unique_violation(&e) {
+                    Error::user_in_use()
+                } else {
+                    e.into()
                 }
-                let new_user = users::NewUser {
-                    user_id: user_id.as_str(),
-                    localpart: user_id.localpart(),
-                    password_hash: password_hash.as_deref(),
-                    is_admin,
-                    created_ts: now_ms(),
-                };
-                users::insert_user(conn, &new_user).await.map_err(|e| {
-                    if is_unique_violation(&e) {
-                        Error::user_in_use()
-                    } else {
-                        e.into()
-                    }
-                })?;
-                users::set_profile_field(
-                    conn,
-                    user_id.as_str(),
-                    "displayname",
-                    &Value::from(user_id.localpart()),
-                )
-                .await?;
-                match device {
-                    Some(device) => Ok(Some(self.open_session(conn, user_id, device).await?)),
-                    None => Ok(None),
-                }
-            })
-            .await;
+            })?;
+            users::set_profile_field(
+                conn,
+                user_id.as_str(),
+                "displayname",
+                &Value::from(user_id.localpart()),
+            )
+            .await?;
+            match device {
+                Some(device) => Ok(Some(self.open_session(conn, user_id, device).await?)),
+                None => Ok(None),
+            }
+        })
+        .await;
         if created.is_err() {
             // Nothing was created, so a token use the UIA session reserved goes back.
             if let Some((uia, completed)) = uia {
@@ -233,7 +232,7 @@ impl Users {
         valid_until_ms: Option<i64>,
     ) -> Result<String> {
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let device_id = generate_device_id();
             devices::insert_hidden_device(conn, user_id.as_str(), device_id.as_str(), now_ms())
                 .await?;
@@ -253,8 +252,10 @@ impl Users {
     /// Logs a user in on a (new or existing) device.
     pub async fn login(&self, user_id: &UserId, device: DeviceRequest) -> Result<LoginSession> {
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| self.open_session(conn, user_id, device).await)
-            .await
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
+            self.open_session(conn, user_id, device).await
+        })
+        .await
     }
 
     /// Resolves an `m.id.user` identifier (localpart or full ID) to a local user ID.
@@ -357,31 +358,29 @@ impl Users {
     ) -> Result<()> {
         let hash = passwords::hash_password(new_password).await?;
         let mut conn = self.db.conn().await?;
-        let revoked = conn
-            .transaction::<_, Error, _>(async |conn| {
-                if let Some((uia, completed)) = uia {
-                    uia.finish(conn, completed).await?;
-                }
-                users::set_password_hash(conn, user_id.as_str(), Some(&hash)).await?;
-                if logout_devices {
-                    let keep = keep_device.map(|d| vec![d.to_owned()]).unwrap_or_default();
-                    let others: Vec<String> = devices::get_device_ids(conn, user_id.as_str())
-                        .await?
-                        .into_iter()
-                        .filter(|d| !keep.contains(d))
-                        .collect();
-                    let mut revoked =
-                        devices::delete_devices(conn, user_id.as_str(), &others).await?;
-                    local_devices_changed(conn, &self.federation, user_id, &others).await?;
-                    revoked.extend(
-                        devices::delete_user_tokens(conn, user_id.as_str(), keep_device).await?,
-                    );
-                    Ok(revoked)
-                } else {
-                    Ok(Vec::new())
-                }
-            })
-            .await?;
+        let revoked = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            if let Some((uia, completed)) = uia {
+                uia.finish(conn, completed).await?;
+            }
+            users::set_password_hash(conn, user_id.as_str(), Some(&hash)).await?;
+            if logout_devices {
+                let keep = keep_device.map(|d| vec![d.to_owned()]).unwrap_or_default();
+                let others: Vec<String> = devices::get_device_ids(conn, user_id.as_str())
+                    .await?
+                    .into_iter()
+                    .filter(|d| !keep.contains(d))
+                    .collect();
+                let mut revoked = devices::delete_devices(conn, user_id.as_str(), &others).await?;
+                local_devices_changed(conn, &self.federation, user_id, &others).await?;
+                revoked.extend(
+                    devices::delete_user_tokens(conn, user_id.as_str(), keep_device).await?,
+                );
+                Ok(revoked)
+            } else {
+                Ok(Vec::new())
+            }
+        })
+        .await?;
         self.sessions.forget_cached(&revoked);
         Ok(())
     }
@@ -396,24 +395,23 @@ impl Users {
         erase: bool,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        let revoked = conn
-            .transaction::<_, Error, _>(async |conn| {
-                if let Some((uia, completed)) = uia {
-                    uia.finish(conn, completed).await?;
-                }
-                users::deactivate_user(conn, user_id.as_str()).await?;
-                if erase {
-                    users::delete_profile_fields(conn, user_id.as_str(), None).await?;
-                    admin_users::set_erased(conn, user_id.as_str()).await?;
-                }
-                // Nothing is sent in the account's name later (MSC4140, as Synapse).
-                delayed_events::cancel_all_for_user(conn, user_id.as_str(), now_ms()).await?;
-                let all = devices::get_device_ids(conn, user_id.as_str()).await?;
-                let revoked = devices::delete_devices(conn, user_id.as_str(), &all).await?;
-                local_devices_changed(conn, &self.federation, user_id, &all).await?;
-                Ok(revoked)
-            })
-            .await?;
+        let revoked = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            if let Some((uia, completed)) = uia {
+                uia.finish(conn, completed).await?;
+            }
+            users::deactivate_user(conn, user_id.as_str()).await?;
+            if erase {
+                users::delete_profile_fields(conn, user_id.as_str(), None).await?;
+                admin_users::set_erased(conn, user_id.as_str()).await?;
+            }
+            // Nothing is sent in the account's name later (MSC4140, as Synapse).
+            delayed_events::cancel_all_for_user(conn, user_id.as_str(), now_ms()).await?;
+            let all = devices::get_device_ids(conn, user_id.as_str()).await?;
+            let revoked = devices::delete_devices(conn, user_id.as_str(), &all).await?;
+            local_devices_changed(conn, &self.federation, user_id, &all).await?;
+            Ok(revoked)
+        })
+        .await?;
         self.sessions.forget_cached(&revoked);
         Ok(())
     }
@@ -469,7 +467,7 @@ impl Users {
             users::delete_profile_fields(&conn, user_id.as_str(), Some(field)).await?;
             return Ok(());
         };
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             users::lock_user(conn, user_id.as_str()).await?;
             let mut profile: serde_json::Map<String, Value> =
                 users::get_profile(conn, user_id.as_str())
@@ -546,16 +544,15 @@ impl Users {
         uia: Option<(&Uia, &Completed)>,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        let revoked = conn
-            .transaction::<_, Error, _>(async |conn| {
-                if let Some((uia, completed)) = uia {
-                    uia.finish(conn, completed).await?;
-                }
-                let revoked = devices::delete_devices(conn, user_id.as_str(), device_ids).await?;
-                local_devices_changed(conn, &self.federation, user_id, device_ids).await?;
-                Ok(revoked)
-            })
-            .await?;
+        let revoked = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            if let Some((uia, completed)) = uia {
+                uia.finish(conn, completed).await?;
+            }
+            let revoked = devices::delete_devices(conn, user_id.as_str(), device_ids).await?;
+            local_devices_changed(conn, &self.federation, user_id, device_ids).await?;
+            Ok(revoked)
+        })
+        .await?;
         self.sessions.forget_cached(&revoked);
         Ok(())
     }
@@ -563,14 +560,13 @@ impl Users {
     /// Logs out every device of the user (`/logout/all`): tokens die, devices are removed.
     pub async fn logout_all(&self, user_id: &UserId) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        let revoked = conn
-            .transaction::<_, Error, _>(async |conn| {
-                let all = devices::get_device_ids(conn, user_id.as_str()).await?;
-                let revoked = devices::delete_devices(conn, user_id.as_str(), &all).await?;
-                local_devices_changed(conn, &self.federation, user_id, &all).await?;
-                Ok(revoked)
-            })
-            .await?;
+        let revoked = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            let all = devices::get_device_ids(conn, user_id.as_str()).await?;
+            let revoked = devices::delete_devices(conn, user_id.as_str(), &all).await?;
+            local_devices_changed(conn, &self.federation, user_id, &all).await?;
+            Ok(revoked)
+        })
+        .await?;
         self.sessions.forget_cached(&revoked);
         Ok(())
     }
@@ -578,14 +574,13 @@ impl Users {
     /// Logs out one device (`/logout`): its tokens die and the device is removed, as Synapse does.
     pub async fn logout(&self, user_id: &UserId, device_id: &str) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        let revoked = conn
-            .transaction::<_, Error, _>(async |conn| {
-                let gone = [device_id.to_owned()];
-                let revoked = devices::delete_devices(conn, user_id.as_str(), &gone).await?;
-                local_devices_changed(conn, &self.federation, user_id, &gone).await?;
-                Ok(revoked)
-            })
-            .await?;
+        let revoked = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            let gone = [device_id.to_owned()];
+            let revoked = devices::delete_devices(conn, user_id.as_str(), &gone).await?;
+            local_devices_changed(conn, &self.federation, user_id, &gone).await?;
+            Ok(revoked)
+        })
+        .await?;
         self.sessions.forget_cached(&revoked);
         Ok(())
     }

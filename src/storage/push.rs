@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::schema::{events, room_current_state};
 
-/// Channel announcing (at commit, empty payload) that push actions which notify were stored:
+/// Channel announcing (once committed, empty payload) that push actions which notify were stored:
 /// what the push sender waits for. Only such actions give a pusher something to send, so
 /// events that notify nobody (most in a room of one, or with every member's rules silent) do
 /// not wake it.

@@ -689,8 +689,8 @@ pub async fn get_txn_ids_for_device(
         .await
 }
 
-/// Sends a PostgreSQL notification. Inside a [`super::transaction::transaction`] it is sent
-/// right after the commit; inside another transaction it is delivered at commit.
+/// Sends a PostgreSQL notification: inside a [`super::transaction::transaction`] (every
+/// transaction of the server) right after its commit, and only if it commits; outside one at once.
 pub async fn notify(mut conn: &AsyncPgConnection, channel: &str, payload: &str) -> QueryResult<()> {
     if super::transaction::defer_notification(channel, payload) {
         return Ok(());

@@ -4,6 +4,7 @@
 //! Diesel's `transaction` sends `BEGIN` alone and waits for it: one round trip that carries
 //! nothing else. Here `BEGIN` is the first request of the body's first pipeline, so a send
 //! (whose first pipeline takes the room's lock and reads its state) saves that round trip.
+//! Every transaction of the server is one of these.
 //!
 //! A `NOTIFY` inside a transaction makes its commit take a lock that every notifying commit of
 //! the cluster shares, held until the commit is on the disk: such commits reach the disk one
@@ -43,7 +44,9 @@ pub(super) fn defer_notification(channel: &str, payload: &str) -> bool {
 }
 
 /// Runs `body` in one transaction: commits when it succeeds, rolls back when it fails. The
-/// notifications the body asks for are sent once it has committed, and only then.
+/// notifications the body asks for are sent once it has committed, and only then. Every
+/// transaction of the server goes through here; there are no nested ones (the body's
+/// connection is shared, so it cannot begin another).
 ///
 /// The body's statements must go out on the connection it is given, concurrently polled
 /// futures included: `BEGIN` is sent first, so every one of them lands inside the
@@ -54,9 +57,12 @@ pub async fn transaction<T>(
     conn: &mut AsyncPgConnection,
     body: impl AsyncFnOnce(&AsyncPgConnection) -> Result<T>,
 ) -> Result<T> {
-    AnsiTransactionManager::transaction_manager_status_mut(conn)
-        .transaction_state()?
-        .change_transaction_depth(TransactionDepthChange::IncreaseDepth)?;
+    let state = AnsiTransactionManager::transaction_manager_status_mut(conn).transaction_state()?;
+    // `BEGIN` inside a transaction would be ignored and the `COMMIT` below end the outer one.
+    if state.transaction_depth().is_some() {
+        return Err(Error::internal("a transaction begun inside another"));
+    }
+    state.change_transaction_depth(TransactionDepthChange::IncreaseDepth)?;
     let (began, (result, notifications)) = {
         let shared: &AsyncPgConnection = conn;
         let mut begin_conn = shared;

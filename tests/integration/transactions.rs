@@ -206,3 +206,35 @@ async fn notifications_go_out_once_committed_and_never_for_a_failed_body() {
     assert_eq!(next(&mut payloads, wait).await.as_deref(), Some("alone"));
     assert_eq!(next(&mut payloads, Duration::from_millis(500)).await, None);
 }
+
+/// There are no nested transactions: one begun on a connection already inside a transaction
+/// is refused before anything is sent, rather than its `COMMIT` ending the outer one early.
+#[tokio::test]
+async fn a_transaction_inside_another_is_refused_and_the_outer_one_stays_whole() {
+    let (_db, mut conn) = probe_database().await;
+    AnsiTransactionManager::begin_transaction(&mut conn)
+        .await
+        .unwrap();
+    insert(&conn, 1).await.unwrap();
+    // With a notification, its `COMMIT` goes out as such, not as diesel's savepoint release.
+    let inner = transaction(&mut conn, async |conn| {
+        insert(conn, 2).await?;
+        notify(conn, "probe", "nested").await?;
+        Ok(())
+    })
+    .await;
+    assert!(inner.is_err(), "a nested transaction ran");
+    assert_eq!(
+        depth(&mut conn),
+        Some(1),
+        "the outer transaction is still open"
+    );
+    AnsiTransactionManager::rollback_transaction(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&mut conn).await,
+        0,
+        "the outer transaction's rollback undid its insert"
+    );
+}

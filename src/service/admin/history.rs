@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use diesel_async::AsyncConnection;
 use ruma::RoomId;
 use serde_json::{json, Value};
 
@@ -99,7 +98,7 @@ impl Admin {
     ) -> Result<usize> {
         let keep_suffix = (!delete_local_events).then(|| format!(":{}", self.config.server_name));
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             lock_room(conn, room_id).await?;
             Ok(store::purge_history(conn, room_id.as_str(), depth, keep_suffix.as_deref()).await?)
         })

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use diesel_async::AsyncConnection;
 use ruma::{OwnedMxcUri, OwnedRoomId, OwnedRoomOrAliasId, OwnedUserId, RoomId, UserId};
 use serde_json::{json, Value};
 
@@ -281,7 +280,7 @@ impl Admin {
             _ => store::delete_aliases_and_unpublish(&conn, room_id.as_str()).await?,
         };
         if options.purge {
-            conn.transaction::<_, Error, _>(async |conn| {
+            crate::storage::transaction::transaction(&mut conn, async |conn| {
                 // Under the room's lock, so no write of the room is half-way through.
                 lock_room(conn, room_id).await?;
                 Ok(store::purge_room(conn, room_id.as_str()).await?)

@@ -26,7 +26,7 @@ use std::{
     time::Duration,
 };
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use ruma::room_version_rules::RoomVersionRules;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
@@ -226,7 +226,7 @@ impl AppserviceSender {
     /// committed with the cursors before it is first sent.
     async fn next_txn(&self, registration: &Registration) -> Result<Next> {
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let positions = streams::positions(conn).await?;
             let now = Cursors {
                 events: positions.persisted(streams::EVENTS),

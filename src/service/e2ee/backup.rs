@@ -1,7 +1,7 @@
 //! Server-side key backup (`/room_keys`): versions, and room keys that only the user can
 //! decrypt, kept by the spec's rules for which copy of a session key is the better one.
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use ruma::UserId;
 use serde_json::{json, Map, Value};
 
@@ -69,18 +69,17 @@ impl Backup {
         auth_data: &Value,
     ) -> Result<String> {
         let mut conn = self.db.conn().await?;
-        let version = conn
-            .transaction::<_, Error, _>(async |conn| {
-                crate::storage::account_data::lock_account_data_row(
-                    conn,
-                    user_id.as_str(),
-                    "",
-                    "room_keys_version",
-                )
-                .await?;
-                Ok(store::create_version(conn, user_id.as_str(), algorithm, auth_data).await?)
-            })
+        let version = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            crate::storage::account_data::lock_account_data_row(
+                conn,
+                user_id.as_str(),
+                "",
+                "room_keys_version",
+            )
             .await?;
+            Ok(store::create_version(conn, user_id.as_str(), algorithm, auth_data).await?)
+        })
+        .await?;
         Ok(version.to_string())
     }
 
@@ -127,11 +126,10 @@ impl Backup {
     pub async fn delete_version(&self, user_id: &UserId, version: &str) -> Result<()> {
         let number = parse_version(version)?;
         let mut conn = self.db.conn().await?;
-        let deleted = conn
-            .transaction::<_, Error, _>(async |conn| {
-                Ok(store::delete_version(conn, user_id.as_str(), number).await?)
-            })
-            .await?;
+        let deleted = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            Ok(store::delete_version(conn, user_id.as_str(), number).await?)
+        })
+        .await?;
         if deleted {
             Ok(())
         } else {
@@ -180,7 +178,7 @@ impl Backup {
             }
         }
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             self.check_current(conn, user, number).await?;
             let mut changed = false;
             for key in &incoming {
@@ -284,7 +282,7 @@ impl Backup {
         let number = parse_version(version)?;
         let user = user_id.as_str();
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             store::get_version(conn, user, Some(number))
                 .await?
                 .ok_or_else(no_version)?;

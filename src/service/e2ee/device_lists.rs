@@ -19,7 +19,6 @@ use std::{
     time::Duration,
 };
 
-use diesel_async::AsyncConnection;
 use futures_util::future::join_all;
 use ruma::{
     api::federation::device::get_devices::v1 as get_devices, OwnedUserId, ServerName, UserId,
@@ -326,7 +325,7 @@ impl Keys {
     async fn store_resync(&self, list: &RemoteDeviceList, devices: &[RemoteDevice]) -> Result<()> {
         let mut conn = self.db.conn().await?;
         let now = now_ms();
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             // An update applied meanwhile may have moved a fresh list past this answer.
             if let Some(current) = remote_store::lock_list(conn, &list.user_id).await? {
                 if !current.stale && current.stream_id > list.stream_id {
@@ -369,7 +368,7 @@ impl Keys {
         let user = update.user_id.as_str();
         let mut conn = self.db.conn().await?;
         let now = now_ms();
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let sharing = !remote_store::get_users_sharing_rooms(conn, &[user.to_owned()])
                 .await?
                 .is_empty();
@@ -456,7 +455,7 @@ impl Keys {
         let user = user_id.as_str();
         let mut conn = self.db.conn().await?;
         let now = now_ms();
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let cached = remote_store::lock_list(conn, user).await?.is_some();
             if cached {
                 remote_store::set_signing_keys(

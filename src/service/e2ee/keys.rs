@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use diesel_async::AsyncConnection;
 use ruma::{OwnedUserId, ServerName, UserId};
 use serde_json::{json, Map, Value};
 
@@ -156,7 +155,7 @@ impl Keys {
         }
         let ids: Vec<String> = upload.one_time_keys.keys().cloned().collect();
         let user = user_id.as_str();
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             for (key_id, existing) in store::get_one_time_keys(conn, user, device_id, &ids).await? {
                 if upload.one_time_keys.get(&key_id) != Some(&existing) {
                     return Err(Error::invalid_param(format!(
@@ -337,7 +336,7 @@ impl Keys {
                 }
             }
         }
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             if let Some((uia, completed)) = uia {
                 uia.finish(conn, completed).await?;
             }
@@ -507,7 +506,7 @@ impl Keys {
             users.dedup();
             users
         };
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             store::add_signatures(conn, &accepted).await?;
             for user in &changed {
                 device_list_changed(conn, user).await?;

@@ -2,13 +2,13 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use rand::{distr::Alphanumeric, Rng};
 use ruma::{OwnedServerName, ServerName, UserId};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    error::{Error, Result},
+    error::Result,
     service::{federation::sender::Sender, notifier::USER_CHANNEL},
     storage::{devices, now_ms, rooms::notify, to_device as store, Db},
 };
@@ -53,7 +53,7 @@ impl ToDevice {
         messages: &Map<String, Value>,
     ) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             if !store::record_txn(conn, sender.as_str(), sender_device, txn_id, now_ms()).await? {
                 return Ok(());
             }

@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use diesel_async::AsyncConnection;
 use ruma::{
     api::federation::membership::{create_join_event, prepare_join_event},
     canonical_json::{CanonicalJsonObject, CanonicalJsonValue},
@@ -195,7 +194,7 @@ impl Federation {
     /// never see the new device's keys and cannot encrypt to it.
     async fn announce_devices(&self, user_id: &UserId) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let device_ids: Vec<String> = devices::get_devices(conn, user_id.as_str())
                 .await?
                 .into_iter()

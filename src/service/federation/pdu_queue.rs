@@ -37,14 +37,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use lru::LruCache;
 use ruma::{OwnedServerName, UserId};
 use serde_json::Value;
 
 use crate::{
     config::FederationConfig,
-    error::{Error, Result},
+    error::Result,
     storage::{
         federation_sending::{self as store, EventToSend},
         now_ms, state as state_store, streams, Db,
@@ -117,7 +117,7 @@ impl PduQueue {
     async fn queue_batch(&self) -> Result<(usize, bool)> {
         crate::metrics::metrics().federation_queue_passes.inc();
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             let stored = store::lock_pdu_cursor(conn).await?;
             // Ahead of the stored cursor when this process passed events that queued nothing
             // since (and no other process moved it meanwhile).

@@ -29,7 +29,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use rand::Rng;
 use ruma::{
     api::federation::transactions::send_transaction_message, serde::Raw,
@@ -306,7 +306,7 @@ impl Sender {
     async fn next_txn(&self, destination: &str, paced: bool) -> Result<Option<(String, Value)>> {
         let mut conn = self.db.conn().await?;
         let origin = self.origin.clone();
-        conn.transaction::<_, Error, _>(async |conn| {
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             if let Some(row) = store::get_destination(conn, destination).await? {
                 if let (Some(txn_id), Some(body)) = (row.txn_id, row.txn_body) {
                     return Ok(Some((txn_id, body)));

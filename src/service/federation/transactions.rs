@@ -16,7 +16,7 @@
 //!   before the `(origin, txnId)` row is claimed (the checks may fetch keys from other
 //!   servers): a replay finds them known and changes nothing.
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use ruma::{
     api::federation::transactions::edu::Edu, serde::Raw, EventId, RoomId, ServerName, UserId,
 };
@@ -111,8 +111,8 @@ impl Federation {
         // servers.
         let response = self.receive_pdus(rooms, origin, txn.pdus).await?;
         let mut conn = self.db.conn().await?;
-        let (response, first_time) = conn
-            .transaction::<_, Error, _>(async |conn| {
+        let (response, first_time) =
+            crate::storage::transaction::transaction(&mut conn, async |conn| {
                 let now = now_ms();
                 if !store::claim_txn(conn, origin.as_str(), txn.txn_id, &response, now).await? {
                     tracing::debug!(%origin, txn_id = txn.txn_id, "transaction replayed");

@@ -1,6 +1,5 @@
 //! `createRoom`: the initial events of a room, written in one transaction.
 
-use diesel_async::AsyncConnection;
 use rand::{distr::Alphanumeric, Rng};
 use ruma::{
     OwnedRoomAliasId, OwnedRoomId, OwnedUserId, RoomAliasId, RoomId, RoomVersionId, UserId,
@@ -124,7 +123,7 @@ impl Rooms {
     ) -> Result<OwnedRoomId> {
         let server_name = &*self.config.server_name;
         let privileged_creators = rules.authorization.explicitly_privilege_room_creators;
-        let (room_id, persisted) = conn.transaction::<_, Error, _>(async |conn| {
+        let (room_id, persisted) = crate::storage::transaction::transaction(conn, async |conn| {
             let room_id = (!rules.authorization.room_create_event_id_as_room_id).then(|| self.random_room_id());
             // Every event at a provisional position, made real in one step before commit.
             let deferred = DeferredPositions::default();

@@ -19,7 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use ruma::{
     events::{StateEventType, TimelineEventType},
     room_version_rules::RoomVersionRules,
@@ -156,15 +156,13 @@ impl Rooms {
         }
         let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
-        let received = conn
-            .transaction::<_, Error, _>(async |conn| {
-                let conn = &*conn;
-                // The room's advisory lock (and that the room exists) first.
-                RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
-                self.receive_locked(conn, room_id, rules, &pdu, &json, arrival)
-                    .await
-            })
-            .await?;
+        let received = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            // The room's advisory lock (and that the room exists) first.
+            RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
+            self.receive_locked(conn, room_id, rules, &pdu, &json, arrival)
+                .await
+        })
+        .await?;
         count_persisted([&received]);
         Ok(received)
     }
@@ -186,31 +184,29 @@ impl Rooms {
             .collect::<Result<Vec<_>>>()?;
         let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
-        let answers = conn
-            .transaction::<_, Error, _>(async |conn| {
-                let conn = &*conn;
-                RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
-                let mut answers = Vec::with_capacity(parsed.len());
-                for (pdu, json) in &parsed {
-                    let received = match pdu.is_in_room(room_id, rules) {
-                        true => {
-                            self.receive_locked(conn, room_id, rules, pdu, json, Arrival::LIVE)
-                                .await?
-                        }
-                        false => Received::NotTaken("The event is not in this room".into()),
-                    };
-                    let must_fetch = matches!(
-                        received,
-                        Received::MissingAuthEvents | Received::MissingPrevEvents
-                    );
-                    answers.push(received);
-                    if must_fetch {
-                        break;
+        let answers = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            RoomWriter::open(conn, &self.keys, &self.config.server_name, room_id, &[]).await?;
+            let mut answers = Vec::with_capacity(parsed.len());
+            for (pdu, json) in &parsed {
+                let received = match pdu.is_in_room(room_id, rules) {
+                    true => {
+                        self.receive_locked(conn, room_id, rules, pdu, json, Arrival::LIVE)
+                            .await?
                     }
+                    false => Received::NotTaken("The event is not in this room".into()),
+                };
+                let must_fetch = matches!(
+                    received,
+                    Received::MissingAuthEvents | Received::MissingPrevEvents
+                );
+                answers.push(received);
+                if must_fetch {
+                    break;
                 }
-                Ok(answers)
-            })
-            .await?;
+            }
+            Ok(answers)
+        })
+        .await?;
         count_persisted(&answers);
         Ok(answers)
     }

@@ -667,7 +667,6 @@ impl super::Rooms {
         room_id: Option<&RoomId>,
         fix: bool,
     ) -> Result<Vec<(String, CheckReport)>> {
-        use diesel_async::AsyncConnection;
         let mut conn = self.db.conn().await?;
         let rooms = match room_id {
             Some(room) => vec![room.to_owned()],
@@ -680,11 +679,10 @@ impl super::Rooms {
         let server_name = &*self.config.server_name;
         let mut reports = Vec::new();
         for room in rooms {
-            let report = conn
-                .transaction::<_, Error, _>(async |conn| {
-                    check_user_room(conn, server_name, user_id, &room, fix).await
-                })
-                .await?;
+            let report = crate::storage::transaction::transaction(&mut conn, async |conn| {
+                check_user_room(conn, server_name, user_id, &room, fix).await
+            })
+            .await?;
             reports.push((room.to_string(), report));
         }
         Ok(reports)

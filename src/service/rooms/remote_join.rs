@@ -2,7 +2,7 @@
 //! answer brought (checked by the federation service) become outliers, and our join starts the
 //! room's timeline here with the state it joined as its state before.
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use ruma::{OwnedRoomId, OwnedServerName, OwnedUserId, RoomId, RoomVersionId, UserId};
 use serde_json::Value;
 
@@ -60,8 +60,7 @@ impl Rooms {
         let (pdu, json) = join;
         let _room_lock = self.locks.lock(&room.room_id).await;
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            let conn = &*conn;
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             lock_room(conn, &room.room_id).await?;
             store_in(conn, &self.config.server_name, &room, &pdu, &json).await
         })
@@ -76,8 +75,7 @@ impl Rooms {
     /// events), as outliers: known, but without a place in the room's history.
     pub async fn store_outliers(&self, room_id: &RoomId, events: &[(String, Value)]) -> Result<()> {
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            let conn = &*conn;
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             insert_outliers(conn, room_id.as_str(), events).await
         })
         .await
@@ -211,90 +209,85 @@ impl Rooms {
             .ok_or_else(|| Error::internal("room version without rules"))?;
         let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
-        let stored = conn
-            .transaction::<_, Error, _>(async |conn| {
-                let conn = &*conn;
-                lock_room(conn, room_id).await?;
-                let room = room_id.as_str();
-                let invitee = invite
-                    .state_key
-                    .as_deref()
-                    .ok_or_else(|| Error::internal("an invite without a state key"))?;
-                let mut entries: Vec<(String, String, String)> = Vec::new();
-                let mut creator = invite.sender.to_string();
-                for event in state {
-                    let Ok(object) =
-                        serde_json::from_value::<ruma::CanonicalJsonObject>(event.clone())
-                    else {
-                        continue;
-                    };
-                    let Ok(hash) = ruma::signatures::reference_hash(&object, &rules) else {
-                        continue;
-                    };
-                    let event_id = format!("${hash}");
-                    let kind = event["type"].as_str().unwrap_or_default().to_owned();
-                    let key = event["state_key"].as_str().unwrap_or_default().to_owned();
-                    if kind == "m.room.member" && key == invitee {
-                        continue;
-                    }
-                    if kind == "m.room.create" {
-                        creator = event["sender"].as_str().unwrap_or(&creator).to_owned();
-                    }
-                    dag::insert_outlier(conn, &event_id, room, event).await?;
-                    entries.push((kind, key, event_id));
-                }
-                let invite_id = invite.event_id.as_str();
-                entries.push((
-                    "m.room.member".into(),
-                    invitee.to_owned(),
-                    invite_id.to_owned(),
-                ));
-                let refs: Vec<(&str, &str, &str)> = entries
-                    .iter()
-                    .map(|(k, s, e)| (k.as_str(), s.as_str(), e.as_str()))
-                    .collect();
-                let (group, _) =
-                    state_store::insert_state_snapshot(conn, room, None, &refs).await?;
-                if store::get_room(conn, room).await?.is_none() {
-                    store::insert_room(conn, room, version.as_str(), &creator, group, now_ms())
-                        .await?;
-                }
-                let new_event = store::NewEvent {
-                    event_id: invite_id,
-                    room_id: room,
-                    depth: invite.depth,
-                    sender: invite.sender.as_str(),
-                    event_type: "m.room.member",
-                    state_key: Some(invitee),
-                    origin_server_ts: i64::from(invite.origin_server_ts.get()),
-                    pdu: json,
-                    state_group: group,
+        let stored = crate::storage::transaction::transaction(&mut conn, async |conn| {
+            lock_room(conn, room_id).await?;
+            let room = room_id.as_str();
+            let invitee = invite
+                .state_key
+                .as_deref()
+                .ok_or_else(|| Error::internal("an invite without a state key"))?;
+            let mut entries: Vec<(String, String, String)> = Vec::new();
+            let mut creator = invite.sender.to_string();
+            for event in state {
+                let Ok(object) = serde_json::from_value::<ruma::CanonicalJsonObject>(event.clone())
+                else {
+                    continue;
                 };
-                if dag::event_exists(conn, invite_id).await? {
-                    return Ok(false);
-                }
-                let content = invite.content_value();
-                tokio::try_join!(
-                    streams::next_position(conn, streams::EVENTS),
-                    store::insert_event(conn, &new_event, None),
-                )?;
-                let membership = match content.get("membership").and_then(Value::as_str) {
-                    Some(membership @ ("invite" | "knock")) => membership,
-                    _ => return Err(Error::internal("neither an invite nor a knock")),
+                let Ok(hash) = ruma::signatures::reference_hash(&object, &rules) else {
+                    continue;
                 };
-                membership_store::set_membership(
-                    conn,
-                    room,
-                    invitee,
-                    membership,
-                    content.get("displayname").and_then(Value::as_str),
-                    invite_id,
-                )
-                .await?;
-                store::notify(conn, notifier::USER_CHANNEL, invitee).await?;
-                Ok(true)
-            })
+                let event_id = format!("${hash}");
+                let kind = event["type"].as_str().unwrap_or_default().to_owned();
+                let key = event["state_key"].as_str().unwrap_or_default().to_owned();
+                if kind == "m.room.member" && key == invitee {
+                    continue;
+                }
+                if kind == "m.room.create" {
+                    creator = event["sender"].as_str().unwrap_or(&creator).to_owned();
+                }
+                dag::insert_outlier(conn, &event_id, room, event).await?;
+                entries.push((kind, key, event_id));
+            }
+            let invite_id = invite.event_id.as_str();
+            entries.push((
+                "m.room.member".into(),
+                invitee.to_owned(),
+                invite_id.to_owned(),
+            ));
+            let refs: Vec<(&str, &str, &str)> = entries
+                .iter()
+                .map(|(k, s, e)| (k.as_str(), s.as_str(), e.as_str()))
+                .collect();
+            let (group, _) = state_store::insert_state_snapshot(conn, room, None, &refs).await?;
+            if store::get_room(conn, room).await?.is_none() {
+                store::insert_room(conn, room, version.as_str(), &creator, group, now_ms()).await?;
+            }
+            let new_event = store::NewEvent {
+                event_id: invite_id,
+                room_id: room,
+                depth: invite.depth,
+                sender: invite.sender.as_str(),
+                event_type: "m.room.member",
+                state_key: Some(invitee),
+                origin_server_ts: i64::from(invite.origin_server_ts.get()),
+                pdu: json,
+                state_group: group,
+            };
+            if dag::event_exists(conn, invite_id).await? {
+                return Ok(false);
+            }
+            let content = invite.content_value();
+            tokio::try_join!(
+                streams::next_position(conn, streams::EVENTS),
+                store::insert_event(conn, &new_event, None),
+            )?;
+            let membership = match content.get("membership").and_then(Value::as_str) {
+                Some(membership @ ("invite" | "knock")) => membership,
+                _ => return Err(Error::internal("neither an invite nor a knock")),
+            };
+            membership_store::set_membership(
+                conn,
+                room,
+                invitee,
+                membership,
+                content.get("displayname").and_then(Value::as_str),
+                invite_id,
+            )
             .await?;
+            store::notify(conn, notifier::USER_CHANNEL, invitee).await?;
+            Ok(true)
+        })
+        .await?;
         crate::metrics::metrics().events_persisted("federation", u64::from(stored));
         Ok(())
     }
@@ -375,8 +368,7 @@ impl Rooms {
     ) -> Result<()> {
         let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            let conn = &*conn;
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             lock_room(conn, room_id).await?;
             let room = room_id.as_str();
             let room_row = store::get_room(conn, room)
@@ -450,8 +442,7 @@ impl Rooms {
     ) -> Result<()> {
         let _room_lock = self.locks.lock(room_id).await;
         let mut conn = self.db.conn().await?;
-        conn.transaction::<_, Error, _>(async |conn| {
-            let conn = &*conn;
+        crate::storage::transaction::transaction(&mut conn, async |conn| {
             lock_room(conn, room_id).await?;
             let group = store::get_state_event(conn, replaced)
                 .await?

@@ -1,7 +1,6 @@
 //! Room upgrades: a new room of another version carries the old room's state over, and the
 //! old room gets a tombstone pointing at it. Everything happens in one transaction.
 
-use diesel_async::AsyncConnection;
 use ruma::{OwnedRoomId, OwnedUserId, RoomId, RoomVersionId, UserId};
 use serde_json::{json, Value};
 
@@ -94,7 +93,7 @@ impl Rooms {
         let profile = self.member_profile(&conn, user_id).await?;
         let server_name = &*self.config.server_name;
 
-        let (new_room, persisted) = conn.transaction::<_, Error, _>(async |conn| {
+        let (new_room, persisted) = crate::storage::transaction::transaction(&mut conn, async |conn| {
             // The replacement room.
             let room_id = (!new_rules.authorization.room_create_event_id_as_room_id).then(|| self.random_room_id());
             // Both rooms' events at provisional positions, made real in one step before commit.

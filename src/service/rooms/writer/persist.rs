@@ -1,6 +1,6 @@
 //! The last step of an append: the built event's statements, sent together in one pipeline
 //! (its row and stream position, relation, push actions, extremities, client transaction,
-//! state, a redaction's target and the notifications delivered at commit).
+//! state, a redaction's target, and the notifications sent once the transaction commits).
 
 use ruma::{RoomId, UserId};
 
@@ -21,7 +21,7 @@ impl RoomWriter<'_> {
     /// Writes the event at its stream position (taken here, or the next provisional one of a
     /// multi-event transaction) with all it changes: its relation, push actions, the room's
     /// extremities, the client transaction, the state, a redaction's target, and the
-    /// notifications delivered at commit. The statements go out together, so readers are held
+    /// notifications sent once the transaction commits. The statements go out together, so readers are held
     /// below the position only from this one round trip to the commit. Returns the position.
     pub(super) async fn write(
         &self,

@@ -16,7 +16,6 @@ use std::{
 };
 
 use actix_web::http::StatusCode;
-use diesel_async::AsyncConnection;
 
 use super::model::{RequiredState, RoomConfig};
 use crate::{
@@ -199,65 +198,62 @@ pub async fn open(
             }
         }
     }
-    pooled
-        .transaction::<_, Error, _>(async |conn| {
-            let fresh = async |conn: &mut diesel_async::AsyncPgConnection| -> Result<Connection> {
-                store::delete_connection(conn, user_id, device_id, conn_id).await?;
-                if !stateful {
-                    return Ok(Connection {
-                        conn_key: None,
-                        base_version: 0,
-                        rooms: Arc::default(),
-                    });
-                }
-                store::delete_unused_since(conn, now - CONNECTION_EXPIRY_MS).await?;
-                let version = store::next_version(conn).await?;
-                let conn_key =
-                    store::create_connection(conn, (user_id, device_id, conn_id), version, now)
-                        .await?;
-                store::trim_device_connections(conn, user_id, device_id, CONNECTIONS_PER_DEVICE)
-                    .await?;
-                Ok(Connection {
-                    conn_key: Some(conn_key),
-                    base_version: version,
+    crate::storage::transaction::transaction(&mut pooled, async |conn| {
+        let fresh = async |conn: &diesel_async::AsyncPgConnection| -> Result<Connection> {
+            store::delete_connection(conn, user_id, device_id, conn_id).await?;
+            if !stateful {
+                return Ok(Connection {
+                    conn_key: None,
+                    base_version: 0,
                     rooms: Arc::default(),
-                })
-            };
-            let Some(pos) = pos.filter(|p| p.version != 0) else {
-                return fresh(conn).await;
-            };
-            let row = store::lock_connection(conn, user_id, device_id, conn_id)
-                .await?
-                .ok_or_else(|| unknown_pos("Unknown position"))?;
-            if row.last_used_ts < now - CONNECTION_EXPIRY_MS {
-                store::delete_connection(conn, user_id, device_id, conn_id).await?;
-                return Err(unknown_pos("The connection expired"));
+                });
             }
-            if row.pending_versions.contains(&pos.version) {
-                store::acknowledge(conn, row.conn_key, (row.base_version, pos.version), now)
-                    .await?;
-            } else if pos.version == row.base_version {
-                if !row.pending_versions.is_empty() || row.last_used_ts < now - TOUCH_EVERY_MS {
-                    store::drop_pending(conn, row.conn_key, row.base_version, now).await?;
-                }
-            } else {
-                return Err(unknown_pos("Unknown position"));
-            }
-            let rooms = match cache.get(row.conn_key, pos.version) {
-                Some(rooms) => rooms,
-                None => {
-                    let rooms = Arc::new(load_rooms(conn, row.conn_key, pos.version).await?);
-                    cache.put(row.conn_key, pos.version, rooms.clone(), pos.version);
-                    rooms
-                }
-            };
+            store::delete_unused_since(conn, now - CONNECTION_EXPIRY_MS).await?;
+            let version = store::next_version(conn).await?;
+            let conn_key =
+                store::create_connection(conn, (user_id, device_id, conn_id), version, now).await?;
+            store::trim_device_connections(conn, user_id, device_id, CONNECTIONS_PER_DEVICE)
+                .await?;
             Ok(Connection {
-                conn_key: Some(row.conn_key),
-                base_version: pos.version,
-                rooms,
+                conn_key: Some(conn_key),
+                base_version: version,
+                rooms: Arc::default(),
             })
+        };
+        let Some(pos) = pos.filter(|p| p.version != 0) else {
+            return fresh(conn).await;
+        };
+        let row = store::lock_connection(conn, user_id, device_id, conn_id)
+            .await?
+            .ok_or_else(|| unknown_pos("Unknown position"))?;
+        if row.last_used_ts < now - CONNECTION_EXPIRY_MS {
+            store::delete_connection(conn, user_id, device_id, conn_id).await?;
+            return Err(unknown_pos("The connection expired"));
+        }
+        if row.pending_versions.contains(&pos.version) {
+            store::acknowledge(conn, row.conn_key, (row.base_version, pos.version), now).await?;
+        } else if pos.version == row.base_version {
+            if !row.pending_versions.is_empty() || row.last_used_ts < now - TOUCH_EVERY_MS {
+                store::drop_pending(conn, row.conn_key, row.base_version, now).await?;
+            }
+        } else {
+            return Err(unknown_pos("Unknown position"));
+        }
+        let rooms = match cache.get(row.conn_key, pos.version) {
+            Some(rooms) => rooms,
+            None => {
+                let rooms = Arc::new(load_rooms(conn, row.conn_key, pos.version).await?);
+                cache.put(row.conn_key, pos.version, rooms.clone(), pos.version);
+                rooms
+            }
+        };
+        Ok(Connection {
+            conn_key: Some(row.conn_key),
+            base_version: pos.version,
+            rooms,
         })
-        .await
+    })
+    .await
 }
 
 /// A connection's statuses at its base version, read from the database.
