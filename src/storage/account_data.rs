@@ -1,6 +1,9 @@
 //! Account data (global and per room) and stored filters.
 
-use diesel::prelude::*;
+use diesel::{
+    prelude::*,
+    sql_types::{BigInt, Jsonb, Text},
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
 
@@ -24,8 +27,9 @@ pub async fn get_account_data(
         .optional()
 }
 
-/// Sets an account-data entry at a new stream position. Run it inside a transaction: the
-/// stream counter stays locked until commit, so positions become visible in order.
+/// Sets an account-data entry at a new stream position, taken and written in one statement
+/// (one round trip). Run it inside a transaction: the position stays held until commit, so
+/// positions become visible in order.
 pub async fn set_account_data(
     mut conn: &AsyncPgConnection,
     user_id: &str,
@@ -33,28 +37,27 @@ pub async fn set_account_data(
     data_type: &str,
     content: &Value,
 ) -> QueryResult<i64> {
-    let position = super::streams::next_position(conn, super::streams::ACCOUNT_DATA).await?;
-    diesel::insert_into(account_data::table)
-        .values((
-            account_data::user_id.eq(user_id),
-            account_data::room_id.eq(room_id),
-            account_data::data_type.eq(data_type),
-            account_data::content.eq(content),
-            account_data::stream_ordering.eq(position),
-        ))
-        .on_conflict((
-            account_data::user_id,
-            account_data::room_id,
-            account_data::data_type,
-        ))
-        .do_update()
-        .set((
-            account_data::content.eq(content),
-            account_data::stream_ordering.eq(position),
-        ))
-        .execute(&mut conn)
-        .await?;
-    Ok(position)
+    let stored: StoredAt = super::cached_sql(
+        "INSERT INTO account_data (user_id, room_id, data_type, content, stream_ordering) \
+         VALUES ($1, $2, $3, $4, (myelin_take_positions($5, 1))[1]) \
+         ON CONFLICT (user_id, room_id, data_type) DO UPDATE \
+         SET content = excluded.content, stream_ordering = excluded.stream_ordering \
+         RETURNING stream_ordering",
+    )
+    .bind::<Text, _>(user_id)
+    .bind::<Text, _>(room_id)
+    .bind::<Text, _>(data_type)
+    .bind::<Jsonb, _>(content)
+    .bind::<Text, _>(super::streams::ACCOUNT_DATA)
+    .get_result(&mut conn)
+    .await?;
+    Ok(stored.stream_ordering)
+}
+
+#[derive(QueryableByName)]
+struct StoredAt {
+    #[diesel(sql_type = BigInt)]
+    stream_ordering: i64,
 }
 
 /// Stores a filter and returns its ID.

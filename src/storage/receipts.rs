@@ -1,6 +1,9 @@
 //! Read receipts.
 
-use diesel::{prelude::*, upsert::excluded};
+use diesel::{
+    prelude::*,
+    sql_types::{BigInt, Text},
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::schema::receipts;
@@ -41,58 +44,35 @@ pub struct NewReceipt<'a> {
     pub ts: i64,
 }
 
-/// Stores a receipt unless the user's existing one points at a later event; returns whether
-/// it moved. Run inside a transaction: the position bump serialises commits.
+/// Stores a receipt unless the user's existing one points at the same or a later event;
+/// returns whether it moved. One statement: the receipt's stream position is taken only when
+/// it moves. Run inside a transaction: the position stays held until commit.
 pub async fn set_receipt(
     mut conn: &AsyncPgConnection,
     receipt: &NewReceipt<'_>,
 ) -> QueryResult<bool> {
-    let current: Option<i64> = receipts::table
-        .find((
-            receipt.room_id,
-            receipt.user_id,
-            receipt.receipt_type,
-            receipt.thread_id,
-        ))
-        .select(receipts::event_stream)
-        .for_update()
-        .first(&mut conn)
-        .await
-        .optional()?;
-    if current.is_some_and(|existing| existing >= receipt.event_stream) {
-        return Ok(false);
-    }
-    let position = super::streams::next_position(conn, super::streams::RECEIPTS).await?;
-    let upsert = diesel::insert_into(receipts::table)
-        .values((
-            receipts::room_id.eq(receipt.room_id),
-            receipts::user_id.eq(receipt.user_id),
-            receipts::receipt_type.eq(receipt.receipt_type),
-            receipts::thread_id.eq(receipt.thread_id),
-            receipts::event_id.eq(receipt.event_id),
-            receipts::event_stream.eq(receipt.event_stream),
-            receipts::ts.eq(receipt.ts),
-            receipts::stream_ordering.eq(position),
-        ))
-        .on_conflict((
-            receipts::room_id,
-            receipts::user_id,
-            receipts::receipt_type,
-            receipts::thread_id,
-        ))
-        .do_update()
-        .set((
-            receipts::event_id.eq(receipt.event_id),
-            receipts::event_stream.eq(receipt.event_stream),
-            receipts::ts.eq(receipt.ts),
-            receipts::stream_ordering.eq(position),
-        ));
-    // Two first receipts race past the lock above (there is no row to lock yet): the later
-    // commit must not move the receipt back.
-    let stored = diesel::query_dsl::methods::FilterDsl::filter(
-        upsert,
-        receipts::event_stream.lt(excluded(receipts::event_stream)),
+    // Two receipts racing for one key: the later commit re-checks the conflict's condition
+    // against the row the earlier one wrote, so a receipt never moves back.
+    let stored = super::cached_sql(
+        "INSERT INTO receipts (room_id, user_id, receipt_type, thread_id, event_id, event_stream, \
+                               ts, stream_ordering) \
+         SELECT $1, $2, $3, $4, $5, $6, $7, (myelin_take_positions($8, 1))[1] \
+          WHERE NOT EXISTS (SELECT 1 FROM receipts \
+                             WHERE room_id = $1 AND user_id = $2 AND receipt_type = $3 \
+                               AND thread_id = $4 AND event_stream >= $6) \
+         ON CONFLICT (room_id, user_id, receipt_type, thread_id) DO UPDATE \
+         SET event_id = excluded.event_id, event_stream = excluded.event_stream, \
+             ts = excluded.ts, stream_ordering = excluded.stream_ordering \
+         WHERE receipts.event_stream < excluded.event_stream",
     )
+    .bind::<Text, _>(receipt.room_id)
+    .bind::<Text, _>(receipt.user_id)
+    .bind::<Text, _>(receipt.receipt_type)
+    .bind::<Text, _>(receipt.thread_id)
+    .bind::<Text, _>(receipt.event_id)
+    .bind::<BigInt, _>(receipt.event_stream)
+    .bind::<BigInt, _>(receipt.ts)
+    .bind::<Text, _>(super::streams::RECEIPTS)
     .execute(&mut conn)
     .await?;
     Ok(stored > 0)

@@ -14,7 +14,10 @@ use ruma::{OwnedServerName, UserId};
 use serde_json::{json, Value};
 
 use super::sender::Sender;
-use crate::{error::Result, storage::room_servers};
+use crate::{
+    error::Result,
+    storage::{receipts::NewReceipt, room_servers},
+};
 
 /// A local user still typing has their typing sent again after this long (receivers forget
 /// remote typing after 60 s, Synapse's, or 30 s, the shortest in use).
@@ -47,17 +50,31 @@ impl Sender {
         self.enabled() && user.server_name() == self.origin()
     }
 
-    /// Queues an EDU for every other server with a joined member in the room.
-    async fn queue_for_room(
+    /// The servers a room's EDUs about `user` go to: every other server with a joined member
+    /// in the room; none when federation is off or `user` is not ours.
+    pub async fn room_destinations(
         &self,
         conn: &AsyncPgConnection,
         room_id: &str,
+        user: &UserId,
+    ) -> Result<BTreeSet<OwnedServerName>> {
+        if !self.speaks_for(user) {
+            return Ok(BTreeSet::new());
+        }
+        let joined = room_servers::get_one_joined_member_per_server(conn, room_id).await?;
+        Ok(servers_of(&joined, self.origin()))
+    }
+
+    /// Queues an EDU for each of `destinations`.
+    async fn queue_for(
+        &self,
+        conn: &AsyncPgConnection,
+        destinations: &BTreeSet<OwnedServerName>,
         edu_type: &str,
         content: &Value,
     ) -> Result<()> {
-        let joined = room_servers::get_one_joined_member_per_server(conn, room_id).await?;
-        for server in servers_of(&joined, self.origin()) {
-            self.queue_edu(conn, &server, edu_type, content).await?;
+        for server in destinations {
+            self.queue_edu(conn, server, edu_type, content).await?;
         }
         Ok(())
     }
@@ -86,35 +103,33 @@ impl Sender {
         user: &UserId,
         typing: bool,
     ) -> Result<()> {
-        if !self.speaks_for(user) {
-            return Ok(());
-        }
+        let destinations = self.room_destinations(conn, room_id, user).await?;
         let content = json!({ "room_id": room_id, "user_id": user, "typing": typing });
-        self.queue_for_room(conn, room_id, TYPING, &content).await
+        self.queue_for(conn, &destinations, TYPING, &content).await
     }
 
-    /// `m.receipt` for a local user's public read receipt (`m.read`); `thread` is `""` for an
-    /// unthreaded receipt, else `main` or the thread root, carried in `data.thread_id`.
+    /// `m.receipt` for a local user's public read receipt (`m.read`) to the room's
+    /// [`Self::room_destinations`], read beforehand. A threaded receipt's thread (`main` or
+    /// the thread root) is carried in `data.thread_id`.
     pub async fn queue_read_receipt(
         &self,
         conn: &AsyncPgConnection,
-        room_id: &str,
-        user: &UserId,
-        event_id: &str,
-        thread: &str,
-        ts: i64,
+        destinations: &BTreeSet<OwnedServerName>,
+        receipt: &NewReceipt<'_>,
     ) -> Result<()> {
-        if !self.speaks_for(user) {
+        if destinations.is_empty() {
             return Ok(());
         }
-        let mut data = json!({ "ts": ts });
-        if !thread.is_empty() {
-            data["thread_id"] = Value::from(thread);
+        let mut data = json!({ "ts": receipt.ts });
+        if !receipt.thread_id.is_empty() {
+            data["thread_id"] = Value::from(receipt.thread_id);
         }
         let content = json!({
-            room_id: { "m.read": { user.as_str(): { "event_ids": [event_id], "data": data } } }
+            receipt.room_id: {
+                "m.read": { receipt.user_id: { "event_ids": [receipt.event_id], "data": data } }
+            }
         });
-        self.queue_for_room(conn, room_id, RECEIPT, &content).await
+        self.queue_for(conn, destinations, RECEIPT, &content).await
     }
 
     /// `m.presence` for a local user: `presence` is the user's presence content as clients

@@ -10,7 +10,7 @@ use crate::{
     error::{Error, Result},
     service::notifier::{ROOM_CHANNEL, USER_CHANNEL},
     storage::{
-        account_data, now_ms,
+        account_data, memberships, now_ms,
         receipts::{self as store, NewReceipt},
         rooms,
     },
@@ -98,18 +98,18 @@ impl Rooms {
         event_ids.sort_unstable();
         event_ids.dedup();
         let mut conn = self.db.conn().await?;
-        let (joined, events) = tokio::try_join!(
-            self.is_joined(&conn, room_id, user_id),
+        let (membership, events) = tokio::try_join!(
+            memberships::get_membership_position(&conn, room_id.as_str(), user_id.as_str()),
             futures_util::future::try_join_all(
                 event_ids.iter().map(|id| rooms::get_event(&conn, id))
-            )
-            .map_err(Error::from),
+            ),
         )?;
-        if !joined {
+        let Some((membership, since)) = membership.filter(|(m, _)| m == "join") else {
             return Err(Error::forbidden("You are not in this room"));
-        }
+        };
         let mut positions = std::collections::HashMap::new();
         let mut visibility = Visibility::new(user_id);
+        visibility.know_membership(room_id.as_str(), &membership, since);
         for (id, event) in event_ids.iter().zip(events) {
             let event = event
                 .filter(|e| e.room_id == room_id.as_str())
@@ -169,19 +169,27 @@ impl Rooms {
         user_id: &UserId,
         receipt: &NewReceipt<'_>,
     ) -> Result<()> {
-        if !store::set_receipt(conn, receipt).await? {
+        let public = receipt.receipt_type == "m.read";
+        // Where a public receipt goes is read beside the write, in its round trip.
+        let (moved, destinations) = tokio::try_join!(
+            store::set_receipt(conn, receipt).map_err(Error::from),
+            async {
+                match public {
+                    true => {
+                        self.federation
+                            .room_destinations(conn, receipt.room_id, user_id)
+                            .await
+                    }
+                    false => Ok(Default::default()),
+                }
+            }
+        )?;
+        if !moved {
             return Ok(());
         }
-        if receipt.receipt_type == "m.read" {
+        if public {
             self.federation
-                .queue_read_receipt(
-                    conn,
-                    receipt.room_id,
-                    user_id,
-                    receipt.event_id,
-                    receipt.thread_id,
-                    receipt.ts,
-                )
+                .queue_read_receipt(conn, &destinations, receipt)
                 .await?;
             rooms::notify(conn, ROOM_CHANNEL, receipt.room_id).await?;
         } else {
