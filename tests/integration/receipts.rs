@@ -17,6 +17,26 @@ fn receipts(sync: &Value, room: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// Sends a text message; its event ID.
+async fn send(client: &Client, room: &str, txn: &str, text: &str) -> String {
+    client.send_text(room, txn, text).await.ok()["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The user's `m.fully_read` marker in a room.
+async fn fully_read(client: &Client, localpart: &str, room: &str) -> Value {
+    client
+        .get(&format!(
+            "/_matrix/client/v3/user/{}/rooms/{}/account_data/m.fully_read",
+            enc(&user_id(localpart)),
+            enc(room)
+        ))
+        .await
+        .ok()
+}
+
 async fn receipt(
     client: &Client,
     room: &str,
@@ -38,14 +58,8 @@ async fn public_receipts_reach_members_and_private_ones_only_their_owner() {
     let bob = server.register("bob").await;
     let room = alice.create_room(json!({ "preset": "public_chat" })).await;
     bob.join(&room).await.ok();
-    let first = alice.send_text(&room, "1", "one").await.ok()["event_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let second = alice.send_text(&room, "2", "two").await.ok()["event_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let first = send(&alice, &room, "1", "one").await;
+    let second = send(&alice, &room, "2", "two").await;
     let alice_since = alice.next_batch().await;
     let bob_since = bob.next_batch().await;
 
@@ -89,10 +103,7 @@ async fn read_markers_set_fully_read_and_receipts() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
     let room = alice.create_room(json!({})).await;
-    let event = alice.send_text(&room, "1", "one").await.ok()["event_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let event = send(&alice, &room, "1", "one").await;
     let since = alice.next_batch().await;
     let path = format!("/_matrix/client/v3/rooms/{}/read_markers", enc(&room));
     alice
@@ -110,14 +121,7 @@ async fn read_markers_set_fully_read_and_receipts() {
         .iter()
         .any(|e| e["type"] == "m.fully_read" && e["content"]["event_id"] == event.as_str()));
     assert_eq!(receipts(&sync, &room).len(), 1);
-    let marker = alice
-        .get(&format!(
-            "/_matrix/client/v3/user/{}/rooms/{}/account_data/m.fully_read",
-            enc(&user_id("alice")),
-            enc(&room)
-        ))
-        .await
-        .ok();
+    let marker = fully_read(&alice, "alice", &room).await;
     assert_eq!(marker["event_id"], event.as_str());
 }
 
@@ -128,14 +132,8 @@ async fn read_markers_naming_an_unknown_event_change_nothing() {
     let server = TestServer::start().await;
     let alice = server.register("alice").await;
     let room = alice.create_room(json!({})).await;
-    let first = alice.send_text(&room, "1", "one").await.ok()["event_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let second = alice.send_text(&room, "2", "two").await.ok()["event_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let first = send(&alice, &room, "1", "one").await;
+    let second = send(&alice, &room, "2", "two").await;
     let path = format!("/_matrix/client/v3/rooms/{}/read_markers", enc(&room));
     alice
         .post(&path, json!({ "m.fully_read": first, "m.read": first }))
@@ -151,14 +149,7 @@ async fn read_markers_naming_an_unknown_event_change_nothing() {
             .await
             .assert_error(404, "M_NOT_FOUND");
     }
-    let marker = alice
-        .get(&format!(
-            "/_matrix/client/v3/user/{}/rooms/{}/account_data/m.fully_read",
-            enc(&user_id("alice")),
-            enc(&room)
-        ))
-        .await
-        .ok();
+    let marker = fully_read(&alice, "alice", &room).await;
     assert_eq!(marker["event_id"], first.as_str());
     let sync = alice.sync(None, 0, None).await;
     let read = receipts(&sync, &room);
@@ -176,10 +167,7 @@ async fn bad_receipts_get_matrix_errors() {
     let alice = server.register("alice").await;
     let outsider = server.register("outsider").await;
     let room = alice.create_room(json!({})).await;
-    let event = alice.send_text(&room, "1", "one").await.ok()["event_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let event = send(&alice, &room, "1", "one").await;
     receipt(&alice, &room, "m.read", "$unknown")
         .await
         .assert_error(404, "M_NOT_FOUND");
