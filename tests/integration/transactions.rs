@@ -5,14 +5,20 @@
 
 use std::time::Duration;
 
-use diesel::{sql_types::BigInt, QueryableByName};
+use diesel::{
+    sql_types::{BigInt, Text},
+    QueryableByName,
+};
 use diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager,
 };
 use futures_util::StreamExt;
 use myelin::{
     error::Error,
-    storage::{rooms::notify, transaction::transaction},
+    storage::{
+        rooms::{get_current_state_events, notify},
+        transaction::{room_write, transaction},
+    },
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio_postgres::{AsyncMessage, NoTls};
@@ -236,5 +242,76 @@ async fn a_transaction_inside_another_is_refused_and_the_outer_one_stays_whole()
         rows(&mut conn).await,
         0,
         "the outer transaction's rollback undid its insert"
+    );
+}
+
+#[derive(QueryableByName, Debug, PartialEq)]
+struct Plans {
+    #[diesel(sql_type = BigInt)]
+    generic_plans: i64,
+    #[diesel(sql_type = BigInt)]
+    custom_plans: i64,
+}
+
+/// How often this connection's prepared statement containing `fragment` ran with a plan made
+/// once (generic) and with one made for the call's values (custom).
+async fn plans(conn: &mut AsyncPgConnection, fragment: &str) -> Plans {
+    diesel::sql_query(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements \
+         WHERE strpos(statement, $1) > 0",
+    )
+    .bind::<Text, _>(fragment)
+    .get_result(conn)
+    .await
+    .unwrap()
+}
+
+/// The room state's lookup takes its keys as arrays, so PostgreSQL, left to choose, plans it
+/// again at every call; in a room write (every send) it is planned once per connection. The
+/// setting ends with the room write's transaction.
+#[tokio::test]
+async fn a_room_writes_statements_are_planned_once_and_other_transactions_as_postgresql_chooses() {
+    let db = TestDb::new().await;
+    let lookup = async |conn: &AsyncPgConnection| {
+        get_current_state_events(conn, "!room:localhost:8448", &[("m.room.create", "")]).await?;
+        Ok::<_, Error>(())
+    };
+    let statement = "unnest($2::TEXT[], $3::TEXT[])";
+
+    let mut writer = AsyncPgConnection::establish(&db.url).await.unwrap();
+    for _ in 0..8 {
+        room_write(&mut writer, lookup).await.unwrap();
+    }
+    assert_eq!(
+        plans(&mut writer, statement).await,
+        Plans {
+            generic_plans: 8,
+            custom_plans: 0
+        },
+        "a room write's statement planned at every call"
+    );
+    #[derive(QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = Text)]
+        plan_cache_mode: String,
+    }
+    let after: Setting =
+        diesel::sql_query("SELECT current_setting('plan_cache_mode') AS plan_cache_mode")
+            .get_result(&mut writer)
+            .await
+            .unwrap();
+    assert_eq!(
+        after.plan_cache_mode, "auto",
+        "the setting outlived the room write"
+    );
+
+    let mut other = AsyncPgConnection::establish(&db.url).await.unwrap();
+    for _ in 0..8 {
+        transaction(&mut other, lookup).await.unwrap();
+    }
+    assert_eq!(
+        plans(&mut other, statement).await.custom_plans,
+        8,
+        "PostgreSQL's own choice: a plan for each call's values"
     );
 }

@@ -121,7 +121,7 @@ impl Rooms {
         let prefetch = common_auth_keys(user, member_target);
         let limited = self.is_rate_limited(sender);
         let transaction_started = std::time::Instant::now();
-        let result = crate::storage::transaction::transaction(&mut conn, async |conn| {
+        let result = crate::storage::transaction::room_write(&mut conn, async |conn| {
             // A retry, a shadow-banned sender, or what limits the sender's rate, is found
             // in the same round trip as the room's lock and state: most sends are neither.
             // So is what push rules need of the room, read as it is before the event.
