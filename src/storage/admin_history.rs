@@ -81,10 +81,15 @@ pub async fn purge_history(
             .execute(&mut conn)
             .await?;
     }
-    // Push actions name their event by its position (and it is deleted below, so first).
+    // Push actions name their event by its position (and it is deleted below, so first). The
+    // room's redaction count moves as for a redaction: unread counts kept from before no
+    // longer hold.
     diesel::sql_query(format!(
-        "DELETE FROM event_push_actions WHERE stream_ordering IN \
-         (SELECT stream_ordering FROM events WHERE room_id = $1 AND event_id IN {DELETED})"
+        "WITH deleted AS ( \
+             DELETE FROM event_push_actions WHERE stream_ordering IN \
+             (SELECT stream_ordering FROM events WHERE room_id = $1 AND event_id IN {DELETED}) \
+         ) \
+         UPDATE rooms SET redactions = redactions + 1 WHERE room_id = $1"
     ))
     .bind::<Text, _>(room_id)
     .execute(&mut conn)

@@ -487,6 +487,8 @@ pub async fn purge_room(mut conn: &AsyncPgConnection, room_id: &str) -> QueryRes
         "DELETE FROM event_push_actions \
          WHERE stream_ordering IN (SELECT stream_ordering FROM events WHERE room_id = $1)",
         "DELETE FROM receipts WHERE room_id = $1",
+        "DELETE FROM unread_count_summaries \
+         WHERE room_nid = (SELECT nid FROM rooms WHERE room_id = $1)",
         "DELETE FROM event_relations WHERE room_id = $1",
         "DELETE FROM delayed_events WHERE room_id = $1",
         "DELETE FROM sliding_sync_rooms WHERE room_id = $1",

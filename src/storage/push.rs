@@ -238,16 +238,24 @@ pub async fn delete_for_event(mut conn: &AsyncPgConnection, event_id: &str) -> Q
     .map(drop)
 }
 
-/// A member who leaves has nothing unread in the room any more.
+/// A member who leaves has nothing unread in the room any more: their push actions and their
+/// summary of them go. (A summary a sync kept meanwhile from before the leave no longer holds
+/// either: it was counted before the member's next membership.)
 pub async fn delete_for_user_room(
     mut conn: &AsyncPgConnection,
     user_id: &str,
     room_id: &str,
 ) -> QueryResult<()> {
     super::cached_sql(
-        "DELETE FROM event_push_actions \
-         WHERE user_nid = (SELECT nid FROM users WHERE user_id = $1) \
-           AND room_nid = (SELECT nid FROM rooms WHERE room_id = $2)",
+        "WITH member AS MATERIALIZED ( \
+             SELECT (SELECT nid FROM users WHERE user_id = $1) AS user_nid, \
+                    (SELECT nid FROM rooms WHERE room_id = $2) AS room_nid \
+         ), summary AS ( \
+             DELETE FROM unread_count_summaries s USING member m \
+             WHERE s.user_nid = m.user_nid AND s.room_nid = m.room_nid \
+         ) \
+         DELETE FROM event_push_actions a USING member m \
+         WHERE a.user_nid = m.user_nid AND a.room_nid = m.room_nid",
     )
     .bind::<Text, _>(user_id)
     .bind::<Text, _>(room_id)
@@ -402,19 +410,29 @@ const AFTER_READ_POSITION: &str = "n.stream_ordering > COALESCE((
 /// at read time from the push actions after the read position, so they are exact whatever
 /// order receipts and events commit in.
 ///
-/// Each room's actions are read by index from its read position on, not from the room's
-/// start: the main timeline's from its latest receipt, unthreaded or `main`; threads' (a
-/// partial index holds only their actions) from the latest unthreaded receipt, each then
-/// checked against its own thread's receipt. So a sync's cost follows what is unread, not
-/// the history a member has read. The plan is the same for any number of rooms (one indexed
-/// lookup each), so the statement is prepared once.
+/// The main timeline's counts start from the member's summary of the room when it still holds
+/// (`unread_count_summaries`, migration 000047): its counts, less what was read since it and
+/// plus what arrived since (or less what it counted past `up_to`), are the counts from the
+/// latest receipt, unthreaded or `main`. A summary no longer holds once a redaction or a purge
+/// took push actions away (the room's redaction count moved), or once the member left, whose
+/// actions went with them (it was counted before their current membership). Without one they
+/// are counted from the receipt, and when that read more than [`SUMMARY_AFTER`] actions the
+/// statement keeps the new counts as the member's summary (written in room order, so two
+/// syncs of one user never wait on each other's rows in a cycle). So a sync's cost follows
+/// what changed since the previous one, not how far behind the member is.
+///
+/// Threads' counts (a partial index holds only their actions) are read from the latest
+/// unthreaded receipt, each then checked against its own thread's receipt. The plan is the
+/// same for any number of rooms (one indexed lookup each), so the statement is prepared once.
 pub async fn get_unread_counts(
     mut conn: &AsyncPgConnection,
     user_id: &str,
     room_ids: &[String],
     up_to: i64,
 ) -> QueryResult<Vec<UnreadCounts>> {
-    super::cached_sql(UNREAD_COUNTS)
+    static SQL: LazyLock<String> =
+        LazyLock::new(|| UNREAD_COUNTS.replace("{SUMMARY_AFTER}", &SUMMARY_AFTER.to_string()));
+    super::cached_sql(SQL.as_str())
         .bind::<Text, _>(user_id)
         .bind::<Array<Text>, _>(room_ids)
         .bind::<BigInt, _>(up_to)
@@ -422,18 +440,91 @@ pub async fn get_unread_counts(
         .await
 }
 
+/// How many push actions a count must read before it is kept as the member's summary: fewer
+/// cost less to read again than to write.
+pub const SUMMARY_AFTER: i64 = 32;
+
 const UNREAD_COUNTS: &str = "
-    WITH read_up_to AS (
-        SELECT q.room_id,
-               (SELECT r.nid FROM rooms r WHERE r.room_id = q.room_id) AS room_nid,
-               COALESCE((SELECT MAX(r.event_stream) FROM receipts r
-                         WHERE r.room_id = q.room_id AND r.user_id = $1
-                           AND r.thread_id = ''), 0) AS everything,
-               COALESCE((SELECT MAX(r.event_stream) FROM receipts r
-                         WHERE r.room_id = q.room_id AND r.user_id = $1
-                           AND r.thread_id IN ('', 'main')), 0) AS main_timeline
+    WITH me AS MATERIALIZED (SELECT u.nid FROM users u WHERE u.user_id = $1 LIMIT 1),
+    read_up_to AS (
+        SELECT q.room_id, r.nid AS room_nid, r.redactions,
+               COALESCE((SELECT MAX(t.event_stream) FROM receipts t
+                         WHERE t.room_id = q.room_id AND t.user_id = $1
+                           AND t.thread_id = ''), 0) AS everything,
+               COALESCE((SELECT MAX(t.event_stream) FROM receipts t
+                         WHERE t.room_id = q.room_id AND t.user_id = $1
+                           AND t.thread_id IN ('', 'main')), 0) AS main_timeline
         FROM unnest($2::TEXT[]) AS q (room_id)
+        CROSS JOIN LATERAL (
+            SELECT r.nid, r.redactions FROM rooms r WHERE r.room_id = q.room_id LIMIT 1
+        ) r
+    ),
+    main_from AS (
+        SELECT p.room_id, p.room_nid, p.redactions, p.main_timeline AS read_to,
+               s.read_from, s.counted_to, s.notifications, s.highlights, s.unread,
+               COALESCE(s.redactions = p.redactions
+                        AND s.read_from <= p.main_timeline AND p.main_timeline < s.counted_to
+                        AND s.counted_to >= (SELECT m.stream_ordering FROM room_memberships m
+                                             WHERE m.room_id = p.room_id AND m.user_id = $1),
+                        FALSE) AS from_summary
+        FROM read_up_to p
+        LEFT JOIN LATERAL (
+            SELECT s.* FROM unread_count_summaries s
+            WHERE s.user_nid = (SELECT nid FROM me) AND s.room_nid = p.room_nid LIMIT 1
+        ) s ON TRUE
+    ),
+    main_counted AS (
+        SELECT m.room_id, m.room_nid, m.redactions, m.read_to,
+               CASE WHEN m.from_summary THEN m.notifications ELSE 0 END
+                   + SUM(i.sign * c.notifications)::int8 AS notifications,
+               CASE WHEN m.from_summary THEN m.highlights ELSE 0 END
+                   + SUM(i.sign * c.highlights)::int8 AS highlights,
+               CASE WHEN m.from_summary THEN m.unread ELSE 0 END
+                   + SUM(i.sign * c.unread)::int8 AS unread,
+               SUM(c.actions)::int8 AS actions_read
+        FROM main_from m
+        -- From a summary: what was read since, taken off; what arrived since, added (or what
+        -- it counted past this position, taken off). Otherwise: everything after the receipt.
+        CROSS JOIN LATERAL (VALUES
+            (CASE WHEN m.from_summary THEN m.read_from ELSE m.read_to END,
+             CASE WHEN m.from_summary THEN m.read_to ELSE $3 END,
+             CASE WHEN m.from_summary THEN -1 ELSE 1 END),
+            (CASE WHEN m.from_summary THEN LEAST(m.counted_to, $3) ELSE 0 END,
+             CASE WHEN m.from_summary THEN GREATEST(m.counted_to, $3) ELSE 0 END,
+             CASE WHEN m.counted_to <= $3 THEN 1 ELSE -1 END)
+        ) AS i (after, up_to, sign)
+        CROSS JOIN LATERAL (
+            SELECT COUNT(*) AS actions,
+                   COUNT(*) FILTER (WHERE a.notify) AS notifications,
+                   COUNT(*) FILTER (WHERE a.highlight) AS highlights,
+                   COUNT(*) FILTER (WHERE a.unread) AS unread
+            FROM event_push_actions a
+            WHERE a.user_nid = (SELECT nid FROM me) AND a.room_nid = m.room_nid
+              AND a.thread_id = '' AND a.stream_ordering > i.after AND a.stream_ordering <= i.up_to
+        ) c
+        GROUP BY m.room_id, m.room_nid, m.redactions, m.read_to, m.from_summary,
+                 m.notifications, m.highlights, m.unread
+    ),
+    kept AS (
+        INSERT INTO unread_count_summaries AS s
+            (user_nid, room_nid, read_from, counted_to, redactions, notifications, highlights,
+             unread)
+        SELECT (SELECT nid FROM me), c.room_nid, c.read_to, $3, c.redactions, c.notifications,
+               c.highlights, c.unread
+        FROM main_counted c
+        WHERE c.actions_read > {SUMMARY_AFTER} AND c.read_to < $3
+          AND (SELECT nid FROM me) IS NOT NULL
+        ORDER BY c.room_nid
+        ON CONFLICT (user_nid, room_nid) DO UPDATE
+        SET read_from = EXCLUDED.read_from, counted_to = EXCLUDED.counted_to,
+            redactions = EXCLUDED.redactions, notifications = EXCLUDED.notifications,
+            highlights = EXCLUDED.highlights, unread = EXCLUDED.unread
+        WHERE s.counted_to <= EXCLUDED.counted_to
     )
+    SELECT c.room_id, '' AS thread_id, c.notifications, c.highlights, c.unread
+    FROM main_counted c
+    WHERE c.notifications <> 0 OR c.highlights <> 0 OR c.unread <> 0
+    UNION ALL
     SELECT p.room_id, a.thread_id,
            COUNT(*) FILTER (WHERE a.notify) AS notifications,
            COUNT(*) FILTER (WHERE a.highlight) AS highlights,
@@ -442,18 +533,12 @@ const UNREAD_COUNTS: &str = "
     CROSS JOIN LATERAL (
         SELECT a.thread_id, a.notify, a.highlight, a.unread
         FROM event_push_actions a
-        WHERE a.user_nid = (SELECT u.nid FROM users u WHERE u.user_id = $1)
-          AND a.room_nid = p.room_nid AND a.thread_id = ''
-          AND a.stream_ordering > p.main_timeline AND a.stream_ordering <= $3
-        UNION ALL
-        SELECT a.thread_id, a.notify, a.highlight, a.unread
-        FROM event_push_actions a
-        WHERE a.user_nid = (SELECT u.nid FROM users u WHERE u.user_id = $1)
+        WHERE a.user_nid = (SELECT nid FROM me)
           AND a.room_nid = p.room_nid AND a.thread_id <> ''
           AND a.stream_ordering > p.everything AND a.stream_ordering <= $3
-          AND a.stream_ordering > COALESCE((SELECT MAX(r.event_stream) FROM receipts r
-                                            WHERE r.room_id = p.room_id AND r.user_id = $1
-                                              AND r.thread_id = a.thread_id), 0)
+          AND a.stream_ordering > COALESCE((SELECT MAX(t.event_stream) FROM receipts t
+                                            WHERE t.room_id = p.room_id AND t.user_id = $1
+                                              AND t.thread_id = a.thread_id), 0)
     ) a
     GROUP BY p.room_id, a.thread_id";
 

@@ -399,6 +399,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    unread_count_summaries (user_nid, room_nid) {
+        user_nid -> Int4,
+        room_nid -> Int4,
+        read_from -> Int8,
+        counted_to -> Int8,
+        redactions -> Int8,
+        notifications -> Int8,
+        highlights -> Int8,
+        unread -> Int8,
+    }
+}
+
+diesel::table! {
     openid_tokens (token_hash) {
         token_hash -> Bytea,
         user_id -> Text,
@@ -731,6 +744,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     to_device_inbox,
     to_device_txns,
     uia_sessions,
+    unread_count_summaries,
     user_membership_versions,
     user_reports,
     users,

@@ -23,7 +23,7 @@ async fn send(client: &Client, room: &str, text: &str) -> String {
 }
 
 /// Waits until the purge ends and returns its status.
-async fn finished(admin: &Client, purge: &Value) -> Value {
+pub(crate) async fn finished(admin: &Client, purge: &Value) -> Value {
     let path = format!(
         "/_synapse/admin/v1/purge_history_status/{}",
         purge["purge_id"].as_str().expect("a purge_id")

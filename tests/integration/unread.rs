@@ -619,3 +619,158 @@ async fn recomputed_counts_match_the_maintained_ones() {
     );
     assert!(check(false).status.success());
 }
+
+/// More messages than a count reads before it is kept as the member's summary
+/// (`storage::push::SUMMARY_AFTER`).
+const PAST_SUMMARY: usize = myelin::storage::push::SUMMARY_AFTER as usize + 20;
+
+/// Runs statements on the server's database (to stand in for a sync that raced a change).
+async fn sql(server: &TestServer, statements: &str) {
+    diesel_async::SimpleAsyncConnection::batch_execute(&mut server.db().await, statements)
+        .await
+        .unwrap();
+}
+
+/// The condition naming `client`'s summary of `room`.
+fn summary_of(client: &Client, room: &str) -> String {
+    format!(
+        "user_nid = (SELECT nid FROM users WHERE user_id = '{}') \
+         AND room_nid = (SELECT nid FROM rooms WHERE room_id = '{room}')",
+        client.user_id
+    )
+}
+
+/// Alice's messages `from..to`, their event IDs.
+async fn messages(alice: &Client, room: &str, range: std::ops::Range<usize>) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in range {
+        ids.push(text(alice, room, &format!("t{i}"), &format!("message {i}")).await);
+    }
+    ids
+}
+
+/// A count that read many push actions is kept, and the next counts start from it: what
+/// arrived since is added and what was read since taken off. A redaction or a history purge
+/// takes push actions away, so the counts kept before either no longer hold. (Each kept count
+/// is made wrong on purpose first, to tell a count started from it from a recount.)
+#[tokio::test]
+async fn a_kept_count_is_the_next_ones_start_until_push_actions_are_taken_away() {
+    let server = TestServer::start().await;
+    let admin = server.create_admin("root", "rootpassword").await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let n = PAST_SUMMARY as u64;
+    let mut ids = messages(&alice, &room, 0..PAST_SUMMARY).await;
+    assert_eq!(counts(&bob, &room).await, (n, 0, n));
+    let kept = |unread: u64| {
+        format!(
+            "SELECT COUNT(*) AS n FROM unread_count_summaries WHERE {} AND unread = {unread}",
+            summary_of(&bob, &room)
+        )
+    };
+    assert_eq!(server.count(&kept(n)).await, 1, "the count was not kept");
+    let skew = format!(
+        "UPDATE unread_count_summaries SET unread = unread + 1000 WHERE {}",
+        summary_of(&bob, &room)
+    );
+    sql(&server, &skew).await;
+    assert_eq!(counts(&bob, &room).await, (n, 0, n + 1000));
+    ids.extend(messages(&alice, &room, PAST_SUMMARY..PAST_SUMMARY + 3).await);
+    assert_eq!(counts(&bob, &room).await, (n + 3, 0, n + 1003));
+    receipt(&bob, &room, "m.read", &ids[9], None).await;
+    assert_eq!(counts(&bob, &room).await, (n - 7, 0, n + 993));
+
+    let redact = format!(
+        "/_matrix/client/v3/rooms/{}/redact/{}/x1",
+        enc(&room),
+        enc(&ids[20])
+    );
+    alice.put(&redact, json!({})).await.ok();
+    assert_eq!(counts(&bob, &room).await, (n - 8, 0, n - 8));
+    assert_counts_equal_a_recount(&server, &bob, &room, &[]).await;
+
+    // Kept again (the recount read more than enough), then a purge of the oldest ten unread.
+    assert_eq!(server.count(&kept(n - 8)).await, 1);
+    sql(&server, &skew).await;
+    let purge = admin
+        .post(
+            &format!(
+                "/_synapse/admin/v1/purge_history/{}/{}",
+                enc(&room),
+                enc(&ids[20])
+            ),
+            json!({ "delete_local_events": true }),
+        )
+        .await
+        .ok();
+    assert_eq!(
+        crate::admin_history::finished(&admin, &purge).await,
+        json!({ "status": "complete" })
+    );
+    let left = assert_counts_equal_a_recount(&server, &bob, &room, &[]).await;
+    assert_eq!(left as u64, n - 8 - 10);
+}
+
+/// A member's counts are kept while they are joined; leaving deletes them with the push
+/// actions, and a count a sync kept from before the leave (racing it) is not where the counts
+/// start after the member joins again.
+#[tokio::test]
+async fn a_count_kept_before_leaving_is_not_the_start_after_joining_again() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let n = PAST_SUMMARY as u64;
+    messages(&alice, &room, 0..PAST_SUMMARY).await;
+    assert_eq!(counts(&bob, &room).await, (n, 0, n));
+    let summary = summary_of(&bob, &room);
+    sql(
+        &server,
+        &format!("CREATE TABLE raced AS SELECT * FROM unread_count_summaries WHERE {summary}"),
+    )
+    .await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM raced").await, 1);
+    bob.room_action(&room, "leave", json!({})).await.ok();
+    let left = format!("SELECT COUNT(*) AS n FROM unread_count_summaries WHERE {summary}");
+    assert_eq!(server.count(&left).await, 0, "the count outlived the leave");
+    sql(
+        &server,
+        "INSERT INTO unread_count_summaries SELECT * FROM raced",
+    )
+    .await;
+    bob.join(&room).await.ok();
+    messages(&alice, &room, PAST_SUMMARY..PAST_SUMMARY + 2).await;
+    assert_eq!(counts(&bob, &room).await, (2, 0, 2));
+}
+
+/// Counts as of a position before the kept count's own take off what it counted past that
+/// position, and leave the kept count as it was.
+#[tokio::test]
+async fn counts_as_of_an_earlier_position_than_the_kept_count() {
+    let server = TestServer::start().await;
+    let (alice, bob, room) = two_person_room(&server).await;
+    let n = PAST_SUMMARY as u64;
+    let ids = messages(&alice, &room, 0..PAST_SUMMARY).await;
+    assert_eq!(counts(&bob, &room).await, (n, 0, n));
+    let position =
+        |event: &str| format!("SELECT stream_ordering AS n FROM events WHERE event_id = '{event}'");
+    let counted_to = format!(
+        "SELECT counted_to AS n FROM unread_count_summaries WHERE {}",
+        summary_of(&bob, &room)
+    );
+    let kept_to = server.count(&counted_to).await;
+    assert_eq!(kept_to, server.count(&position(&ids[ids.len() - 1])).await);
+
+    let earlier = server.count(&position(&ids[29])).await;
+    let rows = myelin::storage::push::get_unread_counts(
+        &server.db().await,
+        &bob.user_id,
+        std::slice::from_ref(&room),
+        earlier,
+    )
+    .await
+    .unwrap();
+    let main: Vec<_> = rows
+        .iter()
+        .map(|c| (c.thread_id.as_str(), c.notifications, c.unread))
+        .collect();
+    assert_eq!(main, [("", 30, 30)]);
+    assert_eq!(server.count(&counted_to).await, kept_to);
+}

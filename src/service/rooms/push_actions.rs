@@ -1,10 +1,11 @@
 //! What each new event means for each local member: push-rule evaluation at write time, and
 //! the check that recomputes it from events, receipts and push rules.
 //!
-//! Counts are not stored anywhere: `/sync` counts the push actions after the user's read
-//! position. So the only maintained data is one row per (event, member) that notifies or
-//! counts as unread, written in the event's own transaction, deleted when the event is
-//! redacted or the member leaves.
+//! Counts are not maintained by writes: `/sync` counts the push actions after the user's read
+//! position (starting from the counts it kept for the member at an earlier sync, when they
+//! still hold: see `storage::push::get_unread_counts`). So the only maintained data is one row
+//! per (event, member) that notifies or counts as unread, written in the event's own
+//! transaction, deleted when the event is redacted or the member leaves.
 
 use std::{
     collections::{HashMap, HashSet},

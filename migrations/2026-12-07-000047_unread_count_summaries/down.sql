@@ -1,0 +1,1 @@
+DROP TABLE unread_count_summaries;
