@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use diesel::{
     prelude::*,
-    sql_types::{Array, BigInt, Bool, Jsonb, Nullable, Text},
+    sql_types::{Array, BigInt, Bool, Integer, Jsonb, Nullable, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::Value;
@@ -411,14 +411,13 @@ const AFTER_READ_POSITION: &str = "n.stream_ordering > COALESCE((
 /// order receipts and events commit in.
 ///
 /// The main timeline's counts start from the member's summary of the room when it still holds
-/// (`unread_count_summaries`, migration 000047): its counts, less what was read since it and
-/// plus what arrived since (or less what it counted past `up_to`), are the counts from the
-/// latest receipt, unthreaded or `main`. A summary no longer holds once a redaction or a purge
-/// took push actions away (the room's redaction count moved), or once the member left, whose
-/// actions went with them (it was counted before their current membership). Without one they
-/// are counted from the receipt, and when that read more than [`SUMMARY_AFTER`] actions the
-/// statement keeps the new counts as the member's summary (written in room order, so two
-/// syncs of one user never wait on each other's rows in a cycle). So a sync's cost follows
+/// (`unread_count_summaries`, migration 000047): its counts, plus what arrived since and less
+/// what was read since, are the counts after the latest receipt, unthreaded or `main`. A
+/// summary no longer holds once a redaction or a purge took push actions away (the room's
+/// redaction count moved), once it was counted before the member's current membership (a
+/// leave deleted the member's actions), or for counts as of an earlier position than its own.
+/// Without one they are counted from the receipt; a count that read more than
+/// [`SUMMARY_AFTER`] actions is then kept as the member's summary. So a sync's cost follows
 /// what changed since the previous one, not how far behind the member is.
 ///
 /// Threads' counts (a partial index holds only their actions) are read from the latest
@@ -430,20 +429,105 @@ pub async fn get_unread_counts(
     room_ids: &[String],
     up_to: i64,
 ) -> QueryResult<Vec<UnreadCounts>> {
-    static SQL: LazyLock<String> =
-        LazyLock::new(|| UNREAD_COUNTS.replace("{SUMMARY_AFTER}", &SUMMARY_AFTER.to_string()));
-    super::cached_sql(SQL.as_str())
+    let rows: Vec<CountedUnread> = super::cached_sql(UNREAD_COUNTS)
         .bind::<Text, _>(user_id)
         .bind::<Array<Text>, _>(room_ids)
         .bind::<BigInt, _>(up_to)
         .load(&mut conn)
-        .await
+        .await?;
+    let to_keep: Vec<&CountedUnread> = rows.iter().filter(|row| row.worth_keeping(up_to)).collect();
+    if !to_keep.is_empty() {
+        // Only a later count gains from it: a sync whose write failed still has its counts.
+        if let Err(err) = keep_summaries(conn, user_id, &to_keep, up_to).await {
+            tracing::warn!(user_id, error = %err, "could not keep unread count summaries");
+        }
+    }
+    Ok(rows
+        .into_iter()
+        .filter(|row| {
+            let counts = &row.counts;
+            counts.notifications != 0 || counts.highlights != 0 || counts.unread != 0
+        })
+        .map(|row| row.counts)
+        .collect())
 }
 
 /// How many push actions a count must read before it is kept as the member's summary: fewer
 /// cost less to read again than to write.
 pub const SUMMARY_AFTER: i64 = 32;
 
+/// A row of [`UNREAD_COUNTS`]: a room's (or thread's) counts and, for the main timeline, what a
+/// summary of them would hold.
+#[derive(QueryableByName)]
+struct CountedUnread {
+    #[diesel(embed)]
+    counts: UnreadCounts,
+    #[diesel(sql_type = Nullable<Integer>)]
+    room_nid: Option<i32>,
+    /// The main timeline's read position.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    read_to: Option<i64>,
+    /// `rooms.redactions` in the snapshot the counts were read in.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    redactions: Option<i64>,
+    /// How many push actions the count read.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    actions_read: Option<i64>,
+}
+
+impl CountedUnread {
+    fn worth_keeping(&self, up_to: i64) -> bool {
+        self.room_nid.is_some()
+            && self.actions_read.is_some_and(|read| read > SUMMARY_AFTER)
+            && self.read_to.is_some_and(|read_to| read_to < up_to)
+    }
+}
+
+/// Keeps main-timeline counts as the member's summaries, counted up to `up_to`. In room order,
+/// so two syncs of one user never wait on each other's rows in a cycle; a summary is never
+/// replaced by one counted to an earlier position.
+async fn keep_summaries(
+    mut conn: &AsyncPgConnection,
+    user_id: &str,
+    rows: &[&CountedUnread],
+    up_to: i64,
+) -> QueryResult<()> {
+    fn column<T>(rows: &[&CountedUnread], field: impl Fn(&CountedUnread) -> T) -> Vec<T> {
+        rows.iter().map(|row| field(row)).collect()
+    }
+    super::cached_sql(
+        "INSERT INTO unread_count_summaries AS s \
+             (user_nid, room_nid, read_from, counted_to, redactions, notifications, highlights, \
+              unread) \
+         SELECT u.nid, x.room_nid, x.read_from, $2, x.redactions, x.notifications, \
+                x.highlights, x.unread \
+         FROM (SELECT nid FROM users WHERE user_id = $1 LIMIT 1) u \
+         CROSS JOIN unnest($3::int4[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], \
+                           $8::int8[]) \
+             AS x (room_nid, read_from, redactions, notifications, highlights, unread) \
+         ORDER BY x.room_nid \
+         ON CONFLICT (user_nid, room_nid) DO UPDATE \
+         SET read_from = EXCLUDED.read_from, counted_to = EXCLUDED.counted_to, \
+             redactions = EXCLUDED.redactions, notifications = EXCLUDED.notifications, \
+             highlights = EXCLUDED.highlights, unread = EXCLUDED.unread \
+         WHERE s.counted_to <= EXCLUDED.counted_to",
+    )
+    .bind::<Text, _>(user_id)
+    .bind::<BigInt, _>(up_to)
+    .bind::<Array<Integer>, _>(column(rows, |r| r.room_nid.unwrap_or_default()))
+    .bind::<Array<BigInt>, _>(column(rows, |r| r.read_to.unwrap_or_default()))
+    .bind::<Array<BigInt>, _>(column(rows, |r| r.redactions.unwrap_or_default()))
+    .bind::<Array<BigInt>, _>(column(rows, |r| r.counts.notifications))
+    .bind::<Array<BigInt>, _>(column(rows, |r| r.counts.highlights))
+    .bind::<Array<BigInt>, _>(column(rows, |r| r.counts.unread))
+    .execute(&mut conn)
+    .await
+    .map(drop)
+}
+
+// The summary's check is computed once per room behind `OFFSET 0`, and the rooms' starting
+// points are materialised: otherwise PostgreSQL copies the check (and its membership lookup)
+// into every expression that uses it, which doubled the statement's planning time.
 const UNREAD_COUNTS: &str = "
     WITH me AS MATERIALIZED (SELECT u.nid FROM users u WHERE u.user_id = $1 LIMIT 1),
     read_up_to AS (
@@ -459,76 +543,59 @@ const UNREAD_COUNTS: &str = "
             SELECT r.nid, r.redactions FROM rooms r WHERE r.room_id = q.room_id LIMIT 1
         ) r
     ),
-    main_from AS (
+    main_from AS MATERIALIZED (
         SELECT p.room_id, p.room_nid, p.redactions, p.main_timeline AS read_to,
-               s.read_from, s.counted_to, s.notifications, s.highlights, s.unread,
-               COALESCE(s.redactions = p.redactions
-                        AND s.read_from <= p.main_timeline AND p.main_timeline < s.counted_to
-                        AND s.counted_to >= (SELECT m.stream_ordering FROM room_memberships m
-                                             WHERE m.room_id = p.room_id AND m.user_id = $1),
-                        FALSE) AS from_summary
+               CASE WHEN k.holds THEN s.counted_to ELSE p.main_timeline END AS added_after,
+               CASE WHEN k.holds THEN s.read_from END AS read_after,
+               CASE WHEN k.holds THEN s.notifications ELSE 0 END AS notifications,
+               CASE WHEN k.holds THEN s.highlights ELSE 0 END AS highlights,
+               CASE WHEN k.holds THEN s.unread ELSE 0 END AS unread
         FROM read_up_to p
         LEFT JOIN LATERAL (
             SELECT s.* FROM unread_count_summaries s
             WHERE s.user_nid = (SELECT nid FROM me) AND s.room_nid = p.room_nid LIMIT 1
         ) s ON TRUE
-    ),
-    main_counted AS (
-        SELECT m.room_id, m.room_nid, m.redactions, m.read_to,
-               CASE WHEN m.from_summary THEN m.notifications ELSE 0 END
-                   + SUM(i.sign * c.notifications)::int8 AS notifications,
-               CASE WHEN m.from_summary THEN m.highlights ELSE 0 END
-                   + SUM(i.sign * c.highlights)::int8 AS highlights,
-               CASE WHEN m.from_summary THEN m.unread ELSE 0 END
-                   + SUM(i.sign * c.unread)::int8 AS unread,
-               SUM(c.actions)::int8 AS actions_read
-        FROM main_from m
-        -- From a summary: what was read since, taken off; what arrived since, added (or what
-        -- it counted past this position, taken off). Otherwise: everything after the receipt.
-        CROSS JOIN LATERAL (VALUES
-            (CASE WHEN m.from_summary THEN m.read_from ELSE m.read_to END,
-             CASE WHEN m.from_summary THEN m.read_to ELSE $3 END,
-             CASE WHEN m.from_summary THEN -1 ELSE 1 END),
-            (CASE WHEN m.from_summary THEN LEAST(m.counted_to, $3) ELSE 0 END,
-             CASE WHEN m.from_summary THEN GREATEST(m.counted_to, $3) ELSE 0 END,
-             CASE WHEN m.counted_to <= $3 THEN 1 ELSE -1 END)
-        ) AS i (after, up_to, sign)
         CROSS JOIN LATERAL (
-            SELECT COUNT(*) AS actions,
-                   COUNT(*) FILTER (WHERE a.notify) AS notifications,
-                   COUNT(*) FILTER (WHERE a.highlight) AS highlights,
-                   COUNT(*) FILTER (WHERE a.unread) AS unread
-            FROM event_push_actions a
-            WHERE a.user_nid = (SELECT nid FROM me) AND a.room_nid = m.room_nid
-              AND a.thread_id = '' AND a.stream_ordering > i.after AND a.stream_ordering <= i.up_to
-        ) c
-        GROUP BY m.room_id, m.room_nid, m.redactions, m.read_to, m.from_summary,
-                 m.notifications, m.highlights, m.unread
-    ),
-    kept AS (
-        INSERT INTO unread_count_summaries AS s
-            (user_nid, room_nid, read_from, counted_to, redactions, notifications, highlights,
-             unread)
-        SELECT (SELECT nid FROM me), c.room_nid, c.read_to, $3, c.redactions, c.notifications,
-               c.highlights, c.unread
-        FROM main_counted c
-        WHERE c.actions_read > {SUMMARY_AFTER} AND c.read_to < $3
-          AND (SELECT nid FROM me) IS NOT NULL
-        ORDER BY c.room_nid
-        ON CONFLICT (user_nid, room_nid) DO UPDATE
-        SET read_from = EXCLUDED.read_from, counted_to = EXCLUDED.counted_to,
-            redactions = EXCLUDED.redactions, notifications = EXCLUDED.notifications,
-            highlights = EXCLUDED.highlights, unread = EXCLUDED.unread
-        WHERE s.counted_to <= EXCLUDED.counted_to
+            SELECT COALESCE(s.redactions = p.redactions AND s.read_from <= p.main_timeline
+                            AND p.main_timeline < s.counted_to AND s.counted_to <= $3
+                            AND s.counted_to >= (SELECT m.stream_ordering FROM room_memberships m
+                                                 WHERE m.room_id = p.room_id AND m.user_id = $1),
+                            FALSE) AS holds
+            OFFSET 0
+        ) k
     )
-    SELECT c.room_id, '' AS thread_id, c.notifications, c.highlights, c.unread
-    FROM main_counted c
-    WHERE c.notifications <> 0 OR c.highlights <> 0 OR c.unread <> 0
+    SELECT m.room_id, '' AS thread_id,
+           m.notifications + a.notifications - r.notifications AS notifications,
+           m.highlights + a.highlights - r.highlights AS highlights,
+           m.unread + a.unread - r.unread AS unread,
+           m.room_nid, m.read_to, m.redactions, a.actions + r.actions AS actions_read
+    FROM main_from m
+    -- Added: what arrived after the summary (or the receipt). Taken off: what was read since
+    -- the summary.
+    CROSS JOIN LATERAL (
+        SELECT COUNT(*) AS actions,
+               COUNT(*) FILTER (WHERE a.notify) AS notifications,
+               COUNT(*) FILTER (WHERE a.highlight) AS highlights,
+               COUNT(*) FILTER (WHERE a.unread) AS unread
+        FROM event_push_actions a
+        WHERE a.user_nid = (SELECT nid FROM me) AND a.room_nid = m.room_nid AND a.thread_id = ''
+          AND a.stream_ordering > m.added_after AND a.stream_ordering <= $3
+    ) a
+    CROSS JOIN LATERAL (
+        SELECT COUNT(*) AS actions,
+               COUNT(*) FILTER (WHERE a.notify) AS notifications,
+               COUNT(*) FILTER (WHERE a.highlight) AS highlights,
+               COUNT(*) FILTER (WHERE a.unread) AS unread
+        FROM event_push_actions a
+        WHERE a.user_nid = (SELECT nid FROM me) AND a.room_nid = m.room_nid AND a.thread_id = ''
+          AND a.stream_ordering > m.read_after AND a.stream_ordering <= m.read_to
+    ) r
     UNION ALL
     SELECT p.room_id, a.thread_id,
            COUNT(*) FILTER (WHERE a.notify) AS notifications,
            COUNT(*) FILTER (WHERE a.highlight) AS highlights,
-           COUNT(*) FILTER (WHERE a.unread) AS unread
+           COUNT(*) FILTER (WHERE a.unread) AS unread,
+           NULL, NULL, NULL, NULL
     FROM read_up_to p
     CROSS JOIN LATERAL (
         SELECT a.thread_id, a.notify, a.highlight, a.unread

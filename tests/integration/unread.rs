@@ -740,8 +740,8 @@ async fn a_count_kept_before_leaving_is_not_the_start_after_joining_again() {
     assert_eq!(counts(&bob, &room).await, (2, 0, 2));
 }
 
-/// Counts as of a position before the kept count's own take off what it counted past that
-/// position, and leave the kept count as it was.
+/// Counts as of a position before the kept count's own are counted afresh (the kept count
+/// holds actions past that position), and leave the kept count as it was.
 #[tokio::test]
 async fn counts_as_of_an_earlier_position_than_the_kept_count() {
     let server = TestServer::start().await;
