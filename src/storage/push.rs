@@ -429,7 +429,12 @@ pub async fn get_unread_counts(
     room_ids: &[String],
     up_to: i64,
 ) -> QueryResult<Vec<UnreadCounts>> {
-    let rows: Vec<CountedUnread> = super::cached_sql(UNREAD_COUNTS)
+    static UNREAD_COUNTS: LazyLock<String> = LazyLock::new(|| {
+        UNREAD_COUNTS_WITH
+            .replace("{added}", &main_timeline_count("m.added_after", "$3"))
+            .replace("{read}", &main_timeline_count("m.read_after", "m.read_to"))
+    });
+    let rows: Vec<CountedUnread> = super::cached_sql(UNREAD_COUNTS.as_str())
         .bind::<Text, _>(user_id)
         .bind::<Array<Text>, _>(room_ids)
         .bind::<BigInt, _>(up_to)
@@ -456,7 +461,7 @@ pub async fn get_unread_counts(
 /// cost less to read again than to write.
 pub const SUMMARY_AFTER: i64 = 32;
 
-/// A row of [`UNREAD_COUNTS`]: a room's (or thread's) counts and, for the main timeline, what a
+/// A row of [`UNREAD_COUNTS_WITH`]: a room's (or thread's) counts and, for the main timeline, what a
 /// summary of them would hold.
 #[derive(QueryableByName)]
 struct CountedUnread {
@@ -525,10 +530,23 @@ async fn keep_summaries(
     .map(drop)
 }
 
+/// Counts of the member's main-timeline push actions in room `m` after `after` up to `to`.
+fn main_timeline_count(after: &str, to: &str) -> String {
+    format!(
+        "SELECT COUNT(*) AS actions, \
+                COUNT(*) FILTER (WHERE a.notify) AS notifications, \
+                COUNT(*) FILTER (WHERE a.highlight) AS highlights, \
+                COUNT(*) FILTER (WHERE a.unread) AS unread \
+         FROM event_push_actions a \
+         WHERE a.user_nid = (SELECT nid FROM me) AND a.room_nid = m.room_nid \
+           AND a.thread_id = '' AND a.stream_ordering > {after} AND a.stream_ordering <= {to}"
+    )
+}
+
 // The summary's check is computed once per room behind `OFFSET 0`, and the rooms' starting
 // points are materialised: otherwise PostgreSQL copies the check (and its membership lookup)
 // into every expression that uses it, which doubled the statement's planning time.
-const UNREAD_COUNTS: &str = "
+const UNREAD_COUNTS_WITH: &str = r#"
     WITH me AS MATERIALIZED (SELECT u.nid FROM users u WHERE u.user_id = $1 LIMIT 1),
     read_up_to AS (
         SELECT q.room_id, r.nid AS room_nid, r.redactions,
@@ -572,24 +590,8 @@ const UNREAD_COUNTS: &str = "
     FROM main_from m
     -- Added: what arrived after the summary (or the receipt). Taken off: what was read since
     -- the summary.
-    CROSS JOIN LATERAL (
-        SELECT COUNT(*) AS actions,
-               COUNT(*) FILTER (WHERE a.notify) AS notifications,
-               COUNT(*) FILTER (WHERE a.highlight) AS highlights,
-               COUNT(*) FILTER (WHERE a.unread) AS unread
-        FROM event_push_actions a
-        WHERE a.user_nid = (SELECT nid FROM me) AND a.room_nid = m.room_nid AND a.thread_id = ''
-          AND a.stream_ordering > m.added_after AND a.stream_ordering <= $3
-    ) a
-    CROSS JOIN LATERAL (
-        SELECT COUNT(*) AS actions,
-               COUNT(*) FILTER (WHERE a.notify) AS notifications,
-               COUNT(*) FILTER (WHERE a.highlight) AS highlights,
-               COUNT(*) FILTER (WHERE a.unread) AS unread
-        FROM event_push_actions a
-        WHERE a.user_nid = (SELECT nid FROM me) AND a.room_nid = m.room_nid AND a.thread_id = ''
-          AND a.stream_ordering > m.read_after AND a.stream_ordering <= m.read_to
-    ) r
+    CROSS JOIN LATERAL ({added}) a
+    CROSS JOIN LATERAL ({read}) r
     UNION ALL
     SELECT p.room_id, a.thread_id,
            COUNT(*) FILTER (WHERE a.notify) AS notifications,
@@ -607,7 +609,7 @@ const UNREAD_COUNTS: &str = "
                                             WHERE t.room_id = p.room_id AND t.user_id = $1
                                               AND t.thread_id = a.thread_id), 0)
     ) a
-    GROUP BY p.room_id, a.thread_id";
+    GROUP BY p.room_id, a.thread_id"#;
 
 /// One entry of a user's notification history.
 #[derive(Debug, Clone, QueryableByName)]
