@@ -120,6 +120,7 @@ rows = [
     ("5 initial sync, full members: p50 ms", "sync.initial_full_members.p50_ms", False),
     ("5 incremental sync, 1 room changed: p50 ms", "sync.incremental_one_room_changed.p50_ms", False),
     ("6 /messages page of 100: p50 ms", "history.p50_ms", False),
+    ("16 incremental sync of a member 5,000 messages behind (100 at smoke scale): p50 ms", "far_behind.p50_ms", False),
     ("7 fan-out, time until all pollers have it: ms", "fanout.all_received_ms", False),
     ("8 idle RSS MiB", "footprint.idle_rss_mib", False),
     ("8 peak RSS MiB", "footprint.peak_rss_mib", False),

@@ -71,7 +71,8 @@ struct Cli {
     #[arg(long, default_value = "server")]
     label: String,
     /// Run only these scenarios (comma-separated: send, concurrent, delivery, sync, history,
-    /// fanout, receipts, sliding, parked, long_history, big_room, big_account, start_up), for
+    /// fanout, receipts, behind, sliding, parked, long_history, big_room, big_account,
+    /// start_up), for
     /// profiling one of them; the default runs all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -152,6 +153,9 @@ struct Counts {
     start_up_events: usize,
     /// Messages each reader of scenario 15 marks read while the others do too.
     read_markers_each: usize,
+    /// Scenario 16: messages the member has not read, and the syncs timed after them.
+    behind: usize,
+    behind_syncs: usize,
 }
 
 impl Counts {
@@ -180,6 +184,8 @@ impl Counts {
                 start_up_rooms: 20,
                 start_up_events: 200,
                 read_markers_each: 5,
+                behind: 100,
+                behind_syncs: 10,
             },
             Scale::Full => Counts {
                 sequential: 1000,
@@ -204,6 +210,8 @@ impl Counts {
                 start_up_rooms: 100_000,
                 start_up_events: 10_000_000,
                 read_markers_each: 20,
+                behind: 5_000,
+                behind_syncs: 200,
             },
         }
     }
@@ -372,6 +380,7 @@ fn print_table(label: &str, report: &Value) {
     );
     row("6 /messages page of 100", &report["history"]);
     row("7 fan-out, all pollers", &report["fanout"]);
+    row("16 incremental sync, far behind", &report["far_behind"]);
     println!("  8 footprint: {}", report["footprint"]);
     row(
         "15 read markers, sequential",
@@ -593,6 +602,11 @@ async fn main() -> ExitCode {
                 counts.read_markers_each,
             )
             .await?;
+        }
+        if runs("behind") {
+            eprintln!("16: a member far behind");
+            report["far_behind"] =
+                reads::far_behind(&bench, counts.behind, counts.behind_syncs).await?;
         }
         if runs("sliding") {
             eprintln!("9: sliding sync");

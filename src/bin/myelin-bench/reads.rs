@@ -1,5 +1,5 @@
-//! Scenarios 5 and 6: initial and incremental `/sync` for a user in many rooms, and paging
-//! back through a room's history.
+//! Scenarios 5, 6 and 16: initial and incremental `/sync` for a user in many rooms, paging
+//! back through a room's history, and the syncs of a member far behind.
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,51 @@ pub(crate) async fn syncs(bench: &Bench, counts: &Counts) -> Result<Value, Failu
         json!({ "rooms": counts.sync_rooms, "messages_per_room": counts.sync_messages, "members_per_room": counts.sync_members }),
     );
     Ok(Value::Object(results))
+}
+
+/// Scenario 16: a member far behind. Another member sends `behind` messages the member never
+/// reads; then, `syncs` times, one more message and the member's incremental sync, timed, its
+/// room's notification count checked. What a sync costs a member with that much unread in one
+/// room (a public room's lurker, a user back from a holiday).
+pub(crate) async fn far_behind(
+    bench: &Bench,
+    behind: usize,
+    syncs: usize,
+) -> Result<Value, Failure> {
+    let mut users = bench.users("behind", 2).await?;
+    let (member, sender) = (users.remove(0), users.remove(0));
+    let room = sender
+        .create_room(json!({ "preset": "public_chat" }))
+        .await?;
+    member.join(&room).await?;
+    for m in 0..behind {
+        sender
+            .send(&room, &format!("b{m}"), &format!("unread {m}"))
+            .await?;
+    }
+    bench.analyze().await;
+    let filter = client::first_sync_filter(1, true, &format!("{}behind", bench.prefix));
+    let mut since = next_batch(&member.sync(None, Duration::ZERO, Some(&filter)).await?);
+    let mut samples = Samples::default();
+    for i in 0..syncs {
+        sender.send(&room, &format!("n{i}"), "news").await?;
+        let t = Instant::now();
+        let sync = member
+            .sync(Some(&since), Duration::ZERO, Some(&filter))
+            .await?;
+        samples.push(t.elapsed());
+        let unread = &sync["rooms"]["join"][&room]["unread_notifications"]["notification_count"];
+        if unread.as_u64() != Some((behind + i + 1) as u64) {
+            return Err(format!(
+                "far behind: {unread} notifications, {} expected",
+                behind + i + 1
+            ));
+        }
+        since = next_batch(&sync);
+    }
+    let mut summary = samples.summary();
+    summary["behind"] = json!(behind);
+    Ok(summary)
 }
 
 /// Scenario 6: paging back through a room's history 100 events at a time.
