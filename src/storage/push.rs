@@ -461,8 +461,8 @@ pub async fn get_unread_counts(
 /// cost less to read again than to write.
 pub const SUMMARY_AFTER: i64 = 32;
 
-/// A row of [`UNREAD_COUNTS_WITH`]: a room's (or thread's) counts and, for the main timeline, what a
-/// summary of them would hold.
+/// A row of [`UNREAD_COUNTS_WITH`]: a room's (or thread's) counts and, for the main timeline,
+/// what a summary of them would hold.
 #[derive(QueryableByName)]
 struct CountedUnread {
     #[diesel(embed)]

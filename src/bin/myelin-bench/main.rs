@@ -72,8 +72,7 @@ struct Cli {
     label: String,
     /// Run only these scenarios (comma-separated: send, concurrent, delivery, sync, history,
     /// fanout, receipts, behind, sliding, parked, long_history, big_room, big_account,
-    /// start_up), for
-    /// profiling one of them; the default runs all.
+    /// start_up), for profiling one of them; the default runs all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Leave planner statistics as the server keeps them: no `VACUUM ANALYZE` after each
